@@ -1,0 +1,47 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "common/log.h"
+
+static const struct command commands[] = {
+	{"vm", "boot a kernel in a microVM (low level: --kernel, --initrd, ...)", cmd_vm},
+	{"audit", "show, verify and prove the tamper-evident audit log", cmd_audit},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: kosa8 [-v] COMMAND [ARGS...]\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f, "\nRun 'kosa8 COMMAND --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+	int i = 1;
+
+	for (; i < argc && argv[i][0] == '-'; i++) {
+		if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) {
+			log_set_level(LOG_INFO);
+		} else if (!strcmp(argv[i], "-vv")) {
+			log_set_level(LOG_DEBUG);
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			usage(stdout);
+			return 0;
+		} else {
+			fprintf(stderr, "kosa8: unknown option '%s' (see 'kosa8 --help')\n", argv[i]);
+			return 2;
+		}
+	}
+	if (i >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++) {
+		if (!strcmp(argv[i], commands[c].name))
+			return commands[c].run(argc - i, argv + i);
+	}
+	fprintf(stderr, "kosa8: unknown command '%s' (see 'kosa8 --help')\n", argv[i]);
+	return 2;
+}

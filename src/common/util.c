@@ -1,0 +1,187 @@
+#include "common/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	uint64_t mult = 1;
+
+	if (!s || !*s || *s == '-' || *s == '+')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno == ERANGE)
+		return -ERANGE;
+	if (end == s)
+		return -EINVAL;
+	switch (*end) {
+	case '\0': break;
+	case 'k': case 'K': mult = KiB; end++; break;
+	case 'm': case 'M': mult = MiB; end++; break;
+	case 'g': case 'G': mult = GiB; end++; break;
+	case 't': case 'T': mult = 1024 * GiB; end++; break;
+	default: return -EINVAL;
+	}
+	/* Accept the "MiB"/"MB"-style spellings people type, nothing else. */
+	if (mult != 1 && (*end == 'i' || *end == 'I'))
+		end++;
+	if (mult != 1 && (*end == 'b' || *end == 'B'))
+		end++;
+	if (*end != '\0')
+		return -EINVAL;
+	if (v > UINT64_MAX / mult)
+		return -ERANGE;
+	*out = (uint64_t)v * mult;
+	return 0;
+}
+
+int read_file(const char *path, size_t max, uint8_t **buf, size_t *len)
+{
+	struct stat st;
+	uint8_t *p = NULL;
+	ssize_t n;
+	int fd, err = 0;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		err = -errno;
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		err = -EINVAL;
+		goto out;
+	}
+	if ((uint64_t)st.st_size > max) {
+		err = -EFBIG;
+		goto out;
+	}
+	p = malloc(st.st_size ? (size_t)st.st_size : 1);
+	if (!p) {
+		err = -ENOMEM;
+		goto out;
+	}
+	n = read_full(fd, p, (size_t)st.st_size);
+	if (n < 0) {
+		err = (int)n;
+		goto out;
+	}
+	*buf = p;
+	*len = (size_t)n;
+	p = NULL;
+out:
+	free(p);
+	close(fd);
+	return err;
+}
+
+int write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+ssize_t read_full(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = read(fd, p + got, len - got);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
+static const char *home_dir(void)
+{
+	const char *h = getenv("HOME");
+	struct passwd *pw;
+
+	if (h && *h)
+		return h;
+	pw = getpwuid(getuid());
+	return pw ? pw->pw_dir : "/";
+}
+
+static int xdg_dir(char *buf, size_t len, const char *own_env,
+		   const char *xdg_env, const char *fallback)
+{
+	const char *v = getenv(own_env);
+	int n;
+
+	if (v && *v)
+		n = snprintf(buf, len, "%s", v);
+	else if ((v = getenv(xdg_env)) && *v == '/')
+		n = snprintf(buf, len, "%s/kosa8", v);
+	else
+		n = snprintf(buf, len, "%s/%s/kosa8", home_dir(), fallback);
+	if (n < 0 || (size_t)n >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int kosa8_cache_dir(char *buf, size_t len)
+{
+	return xdg_dir(buf, len, "KOSA8_CACHE_DIR", "XDG_CACHE_HOME", ".cache");
+}
+
+int kosa8_config_dir(char *buf, size_t len)
+{
+	return xdg_dir(buf, len, "KOSA8_CONFIG_DIR", "XDG_CONFIG_HOME", ".config");
+}
+
+int kosa8_state_dir(char *buf, size_t len)
+{
+	return xdg_dir(buf, len, "KOSA8_STATE_DIR", "XDG_STATE_HOME", ".local/state");
+}
+
+int mkdir_p(const char *path, mode_t mode)
+{
+	char tmp[PATH_MAX];
+	size_t n = strlen(path);
+
+	if (n == 0 || n >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	memcpy(tmp, path, n + 1);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}

@@ -1,0 +1,44 @@
+/* Small helpers shared by every part of kosa8.
+ *
+ * Error convention, everywhere in the tree: a function that can fail returns
+ * 0 (or a non-negative count) on success and a negative errno on failure, and
+ * cleans up after itself through a single exit path.  Only set-up code in a
+ * command's main path may print and exit; nothing a guest controls may. */
+#ifndef KOSA8_UTIL_H
+#define KOSA8_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define KiB (1024ULL)
+#define MiB (1024ULL * KiB)
+#define GiB (1024ULL * MiB)
+
+#define ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
+
+/* Parses "512M", "2G", "131072K" or a plain byte count.  Returns 0 or -EINVAL
+ * (malformed) / -ERANGE (overflows 64 bits). */
+int parse_size(const char *s, uint64_t *out);
+
+/* Reads a whole file into a malloc'd buffer, refusing files over max bytes. */
+int read_file(const char *path, size_t max, uint8_t **buf, size_t *len);
+
+/* write()/read() loops that retry on EINTR and short transfers. */
+int write_all(int fd, const void *buf, size_t len);
+ssize_t read_full(int fd, void *buf, size_t len);
+
+/* The user's cache directory for kosa8: $KOSA8_CACHE_DIR, else
+ * $XDG_CACHE_HOME/kosa8, else ~/.cache/kosa8.  Writes into buf. */
+int kosa8_cache_dir(char *buf, size_t len);
+/* Same for configuration: $KOSA8_CONFIG_DIR, $XDG_CONFIG_HOME/kosa8, ~/.config/kosa8. */
+int kosa8_config_dir(char *buf, size_t len);
+/* Same for state (sandboxes, logs): $KOSA8_STATE_DIR, $XDG_STATE_HOME/kosa8,
+ * ~/.local/state/kosa8. */
+int kosa8_state_dir(char *buf, size_t len);
+
+/* mkdir -p with the given mode for each created component. */
+int mkdir_p(const char *path, mode_t mode);
+
+#endif
