@@ -1,9 +1,280 @@
+#include "cli/cmd_vm.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <termios.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "vmm/vm.h"
+
+#define DEFAULT_MEM (512 * MiB)
+
+static const char vm_usage[] =
+	"usage: kosa8 vm --kernel BZIMAGE [--initrd FILE] [--mem SIZE] [--cpus N]\n"
+	"                [--cmdline ARGS] [--emulate | --no-emulate]\n"
+	"\n"
+	"Boots a Linux bzImage in a microVM with the console on this terminal.\n"
+	"  --kernel FILE   x86-64 Linux bzImage (e.g. the one 'make kernel' builds)\n"
+	"  --initrd FILE   initial ramdisk\n"
+	"  --mem SIZE      guest memory, e.g. 512M or 2G (default 512M)\n"
+	"  --cpus N        vCPUs (default 1)\n"
+	"  --cmdline ARGS  appended to the kernel command line after\n"
+	"                  '" VM_DEFAULT_CMDLINE "'\n"
+	"  --emulate       run in a helper VM under software emulation (slow; for\n"
+	"                  hosts without /dev/kvm; automatic there, with a warning)\n"
+	"  --no-emulate    fail instead when /dev/kvm is missing\n"
+	"On a terminal, Ctrl-A x stops the VM.\n"
+	"\n"
+	"Exit status: 0 guest powered off, 3 guest rebooted, 4 guest crashed or\n"
+	"could not run, 5 stopped from the host, 1 error, 2 usage error.\n";
+
+int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
+{
+	static const struct option opts[] = {
+		{"kernel", required_argument, NULL, 'k'},
+		{"initrd", required_argument, NULL, 'i'},
+		{"mem", required_argument, NULL, 'm'},
+		{"cpus", required_argument, NULL, 'c'},
+		{"cmdline", required_argument, NULL, 'a'},
+		{"emulate", no_argument, NULL, 'E'},
+		{"no-emulate", no_argument, NULL, 'N'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	char *end;
+	long n;
+	int c;
+
+	memset(a, 0, sizeof(*a));
+	a->mem = DEFAULT_MEM;
+	a->cpus = 1;
+	optind = 0; /* reset getopt: it may have run before in this process */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+		switch (c) {
+		case 'k': a->kernel = optarg; break;
+		case 'i': a->initrd = optarg; break;
+		case 'a': a->cmdline = optarg; break;
+		case 'E': a->emulate = EMULATE_ALWAYS; break;
+		case 'N': a->emulate = EMULATE_NEVER; break;
+		case 'h': a->help = true; return 0;
+		case 'm':
+			if (parse_size(optarg, &a->mem) < 0) {
+				*why = "--mem takes a size such as 512M or 2G";
+				return -EINVAL;
+			}
+			break;
+		case 'c':
+			errno = 0;
+			n = strtol(optarg, &end, 10);
+			if (errno || *end || end == optarg || n < 1 || n > VM_MAX_VCPUS) {
+				*why = "--cpus takes a number from 1 to 254";
+				return -EINVAL;
+			}
+			a->cpus = (int)n;
+			break;
+		default:
+			*why = "unknown option or missing value (see 'kosa8 vm --help')";
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		*why = "unexpected argument (see 'kosa8 vm --help')";
+		return -EINVAL;
+	}
+	if (!a->kernel) {
+		*why = "--kernel is required (build one with 'make kernel')";
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* ---- terminal: raw while the guest owns it, restored on every exit path ---- */
+
+static struct termios saved_termios;
+static volatile sig_atomic_t termios_saved;
+static struct vm *running_vm;
+
+static void term_restore(void)
+{
+	if (termios_saved)
+		tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_termios);
+}
+
+static void on_stop_signal(int sig)
+{
+	if (running_vm)
+		vm_request_stop(running_vm, VM_STOP_HOST);
+}
+
+static void on_fatal_signal(int sig)
+{
+	/* Give the user their terminal back, then die of the same signal. */
+	term_restore();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void install_signals(void)
+{
+	static const int stop_sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+	static const int fatal_sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL};
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sigemptyset(&sa.sa_mask);
+	sa.sa_handler = on_stop_signal;
+	for (size_t i = 0; i < ARRAY_SIZE(stop_sigs); i++)
+		sigaction(stop_sigs[i], &sa, NULL);
+	sa.sa_handler = on_fatal_signal;
+	sa.sa_flags = SA_RESETHAND;
+	for (size_t i = 0; i < ARRAY_SIZE(fatal_sigs); i++)
+		sigaction(fatal_sigs[i], &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+static void term_raw(void)
+{
+	struct termios t;
+
+	if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &saved_termios) < 0)
+		return;
+	termios_saved = 1;
+	atexit(term_restore);
+	t = saved_termios;
+	cfmakeraw(&t);
+	tcsetattr(STDIN_FILENO, TCSAFLUSH, &t);
+}
+
+/* ---- software emulation: re-run this command inside the test bed ---- */
+
+static bool kvm_present(void) { return access("/dev/kvm", F_OK) == 0; }
+
+static int find_testbed(char *buf, size_t len)
+{
+	char exe[PATH_MAX];
+	const char *env = getenv("KOSA8_TESTBED");
+	ssize_t n;
+
+	if (env && *env)
+		return snprintf(buf, len, "%s", env) < (int)len ? 0 : -ENAMETOOLONG;
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n < 0)
+		return -errno;
+	exe[n] = '\0';
+	*strrchr(exe, '/') = '\0';
+	/* build/kosa8 in a checkout, or PREFIX/bin/kosa8 with PREFIX/lib/kosa8. */
+	if (snprintf(buf, len, "%.*s/../testbed/run", PATH_MAX / 2, exe) < (int)len &&
+	    access(buf, X_OK) == 0)
+		return 0;
+	if (snprintf(buf, len, "%.*s/../lib/kosa8/testbed/run", PATH_MAX / 2, exe) < (int)len &&
+	    access(buf, X_OK) == 0)
+		return 0;
+	return -ENOENT;
+}
+
+static int run_emulated(const struct vm_args *a)
+{
+	char testbed[PATH_MAX], self[PATH_MAX], kernel[PATH_MAX], initrd[PATH_MAX];
+	char mem[32], cpus[16];
+	const char *argv[16];
+	int n = 0;
+
+	if (find_testbed(testbed, sizeof(testbed)) < 0) {
+		fprintf(stderr, "kosa8: no /dev/kvm and the software-emulation helper (testbed/run) is not installed\n");
+		return VM_EXIT_ERROR;
+	}
+	if (!realpath("/proc/self/exe", self) || !realpath(a->kernel, kernel) ||
+	    (a->initrd && !realpath(a->initrd, initrd))) {
+		fprintf(stderr, "kosa8: %s: %s\n", a->initrd && access(a->initrd, F_OK) ? a->initrd : a->kernel,
+			"file not found");
+		return VM_EXIT_ERROR;
+	}
+	fprintf(stderr, "kosa8: warning: no /dev/kvm here; running in a helper VM under software emulation (slow)\n");
+	snprintf(mem, sizeof(mem), "%lluK", (unsigned long long)(a->mem / KiB));
+	snprintf(cpus, sizeof(cpus), "%d", a->cpus);
+	argv[n++] = testbed;
+	argv[n++] = "--";
+	argv[n++] = self;
+	argv[n++] = "vm";
+	argv[n++] = "--no-emulate";
+	argv[n++] = "--kernel";
+	argv[n++] = kernel;
+	if (a->initrd) {
+		argv[n++] = "--initrd";
+		argv[n++] = initrd;
+	}
+	argv[n++] = "--mem";
+	argv[n++] = mem;
+	argv[n++] = "--cpus";
+	argv[n++] = cpus;
+	if (a->cmdline) {
+		argv[n++] = "--cmdline";
+		argv[n++] = a->cmdline;
+	}
+	argv[n] = NULL;
+	execv(testbed, (char *const *)argv);
+	fprintf(stderr, "kosa8: cannot run %s: %s\n", testbed, strerror(errno));
+	return VM_EXIT_ERROR;
+}
+
+static int exit_status(enum vm_stop stop)
+{
+	switch (stop) {
+	case VM_STOP_POWEROFF: return VM_EXIT_POWEROFF;
+	case VM_STOP_RESET:
+		log_info("guest rebooted");
+		return VM_EXIT_REBOOT;
+	case VM_STOP_HOST: return VM_EXIT_HOST_STOP;
+	default: return VM_EXIT_CRASH;
+	}
+}
 
 int cmd_vm(int argc, char **argv)
 {
-	fprintf(stderr, "kosa8 vm: not built yet\n");
-	return 2;
+	static struct vm vm;
+	struct vm_args a;
+	const char *why = NULL;
+	enum vm_stop stop;
+
+	if (vm_args_parse(argc, argv, &a, &why) < 0) {
+		fprintf(stderr, "kosa8 vm: %s\n", why);
+		return VM_EXIT_USAGE;
+	}
+	if (a.help) {
+		fputs(vm_usage, stdout);
+		return 0;
+	}
+	struct vm_config cfg = {
+		.kernel_path = a.kernel, .initrd_path = a.initrd, .cmdline = a.cmdline,
+		.mem_size = a.mem, .ncpus = a.cpus,
+		.console_in = STDIN_FILENO, .console_out = STDOUT_FILENO,
+		.console_escape = isatty(STDIN_FILENO),
+	};
+	if (vm_check_config(&cfg, &why) < 0) {
+		fprintf(stderr, "kosa8 vm: %s\n", why);
+		return VM_EXIT_ERROR;
+	}
+	if (a.emulate == EMULATE_ALWAYS || (a.emulate == EMULATE_AUTO && !kvm_present()))
+		return run_emulated(&a);
+	if (vm_create(&vm, &cfg, &why) < 0) {
+		fprintf(stderr, "kosa8 vm: %s\n", why);
+		return VM_EXIT_ERROR;
+	}
+	install_signals();
+	running_vm = &vm;
+	term_raw();
+	stop = vm_run(&vm);
+	running_vm = NULL;
+	term_restore();
+	vm_destroy(&vm);
+	return exit_status(stop);
 }

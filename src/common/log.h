@@ -25,7 +25,7 @@ bool log_first_time(uint32_t kind, uint64_t key);
 #define log_once(kind, key, ...)                                   \
 	do {                                                       \
 		if (log_first_time((kind), (key)))                 \
-			log_msg(LOG_WARN, __VA_ARGS__);            \
+			log_msg(LOG_INFO, __VA_ARGS__);            \
 	} while (0)
 
 #endif

@@ -1,0 +1,33 @@
+/* kosa8 vm: boot a kernel in a microVM (the low-level driver; the sandbox
+ * commands come on top of it). */
+#ifndef KOSA8_CMD_VM_H
+#define KOSA8_CMD_VM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum emulate_mode { EMULATE_AUTO, EMULATE_ALWAYS, EMULATE_NEVER };
+
+struct vm_args {
+	const char *kernel, *initrd, *cmdline;
+	uint64_t mem;
+	int cpus;
+	enum emulate_mode emulate;
+	bool help;
+};
+
+/* Exit statuses of `kosa8 vm`, documented in its --help. */
+enum vm_exit_status {
+	VM_EXIT_POWEROFF = 0,
+	VM_EXIT_ERROR = 1,
+	VM_EXIT_USAGE = 2,
+	VM_EXIT_REBOOT = 3,
+	VM_EXIT_CRASH = 4,
+	VM_EXIT_HOST_STOP = 5,
+};
+
+/* Parses argv (argv[0] = "vm").  On error returns -EINVAL with why set to a
+ * one-line message for the user. */
+int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why);
+
+#endif

@@ -1,0 +1,127 @@
+/* The accelerator interface: everything kosa8 asks of the hypervisor.
+ *
+ * The VMM core never calls an ioctl itself; it goes through these few
+ * functions, so that a second backend (Apple's Hypervisor.framework) can sit
+ * behind the same interface later.  accel_kvm.c is the Linux/KVM backend.
+ * The x86 boot state is described in plain values computed by boot_x86.c, so
+ * the backend only applies them. */
+#ifndef KOSA8_ACCEL_H
+#define KOSA8_ACCEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct accel_vm;
+struct accel_vcpu;
+
+/* One CPUID leaf, in the layout the filter in cpuid.c works on. */
+struct cpuid_leaf {
+	uint32_t function;
+	uint32_t index;
+	uint32_t flags; /* CPUID_FLAG_SIGNIFICANT_INDEX when index matters */
+	uint32_t eax, ebx, ecx, edx;
+};
+#define CPUID_FLAG_SIGNIFICANT_INDEX 1u
+#define CPUID_MAX_LEAVES 256
+
+struct x86_segment {
+	uint64_t base;
+	uint32_t limit;
+	uint16_t selector;
+	uint8_t type, present, dpl, db, s, l, g, avl;
+};
+
+/* Architectural state of a vCPU at the 64-bit kernel entry point. */
+struct x86_boot_cpu {
+	uint64_t rip, rsp, rsi, rflags;
+	uint64_t cr0, cr3, cr4, efer;
+	uint64_t gdt_base, idt_base;
+	uint16_t gdt_limit, idt_limit;
+	struct x86_segment cs, ds, es, fs, gs, ss, tr, ldt;
+};
+
+struct x86_msr {
+	uint32_t index;
+	uint64_t value;
+};
+
+/* Why KVM_RUN (or its equivalent) returned, in backend-neutral form. */
+enum vcpu_exit_kind {
+	VCPU_EXIT_IO,         /* port I/O: io.* valid, data in/out through io.data */
+	VCPU_EXIT_MMIO,       /* memory-mapped I/O: mmio.* valid */
+	VCPU_EXIT_MSR,        /* unknown MSR: msr.* valid; set msr.error or msr.data */
+	VCPU_EXIT_SHUTDOWN,   /* triple fault: a real machine resets */
+	VCPU_EXIT_SYSTEM_RESET,
+	VCPU_EXIT_SYSTEM_OFF,
+	VCPU_EXIT_HLT,
+	VCPU_EXIT_INTR,       /* interrupted by a signal: check for stop requests */
+	VCPU_EXIT_FAIL,       /* entry failure or internal error: reason in code */
+	VCPU_EXIT_OTHER,
+};
+
+struct vcpu_exit {
+	enum vcpu_exit_kind kind;
+	uint64_t code; /* backend-specific detail for FAIL/OTHER, for the log */
+	union {
+		struct {
+			uint16_t port;
+			uint8_t size;   /* 1, 2 or 4 */
+			bool write;
+			uint32_t count; /* rep string ops: repeat count */
+			uint8_t *data;  /* count * size bytes, owned by the backend */
+		} io;
+		struct {
+			uint64_t addr;
+			uint32_t len;   /* 1..8 */
+			bool write;
+			uint8_t *data;
+		} mmio;
+		struct {
+			uint32_t index;
+			bool write;
+			uint64_t data;  /* value written, or to be returned on read */
+			bool error;     /* set to inject #GP */
+		} msr;
+	};
+};
+
+struct accel_caps {
+	int max_vcpus;
+	bool user_msr_exits;
+};
+
+/* Opens the accelerator.  On failure err_msg gets a sentence for the user
+ * that says what is wrong and what to do. */
+int accel_open(struct accel_vm **vm, const char **err_msg);
+void accel_close(struct accel_vm *vm);
+void accel_caps(struct accel_vm *vm, struct accel_caps *caps);
+
+/* Guest physical memory: host range [hva, hva+size) appears at gpa. */
+int accel_map_memory(struct accel_vm *vm, uint32_t slot, uint64_t gpa,
+		     uint64_t size, void *hva);
+
+/* Interrupt controller and timer in the hypervisor (x86: PIC, IOAPIC, PIT). */
+int accel_create_irqchip(struct accel_vm *vm);
+int accel_irq_line(struct accel_vm *vm, uint32_t gsi, int level);
+
+/* CPUID leaves the hypervisor can offer (before filtering). */
+int accel_supported_cpuid(struct accel_vm *vm, struct cpuid_leaf *leaves,
+			  size_t max, size_t *count);
+
+int accel_vcpu_create(struct accel_vm *vm, int id, struct accel_vcpu **vcpu);
+void accel_vcpu_destroy(struct accel_vcpu *vcpu);
+int accel_vcpu_set_cpuid(struct accel_vcpu *vcpu, const struct cpuid_leaf *leaves,
+			 size_t count);
+int accel_vcpu_set_msrs(struct accel_vcpu *vcpu, const struct x86_msr *msrs,
+			size_t count);
+/* Boot processor state; application processors wait for INIT/SIPI. */
+int accel_vcpu_set_boot_state(struct accel_vcpu *vcpu, const struct x86_boot_cpu *st);
+/* Local APIC: LINT0 as ExtINT and LINT1 as NMI, as firmware would leave them. */
+int accel_vcpu_init_lapic(struct accel_vcpu *vcpu);
+/* Runs the vCPU until the next exit that needs the VMM. */
+int accel_vcpu_run(struct accel_vcpu *vcpu, struct vcpu_exit *exit);
+/* Makes a blocked accel_vcpu_run() return VCPU_EXIT_INTR soon (any thread). */
+void accel_vcpu_kick(struct accel_vcpu *vcpu);
+
+#endif

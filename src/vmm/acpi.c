@@ -1,0 +1,184 @@
+#include "vmm/acpi.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "common/util.h"
+
+#define ACPI_HDR_LEN 36
+#define RSDP_LEN 36
+#define FADT_LEN 276 /* ACPI 6.x FADT, revision 6 */
+#define OEM_ID "KOSA8 "
+#define OEM_TABLE_ID "KOSA8VM "
+
+/* FADT field offsets (ACPI 6.4, table 5.9). */
+#define FADT_DSDT 40
+#define FADT_SCI_INT 46
+#define FADT_IAPC_BOOT_ARCH 109
+#define FADT_FLAGS 112
+#define FADT_MINOR_VERSION 131
+#define FADT_X_DSDT 140
+#define FADT_SLEEP_CONTROL 244
+#define FADT_SLEEP_STATUS 256
+#define FADT_HYPERVISOR_ID 268
+
+#define FADT_F_WBINVD (1u << 0)
+#define FADT_F_PWR_BUTTON (1u << 4)   /* set: no fixed power button */
+#define FADT_F_SLP_BUTTON (1u << 5)   /* set: no fixed sleep button */
+#define FADT_F_HW_REDUCED (1u << 20)
+#define IAPC_VGA_NOT_PRESENT (1u << 2)
+#define IAPC_MSI_NOT_SUPPORTED (1u << 3)
+#define IAPC_CMOS_RTC_NOT_PRESENT (1u << 5)
+
+#define GAS_SYSTEM_IO 1
+#define GAS_ACCESS_BYTE 1
+
+#define MADT_PCAT_COMPAT 1u
+#define MADT_LAPIC 0
+#define MADT_IOAPIC 1
+
+uint8_t acpi_checksum(const uint8_t *p, size_t len)
+{
+	uint8_t s = 0;
+
+	while (len--)
+		s = (uint8_t)(s + *p++);
+	return s;
+}
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+static void table_header(uint8_t *t, const char sig[4], uint32_t len, uint8_t rev)
+{
+	memcpy(t, sig, 4);
+	put32(t + 4, len);
+	t[8] = rev;
+	memcpy(t + 10, OEM_ID, 6);
+	memcpy(t + 16, OEM_TABLE_ID, 8);
+	put32(t + 24, 1);           /* OEM revision */
+	memcpy(t + 28, "KOS8", 4);  /* creator */
+	put32(t + 32, 1);
+}
+
+static void table_seal(uint8_t *t, uint32_t len)
+{
+	t[9] = 0;
+	t[9] = (uint8_t)-acpi_checksum(t, len);
+}
+
+/* A Generic Address Structure for one byte in I/O port space. */
+static void gas_io8(uint8_t *g, uint16_t port)
+{
+	g[0] = GAS_SYSTEM_IO;
+	g[1] = 8;  /* bit width */
+	g[2] = 0;  /* bit offset */
+	g[3] = GAS_ACCESS_BYTE;
+	put64(g + 4, port);
+}
+
+static uint32_t build_dsdt(uint8_t *t)
+{
+	/* Name(_S5_, Package(4) {5, 0, 0, 0}): S5 sleep type a = 5. */
+	static const uint8_t aml[] = {
+		0x08, '_', 'S', '5', '_', 0x12, 0x07, 0x04,
+		0x0a, ACPI_S5_SLEEP_TYPE, 0x00, 0x00, 0x00,
+	};
+	uint32_t len = ACPI_HDR_LEN + sizeof(aml);
+
+	table_header(t, "DSDT", len, 2);
+	memcpy(t + ACPI_HDR_LEN, aml, sizeof(aml));
+	table_seal(t, len);
+	return len;
+}
+
+static uint32_t build_fadt(uint8_t *t, uint64_t dsdt)
+{
+	memset(t, 0, FADT_LEN);
+	table_header(t, "FACP", FADT_LEN, 6);
+	put32(t + FADT_DSDT, (uint32_t)dsdt);
+	put16(t + FADT_SCI_INT, ACPI_SCI_IRQ);
+	put16(t + FADT_IAPC_BOOT_ARCH,
+	      IAPC_VGA_NOT_PRESENT | IAPC_MSI_NOT_SUPPORTED | IAPC_CMOS_RTC_NOT_PRESENT);
+	put32(t + FADT_FLAGS, FADT_F_WBINVD | FADT_F_PWR_BUTTON | FADT_F_SLP_BUTTON |
+				      FADT_F_HW_REDUCED);
+	t[FADT_MINOR_VERSION] = 4;
+	put64(t + FADT_X_DSDT, dsdt);
+	gas_io8(t + FADT_SLEEP_CONTROL, ACPI_SLEEP_CONTROL_PORT);
+	gas_io8(t + FADT_SLEEP_STATUS, ACPI_SLEEP_STATUS_PORT);
+	memcpy(t + FADT_HYPERVISOR_ID, "KOSA8VM ", 8);
+	table_seal(t, FADT_LEN);
+	return FADT_LEN;
+}
+
+static uint32_t madt_len(int ncpus) { return ACPI_HDR_LEN + 8 + 8u * (uint32_t)ncpus + 12; }
+
+static uint32_t build_madt(uint8_t *t, int ncpus)
+{
+	uint32_t len = madt_len(ncpus);
+	uint8_t *e = t + ACPI_HDR_LEN + 8;
+
+	memset(t, 0, len);
+	table_header(t, "APIC", len, 4);
+	put32(t + ACPI_HDR_LEN, LAPIC_ADDR);
+	put32(t + ACPI_HDR_LEN + 4, MADT_PCAT_COMPAT);
+	for (int i = 0; i < ncpus; i++, e += 8) {
+		e[0] = MADT_LAPIC;
+		e[1] = 8;
+		e[2] = (uint8_t)i;   /* ACPI processor UID */
+		e[3] = (uint8_t)i;   /* APIC id: vCPU index, as CPUID reports it */
+		put32(e + 4, 1);     /* enabled */
+	}
+	/* The IOAPIC's id follows the CPUs' so the two never collide. */
+	e[0] = MADT_IOAPIC;
+	e[1] = 12;
+	e[2] = (uint8_t)ncpus;
+	put32(e + 4, IOAPIC_ADDR);
+	put32(e + 8, 0); /* GSI base */
+	table_seal(t, len);
+	return len;
+}
+
+static void build_xsdt(uint8_t *t, uint64_t fadt, uint64_t madt)
+{
+	uint32_t len = ACPI_HDR_LEN + 16;
+
+	table_header(t, "XSDT", len, 1);
+	put64(t + ACPI_HDR_LEN, fadt);
+	put64(t + ACPI_HDR_LEN + 8, madt);
+	table_seal(t, len);
+}
+
+static void build_rsdp(uint8_t *r, uint64_t xsdt)
+{
+	memset(r, 0, RSDP_LEN);
+	memcpy(r, "RSD PTR ", 8);
+	memcpy(r + 9, OEM_ID, 6);
+	r[15] = 2;            /* revision: ACPI 2.0+ with XSDT */
+	put32(r + 20, RSDP_LEN);
+	put64(r + 24, xsdt);
+	r[8] = (uint8_t)-acpi_checksum(r, 20);   /* covers the ACPI 1.0 part */
+	r[32] = (uint8_t)-acpi_checksum(r, RSDP_LEN);
+}
+
+int acpi_build(uint8_t *buf, uint64_t gpa, size_t space, int ncpus, uint64_t *rsdp_gpa)
+{
+	/* Layout: RSDP, XSDT, FADT, DSDT, MADT, each 16-byte aligned. */
+	size_t off_xsdt = ALIGN_UP((size_t)RSDP_LEN, 16);
+	size_t off_fadt = ALIGN_UP(off_xsdt + ACPI_HDR_LEN + 16, 16);
+	size_t off_dsdt = ALIGN_UP(off_fadt + FADT_LEN, 16);
+	size_t off_madt = ALIGN_UP(off_dsdt + ACPI_HDR_LEN + 64, 16);
+	size_t end = off_madt + madt_len(ncpus);
+
+	if (ncpus < 1 || ncpus > 254 || end > space)
+		return -ENOSPC;
+	memset(buf, 0, end);
+	build_dsdt(buf + off_dsdt);
+	build_fadt(buf + off_fadt, gpa + off_dsdt);
+	build_madt(buf + off_madt, ncpus);
+	build_xsdt(buf + off_xsdt, gpa + off_fadt, gpa + off_madt);
+	build_rsdp(buf, gpa + off_xsdt);
+	*rsdp_gpa = gpa;
+	return (int)end;
+}

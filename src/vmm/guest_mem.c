@@ -1,0 +1,81 @@
+#include "vmm/guest_mem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+void guest_mem_layout(uint64_t size, struct guest_region regions[2], int *nregions)
+{
+	uint64_t low = size < GUEST_MMIO_HOLE_START ? size : GUEST_MMIO_HOLE_START;
+
+	regions[0] = (struct guest_region){.gpa = 0, .size = low};
+	*nregions = 1;
+	if (size > low) {
+		regions[1] = (struct guest_region){.gpa = GUEST_HIGH_RAM_START,
+						   .size = size - low};
+		*nregions = 2;
+	}
+}
+
+int guest_mem_create(struct guest_mem *m, uint64_t size)
+{
+	int err;
+
+	memset(m, 0, sizeof(*m));
+	m->memfd = -1;
+	m->memfd = memfd_create("kosa8-guest-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (m->memfd < 0)
+		return -errno;
+	if (ftruncate(m->memfd, (off_t)size) < 0)
+		goto fail_errno;
+	/* The size is fixed for the VM's life: sealing it means a bug elsewhere
+	 * (or a future fork child holding the fd) cannot shrink RAM under KVM. */
+	fcntl(m->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+	m->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+		       m->memfd, 0);
+	if (m->base == MAP_FAILED) {
+		m->base = NULL;
+		goto fail_errno;
+	}
+	/* Guest memory is of no use in a core dump and may hold user secrets. */
+	madvise(m->base, size, MADV_DONTDUMP);
+	m->size = size;
+	guest_mem_layout(size, m->regions, &m->nregions);
+	m->regions[0].host = m->base;
+	if (m->nregions == 2)
+		m->regions[1].host = m->base + m->regions[0].size;
+	return 0;
+fail_errno:
+	err = -errno;
+	guest_mem_destroy(m);
+	return err;
+}
+
+void guest_mem_destroy(struct guest_mem *m)
+{
+	if (m->base)
+		munmap(m->base, m->size);
+	if (m->memfd >= 0)
+		close(m->memfd);
+	memset(m, 0, sizeof(*m));
+	m->memfd = -1;
+}
+
+void *guest_mem_ptr(const struct guest_mem *m, uint64_t gpa, uint64_t len)
+{
+	for (int i = 0; i < m->nregions; i++) {
+		const struct guest_region *r = &m->regions[i];
+		/* Written to avoid overflow in gpa + len for hostile values. */
+		if (gpa >= r->gpa && gpa - r->gpa <= r->size &&
+		    len <= r->size - (gpa - r->gpa))
+			return r->host + (gpa - r->gpa);
+	}
+	return NULL;
+}
+
+uint64_t guest_mem_low_end(const struct guest_mem *m)
+{
+	return m->regions[0].size;
+}

@@ -1,0 +1,46 @@
+/* Guest RAM: one memfd, mapped once into the VMM, shown to the guest as up
+ * to two regions (below the 32-bit MMIO hole and above 4 GiB).
+ *
+ * The memfd is the unit that checkpoint, rewind and fork will work on: it can
+ * be written out, mapped back MAP_PRIVATE, or handed to another process. */
+#ifndef KOSA8_GUEST_MEM_H
+#define KOSA8_GUEST_MEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Everything from 3 GiB to 4 GiB is left for device MMIO, the IOAPIC, the
+ * LAPIC and KVM's private pages; RAM above 3 GiB continues at 4 GiB. */
+#define GUEST_MMIO_HOLE_START 0xC0000000ULL
+#define GUEST_HIGH_RAM_START 0x100000000ULL
+
+struct guest_region {
+	uint64_t gpa;
+	uint64_t size;
+	uint8_t *host; /* where the region is mapped in the VMM */
+};
+
+struct guest_mem {
+	int memfd;
+	uint64_t size;  /* total RAM bytes */
+	uint8_t *base;  /* the whole memfd, mapped contiguously */
+	struct guest_region regions[2];
+	int nregions;
+};
+
+int guest_mem_create(struct guest_mem *m, uint64_t size);
+void guest_mem_destroy(struct guest_mem *m);
+
+/* Lays out the regions for a RAM size without allocating (used by create,
+ * and by unit tests of the e820 map). */
+void guest_mem_layout(uint64_t size, struct guest_region regions[2], int *nregions);
+
+/* Host pointer for [gpa, gpa+len), or NULL unless the whole range lies in
+ * one RAM region.  Every guest-supplied address goes through this check. */
+void *guest_mem_ptr(const struct guest_mem *m, uint64_t gpa, uint64_t len);
+
+/* Highest guest-physical RAM address below 4 GiB, plus one. */
+uint64_t guest_mem_low_end(const struct guest_mem *m);
+
+#endif

@@ -1,0 +1,475 @@
+#include "vmm/vm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "vmm/acpi.h"
+#include "vmm/boot_x86.h"
+#include "vmm/cpuid.h"
+
+#define MAX_KERNEL_BYTES (256 * MiB)
+#define MAX_INITRD_BYTES (2 * GiB)
+#define CONSOLE_ESCAPE 0x01 /* Ctrl-A, then 'x' */
+
+/* MSRs a firmware would have left in a known state (SDM vol. 4). */
+static const struct x86_msr boot_msrs[] = {
+	{0x174, 0}, {0x175, 0}, {0x176, 0},            /* SYSENTER_CS/ESP/EIP */
+	{0xc0000081, 0}, {0xc0000082, 0}, {0xc0000083, 0}, /* STAR, LSTAR, CSTAR */
+	{0xc0000084, 0}, {0xc0000102, 0},              /* SYSCALL_MASK, KERNEL_GS_BASE */
+	{0x10, 0},                                     /* TSC starts at zero */
+	{0x1a0, 1},                                    /* MISC_ENABLE: fast strings */
+	{0x2ff, (1u << 11) | 6},                       /* MTRRdefType: on, write-back */
+};
+
+void vm_request_stop(struct vm *vm, enum vm_stop reason)
+{
+	int expected = VM_STOP_NONE;
+	char b = 1;
+
+	/* The first reason wins: a reset racing a poweroff is reported once. */
+	__atomic_compare_exchange_n(&vm->stop_reason, &expected, (int)reason, false,
+				    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	if (write(vm->stop_pipe[1], &b, 1) < 0) {
+		/* Pipe full means a wake-up is already pending. */
+	}
+}
+
+static bool vm_stopping(struct vm *vm)
+{
+	return __atomic_load_n(&vm->stop_reason, __ATOMIC_ACQUIRE) != VM_STOP_NONE;
+}
+
+static void on_reset(void *ctx) { vm_request_stop(ctx, VM_STOP_RESET); }
+static void on_poweroff(void *ctx) { vm_request_stop(ctx, VM_STOP_POWEROFF); }
+
+static void serial_irq(void *ctx, int level)
+{
+	struct vm *vm = ctx;
+
+	accel_irq_line(vm->accel, SERIAL_COM1_IRQ, level);
+}
+
+int host_available_memory(uint64_t *bytes)
+{
+	char line[256];
+	unsigned long long v, avail = 0, swap = 0;
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "MemAvailable: %llu kB", &v) == 1)
+			avail = v;
+		else if (sscanf(line, "SwapFree: %llu kB", &v) == 1)
+			swap = v;
+	}
+	fclose(f);
+	*bytes = (avail + swap) * 1024;
+	return avail ? 0 : -ENODATA;
+}
+
+static int setup_devices(struct vm *vm)
+{
+	int err;
+
+	vm->pio.name = "pio";
+	vm->mmio.name = "mmio";
+	serial8250_init(&vm->serial, vm->cfg.console_out, serial_irq, vm);
+	i8042_init(&vm->i8042, on_reset, vm);
+	acpi_pm_init(&vm->acpi_pm, on_poweroff, vm);
+	if ((err = bus_register(&vm->pio, &vm->serial.bus)) ||
+	    (err = bus_register(&vm->pio, &vm->i8042.data_bus)) ||
+	    (err = bus_register(&vm->pio, &vm->i8042.cmd_bus)) ||
+	    (err = bus_register(&vm->pio, &vm->acpi_pm.bus)))
+		return err;
+	return 0;
+}
+
+static int setup_vcpu(struct vm *vm, int id, const struct cpuid_leaf *supported,
+		      size_t nleaves, const struct x86_boot_cpu *bsp)
+{
+	struct cpuid_leaf leaves[CPUID_MAX_LEAVES];
+	struct vm_vcpu *v = &vm->vcpus[id];
+	int err;
+
+	v->vm = vm;
+	v->id = id;
+	err = accel_vcpu_create(vm->accel, id, &v->accel);
+	if (err)
+		return err;
+	memcpy(leaves, supported, nleaves * sizeof(*leaves));
+	if ((err = cpuid_filter(leaves, nleaves, id, vm->cfg.ncpus)) ||
+	    (err = accel_vcpu_set_cpuid(v->accel, leaves, nleaves)))
+		return err;
+	if (accel_vcpu_set_msrs(v->accel, boot_msrs, ARRAY_SIZE(boot_msrs)) < 0)
+		log_warn("vCPU %d: some boot MSRs were refused; continuing", id);
+	if ((err = accel_vcpu_init_lapic(v->accel)))
+		return err;
+	/* Only the boot processor starts running; the others wait for INIT/SIPI. */
+	if (id == 0)
+		err = accel_vcpu_set_boot_state(v->accel, bsp);
+	return err;
+}
+
+static const char *file_error(int err, const char *what_missing)
+{
+	switch (err) {
+	case -ENOENT: return what_missing;
+	case -EFBIG: return "kernel file is too large to be a kernel (over 256 MiB)";
+	case -EINVAL: return "kernel path is not a regular file";
+	default: return "cannot read the kernel file";
+	}
+}
+
+/* Reads and validates the kernel up front, so a wrong file is reported at
+ * once, before any KVM or emulation set-up. */
+static int check_kernel_file(const char *path, const char **why)
+{
+	struct bzimage bz;
+	uint8_t *k = NULL;
+	size_t len;
+	int err;
+
+	err = read_file(path, MAX_KERNEL_BYTES, &k, &len);
+	if (err) {
+		*why = file_error(err, "kernel file not found; check --kernel");
+		return err;
+	}
+	err = bzimage_parse(k, len, &bz, why);
+	free(k);
+	return err;
+}
+
+static int load_images(struct vm *vm, struct x86_boot_cpu *bsp, uint64_t rsdp,
+		       const char **why)
+{
+	uint8_t *kernel = NULL, *initrd = NULL;
+	size_t klen = 0, ilen = 0;
+	char cmdline[4096];
+	int err;
+
+	err = read_file(vm->cfg.kernel_path, MAX_KERNEL_BYTES, &kernel, &klen);
+	if (err) {
+		*why = file_error(err, "kernel file not found; check --kernel");
+		goto out;
+	}
+	if (vm->cfg.initrd_path) {
+		err = read_file(vm->cfg.initrd_path, MAX_INITRD_BYTES, &initrd, &ilen);
+		if (err) {
+			*why = err == -ENOENT ? "initrd file not found; check --initrd" :
+			       err == -EFBIG  ? "initrd is larger than 2 GiB" :
+						"cannot read the initrd file";
+			goto out;
+		}
+	}
+	if (snprintf(cmdline, sizeof(cmdline), "%s%s%s", VM_DEFAULT_CMDLINE,
+		     vm->cfg.cmdline ? " " : "", vm->cfg.cmdline ? vm->cfg.cmdline : "") >=
+	    (int)sizeof(cmdline)) {
+		*why = "kernel command line is too long";
+		err = -E2BIG;
+		goto out;
+	}
+	err = x86_load_linux(&vm->mem,
+			     &(struct linux_boot){.kernel = kernel, .kernel_len = klen,
+						  .initrd = initrd, .initrd_len = ilen,
+						  .cmdline = cmdline, .rsdp_addr = rsdp},
+			     bsp, why);
+out:
+	free(kernel);
+	free(initrd);
+	return err;
+}
+
+int vm_check_config(const struct vm_config *cfg, const char **why)
+{
+	uint64_t avail;
+	int err;
+
+	if (cfg->ncpus < 1) {
+		*why = "a VM needs at least 1 vCPU (--cpus)";
+		return -EINVAL;
+	}
+	if (cfg->ncpus > VM_MAX_VCPUS) {
+		*why = "too many vCPUs: kosa8 supports at most 254 (--cpus)";
+		return -EINVAL;
+	}
+	if (cfg->mem_size < BOOT_MIN_RAM) {
+		*why = "guest memory must be at least 32M (--mem)";
+		return -EINVAL;
+	}
+	if (host_available_memory(&avail) == 0 && cfg->mem_size > avail) {
+		*why = "guest memory (--mem) is larger than this host can give now (MemAvailable + free swap); ask for less";
+		return -ENOMEM;
+	}
+	if ((err = check_kernel_file(cfg->kernel_path, why)))
+		return err;
+	if (cfg->initrd_path && access(cfg->initrd_path, R_OK) < 0) {
+		*why = errno == ENOENT ? "initrd file not found; check --initrd" :
+					 "cannot read the initrd file";
+		return -errno;
+	}
+	return 0;
+}
+
+int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
+{
+	static struct cpuid_leaf supported[CPUID_MAX_LEAVES];
+	struct x86_boot_cpu bsp;
+	struct accel_caps caps;
+	size_t nleaves = 0;
+	uint64_t rsdp = 0;
+	int err;
+
+	memset(vm, 0, sizeof(*vm));
+	vm->cfg = *cfg;
+	vm->stop_pipe[0] = vm->stop_pipe[1] = -1;
+	vm->mem.memfd = -1;
+	if ((err = vm_check_config(cfg, why)))
+		return err;
+	if (pipe2(vm->stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+		*why = "cannot create a pipe";
+		return -errno;
+	}
+	if ((err = accel_open(&vm->accel, why)))
+		goto fail;
+	accel_caps(vm->accel, &caps);
+	if (cfg->ncpus > caps.max_vcpus) {
+		*why = "too many vCPUs for this host's KVM (--cpus)";
+		err = -EINVAL;
+		goto fail;
+	}
+	if ((err = guest_mem_create(&vm->mem, cfg->mem_size))) {
+		*why = "cannot allocate guest memory";
+		goto fail;
+	}
+	for (int i = 0; i < vm->mem.nregions; i++) {
+		const struct guest_region *r = &vm->mem.regions[i];
+		if ((err = accel_map_memory(vm->accel, (uint32_t)i, r->gpa, r->size, r->host))) {
+			*why = "KVM refused the guest memory";
+			goto fail;
+		}
+	}
+	if ((err = accel_create_irqchip(vm->accel))) {
+		*why = "KVM could not create the interrupt controller and timer";
+		goto fail;
+	}
+	if ((err = setup_devices(vm))) {
+		*why = "device set-up failed";
+		goto fail;
+	}
+	err = acpi_build(vm->mem.base + BOOT_BIOS_START, BOOT_BIOS_START,
+			 BOOT_KERNEL_ADDR - BOOT_BIOS_START, cfg->ncpus, &rsdp);
+	if (err < 0) {
+		*why = "ACPI tables do not fit";
+		goto fail;
+	}
+	if ((err = load_images(vm, &bsp, rsdp, why)))
+		goto fail;
+	if ((err = accel_supported_cpuid(vm->accel, supported, CPUID_MAX_LEAVES, &nleaves))) {
+		*why = "KVM would not report its CPUID";
+		goto fail;
+	}
+	for (int i = 0; i < cfg->ncpus; i++) {
+		if ((err = setup_vcpu(vm, i, supported, nleaves, &bsp))) {
+			*why = "KVM could not set up a vCPU";
+			goto fail;
+		}
+	}
+	return 0;
+fail:
+	vm_destroy(vm);
+	return err;
+}
+
+static void handle_io(struct vm *vm, struct vcpu_exit *e)
+{
+	uint8_t *p = e->io.data;
+
+	/* String I/O (rep outsb/insb) arrives as count accesses back to back. */
+	for (uint32_t i = 0; i < e->io.count; i++, p += e->io.size)
+		bus_access(&vm->pio, e->io.port, p, e->io.size, e->io.write);
+}
+
+static void handle_msr(struct vcpu_exit *e)
+{
+	log_once(0x4d5352, ((uint64_t)e->msr.write << 32) | e->msr.index,
+		 "guest %s unhandled MSR 0x%x: injecting #GP (logged once)",
+		 e->msr.write ? "wrote" : "read", e->msr.index);
+	/* What real hardware does for an MSR it does not have. */
+	e->msr.error = true;
+	e->msr.data = 0;
+}
+
+static void vcpu_crash(struct vm_vcpu *v, const char *what, uint64_t code)
+{
+	log_err("vCPU %d: %s (code 0x%llx); stopping the VM", v->id, what,
+		(unsigned long long)code);
+	v->vm->crash_code = code;
+	vm_request_stop(v->vm, VM_STOP_CRASH);
+}
+
+static void *vcpu_thread(void *arg)
+{
+	struct vm_vcpu *v = arg;
+	struct vm *vm = v->vm;
+	struct vcpu_exit e;
+	int err;
+
+	memset(&e, 0, sizeof(e));
+	while (!vm_stopping(vm)) {
+		err = accel_vcpu_run(v->accel, &e);
+		if (err) {
+			vcpu_crash(v, "run failed", (uint64_t)-err);
+			break;
+		}
+		switch (e.kind) {
+		case VCPU_EXIT_IO:
+			handle_io(vm, &e);
+			break;
+		case VCPU_EXIT_MMIO:
+			bus_access(&vm->mmio, e.mmio.addr, e.mmio.data, e.mmio.len, e.mmio.write);
+			break;
+		case VCPU_EXIT_MSR:
+			handle_msr(&e);
+			break;
+		case VCPU_EXIT_SHUTDOWN:      /* triple fault: a PC resets */
+		case VCPU_EXIT_SYSTEM_RESET:
+			vm_request_stop(vm, VM_STOP_RESET);
+			break;
+		case VCPU_EXIT_SYSTEM_OFF:
+			vm_request_stop(vm, VM_STOP_POWEROFF);
+			break;
+		case VCPU_EXIT_HLT:
+		case VCPU_EXIT_INTR:
+			break;
+		case VCPU_EXIT_FAIL:
+			vcpu_crash(v, "the accelerator failed to run the guest", e.code);
+			break;
+		case VCPU_EXIT_OTHER:
+			log_once(0x455854, e.code, "vCPU %d: unexpected exit %llu (logged once)",
+				 v->id, (unsigned long long)e.code);
+			break;
+		}
+	}
+	return NULL;
+}
+
+/* Console input: host bytes into the UART, respecting its FIFO so nothing
+ * typed is dropped.  Ctrl-A x stops the VM when console_escape is on. */
+static void *input_thread(void *arg)
+{
+	struct vm *vm = arg;
+	uint8_t buf[SERIAL_FIFO_LEN];
+	bool escape = false;
+
+	while (!vm_stopping(vm)) {
+		struct pollfd pfd = {.fd = vm->cfg.console_in, .events = POLLIN};
+		size_t space = serial8250_wait_space(&vm->serial, 100);
+		ssize_t n;
+
+		if (space == 0 || poll(&pfd, 1, 100) <= 0)
+			continue;
+		n = read(vm->cfg.console_in, buf, space);
+		if (n <= 0) {
+			if (n < 0 && (errno == EINTR || errno == EAGAIN))
+				continue;
+			break; /* end of input: the guest keeps running without it */
+		}
+		for (ssize_t i = 0; i < n; i++) {
+			if (vm->cfg.console_escape && escape) {
+				escape = false;
+				if (buf[i] == 'x') {
+					vm_request_stop(vm, VM_STOP_HOST);
+					return NULL;
+				}
+			} else if (vm->cfg.console_escape && buf[i] == CONSOLE_ESCAPE) {
+				escape = true;
+				continue;
+			}
+			while (!serial8250_receive(&vm->serial, &buf[i], 1) && !vm_stopping(vm))
+				serial8250_wait_space(&vm->serial, 100);
+		}
+	}
+	return NULL;
+}
+
+static void block_host_signals(sigset_t *old)
+{
+	sigset_t set;
+
+	/* Process-directed signals go to the main thread, not to vCPUs. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGQUIT);
+	pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
+enum vm_stop vm_run(struct vm *vm)
+{
+	sigset_t old;
+	char buf[64];
+
+	block_host_signals(&old);
+	for (int i = 0; i < vm->cfg.ncpus; i++) {
+		if (pthread_create(&vm->vcpus[i].thread, NULL, vcpu_thread, &vm->vcpus[i]) == 0)
+			vm->vcpus[i].started = 1;
+		else
+			vm_request_stop(vm, VM_STOP_CRASH);
+	}
+	if (vm->cfg.console_in >= 0 &&
+	    pthread_create(&vm->input_thread, NULL, input_thread, vm) == 0)
+		vm->input_started = 1;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+	while (!vm_stopping(vm)) {
+		struct pollfd pfd = {.fd = vm->stop_pipe[0], .events = POLLIN};
+		if (poll(&pfd, 1, -1) > 0)
+			while (read(vm->stop_pipe[0], buf, sizeof(buf)) > 0)
+				;
+	}
+	for (int i = 0; i < vm->cfg.ncpus; i++)
+		if (vm->vcpus[i].started)
+			accel_vcpu_kick(vm->vcpus[i].accel);
+	for (int i = 0; i < vm->cfg.ncpus; i++) {
+		if (vm->vcpus[i].started) {
+			pthread_join(vm->vcpus[i].thread, NULL);
+			vm->vcpus[i].started = 0;
+		}
+	}
+	if (vm->input_started) {
+		pthread_join(vm->input_thread, NULL);
+		vm->input_started = 0;
+	}
+	return (enum vm_stop)vm->stop_reason;
+}
+
+void vm_destroy(struct vm *vm)
+{
+	for (int i = 0; i < VM_MAX_VCPUS; i++) {
+		if (vm->vcpus[i].accel)
+			accel_vcpu_destroy(vm->vcpus[i].accel);
+		vm->vcpus[i].accel = NULL;
+	}
+	if (vm->serial.bus.opaque)
+		serial8250_destroy(&vm->serial);
+	vm->serial.bus.opaque = NULL;
+	if (vm->mem.base || vm->mem.memfd >= 0)
+		guest_mem_destroy(&vm->mem);
+	accel_close(vm->accel);
+	vm->accel = NULL;
+	for (int i = 0; i < 2; i++) {
+		if (vm->stop_pipe[i] >= 0)
+			close(vm->stop_pipe[i]);
+		vm->stop_pipe[i] = -1;
+	}
+}

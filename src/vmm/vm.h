@@ -1,0 +1,79 @@
+/* One microVM: guest memory, vCPUs, the legacy devices of a PC that Linux
+ * needs to boot, and the run loop.  The CLI fills a vm_config, the VM boots,
+ * and vm_run() returns why it stopped. */
+#ifndef KOSA8_VM_H
+#define KOSA8_VM_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "devices/acpi_pm.h"
+#include "devices/i8042.h"
+#include "devices/serial8250.h"
+#include "vmm/accel.h"
+#include "vmm/bus.h"
+#include "vmm/guest_mem.h"
+
+#define VM_MAX_VCPUS 254 /* xAPIC ids 0..253, the IOAPIC takes the next one */
+#define VM_DEFAULT_CMDLINE "console=ttyS0 reboot=k panic=-1 nomodule"
+
+enum vm_stop {
+	VM_STOP_NONE = 0,
+	VM_STOP_POWEROFF,   /* the guest powered off (ACPI S5) */
+	VM_STOP_RESET,      /* the guest rebooted (i8042 reset, triple fault) */
+	VM_STOP_CRASH,      /* the accelerator could not run the guest */
+	VM_STOP_HOST,       /* the host asked it to stop (signal, console escape) */
+};
+
+struct vm_config {
+	const char *kernel_path;
+	const char *initrd_path;   /* may be NULL */
+	const char *cmdline;       /* appended to VM_DEFAULT_CMDLINE; may be NULL */
+	uint64_t mem_size;
+	int ncpus;
+	int console_in;            /* -1: no console input */
+	int console_out;
+	int console_escape;        /* Ctrl-A x stops the VM (interactive terminals) */
+};
+
+struct vm_vcpu {
+	struct vm *vm;
+	int id;
+	struct accel_vcpu *accel;
+	pthread_t thread;
+	int started;
+};
+
+struct vm {
+	struct vm_config cfg;
+	struct accel_vm *accel;
+	struct guest_mem mem;
+	struct bus pio, mmio;
+	struct serial8250 serial;
+	struct i8042 i8042;
+	struct acpi_pm acpi_pm;
+	struct vm_vcpu vcpus[VM_MAX_VCPUS];
+	int stop_pipe[2];          /* any thread writes a byte to wake the main loop */
+	int stop_reason;           /* enum vm_stop, set once (atomic) */
+	uint64_t crash_code;
+	pthread_t input_thread;
+	int input_started;
+};
+
+/* Builds the VM and loads the kernel.  On failure, why is a sentence for the
+ * user (what is wrong and what to do); the VM is left destroyed. */
+int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why);
+/* Runs until the guest powers off or resets, or vm_request_stop(). */
+enum vm_stop vm_run(struct vm *vm);
+/* Async-signal-safe: asks the VM to stop with the given reason. */
+void vm_request_stop(struct vm *vm, enum vm_stop reason);
+void vm_destroy(struct vm *vm);
+
+/* Checks vCPUs, memory and the kernel and initrd files without touching
+ * KVM (vm_create does it too). */
+int vm_check_config(const struct vm_config *cfg, const char **why);
+
+/* Free memory the host can give a guest now (MemAvailable + SwapFree). */
+int host_available_memory(uint64_t *bytes);
+
+#endif
