@@ -1,0 +1,823 @@
+/* The chain: reads fall through the layers, writes allocate in the top,
+ * flush orders data before map, snapshot freezes the top and stacks a new
+ * one.  Format and guarantees: docs/disk-format.md. */
+#include "disk/disk.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "disk/format.h"
+#include "disk/layer.h"
+
+struct disk {
+	struct disk_layer *layers[DISK_MAX_LAYERS]; /* [0] is the bottom */
+	unsigned n;
+	bool writable;
+	bool broken;   /* a sync failed: the kernel may have dropped dirty pages */
+	bool unsynced; /* data written or holes punched since the last sync */
+	uint8_t *bounce; /* one cluster, for copy-up */
+	uint8_t *zeros;  /* one cluster of zeros, for partial discards */
+	struct disk_stats st;
+};
+
+/* New mappings waiting for their data to reach the file: written in one
+ * pwrite, entered in the map only if it succeeded. */
+#define RUN_MAX 256
+struct wrun {
+	uint64_t foff;
+	const uint8_t *src;
+	size_t len;
+	unsigned nmap;
+	uint64_t cluster[RUN_MAX];
+	uint64_t off[RUN_MAX];
+};
+
+static struct disk_layer *top_of(struct disk *d)
+{
+	return d->layers[d->n - 1];
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* Bytes of the disk cluster c covers (the last one may be short). */
+static uint64_t cluster_len(const struct disk_layer *l, uint64_t c)
+{
+	return min_u64(disk_layer_csz(l), l->h.size - (c << l->h.cluster_bits));
+}
+
+uint64_t disk_size(const struct disk *d)
+{
+	return top_of((struct disk *)d)->h.size;
+}
+
+unsigned disk_layer_count(const struct disk *d)
+{
+	return d->n;
+}
+
+void disk_get_stats(const struct disk *d, struct disk_stats *st)
+{
+	*st = d->st;
+}
+
+static int check_range(const struct disk *d, const void *buf, uint64_t len, uint64_t off)
+{
+	uint64_t size;
+
+	if (!d || (!buf && len))
+		return -EINVAL;
+	size = disk_size(d);
+	if (off > size || len > size - off)
+		return -ERANGE;
+	return 0;
+}
+
+/* ---- reads ---- */
+
+/* How many bytes from off share one kind of entry in l (and, for present
+ * clusters, sit back to back in the file): one pread or memset for all. */
+static uint64_t run_length(const struct disk_layer *l, uint64_t off, uint64_t len, uint64_t *ent)
+{
+	uint64_t csz = disk_layer_csz(l), c = off >> l->h.cluster_bits;
+	uint64_t e = disk_layer_get(l, c), run = min_u64(len, csz - (off & (csz - 1)));
+	uint64_t next = DISK_ENT_IS_PRESENT(e) ? e + csz : e;
+
+	while (run < len && disk_layer_get(l, ++c) == next) {
+		run += min_u64(len - run, csz);
+		if (DISK_ENT_IS_PRESENT(e))
+			next += csz;
+	}
+	*ent = e;
+	return run;
+}
+
+static int raw_read(const struct disk_layer *l, uint8_t *buf, uint64_t len, uint64_t off)
+{
+	uint64_t have = off < l->file_size ? min_u64(len, l->file_size - off) : 0;
+	int rc = have ? disk_pread_full(l->fd, buf, have, off) : 0;
+
+	memset(buf + have, 0, len - have); /* a base shorter than the disk reads as zeros */
+	return rc;
+}
+
+/* Reads [off, off+len) as layer lvl and those below it see it. */
+static int layer_read(struct disk *d, int lvl, uint8_t *buf, uint64_t len, uint64_t off)
+{
+	const struct disk_layer *l;
+	int rc = 0;
+
+	if (lvl < 0) {
+		memset(buf, 0, len);
+		return 0;
+	}
+	l = d->layers[lvl];
+	if (l->raw)
+		return raw_read(l, buf, len, off);
+	if (off >= l->h.size) { /* a lower layer may be smaller than the disk */
+		memset(buf, 0, len);
+		return 0;
+	}
+	if (len > l->h.size - off) {
+		memset(buf + (l->h.size - off), 0, len - (l->h.size - off));
+		len = l->h.size - off;
+	}
+	while (len && !rc) {
+		uint64_t e, run = run_length(l, off, len, &e);
+		if (DISK_ENT_IS_PRESENT(e))
+			rc = disk_pread_full(l->fd, buf, run,
+					     DISK_ENT_OFFSET(e) + (off & (disk_layer_csz(l) - 1)));
+		else if (e == DISK_ENT_ZERO)
+			memset(buf, 0, run);
+		else
+			rc = layer_read(d, lvl - 1, buf, run, off);
+		buf += run;
+		off += run;
+		len -= run;
+	}
+	return rc;
+}
+
+int disk_read(struct disk *d, void *buf, size_t len, uint64_t off)
+{
+	int rc = check_range(d, buf, len, off);
+
+	return rc ? rc : layer_read(d, (int)d->n - 1, buf, len, off);
+}
+
+/* ---- writes ---- */
+
+static int run_flush(struct disk *d, struct wrun *r)
+{
+	struct disk_layer *top = top_of(d);
+	int rc;
+
+	if (!r->len)
+		return 0;
+	rc = disk_pwrite_full(top->fd, r->src, r->len, r->foff);
+	d->st.data_writes++;
+	d->st.data_bytes += r->len;
+	d->unsynced = true;
+	for (unsigned i = r->nmap; i-- > 0;) {
+		/* Cannot fail: the map sector was made ready in run_add(). */
+		if (rc)
+			disk_layer_release(top, r->off[i], true);
+		else
+			disk_layer_set(top, r->cluster[i], r->off[i] | DISK_ENT_PRESENT);
+	}
+	r->len = 0;
+	r->nmap = 0;
+	return rc;
+}
+
+/* Makes sure setting cluster c later cannot fail for lack of memory. */
+static int map_ready(struct disk_layer *l, uint64_t c)
+{
+	return disk_layer_set(l, c, disk_layer_get(l, c));
+}
+
+static int run_add(struct disk *d, struct wrun *r, uint64_t foff, const uint8_t *src,
+		   size_t len, bool map, uint64_t c)
+{
+	int rc = 0;
+
+	if (!r->len || r->foff + r->len != foff || r->src + r->len != src || r->nmap == RUN_MAX) {
+		rc = run_flush(d, r);
+		if (rc)
+			return rc;
+		r->foff = foff;
+		r->src = src;
+	}
+	r->len += len;
+	if (map) {
+		r->cluster[r->nmap] = c;
+		r->off[r->nmap++] = foff;
+	}
+	return 0;
+}
+
+/* A write that covers part of a cluster the top does not hold: the rest of
+ * the cluster comes from below (or is zero), then the whole cluster goes to
+ * a fresh place in the top. */
+static int copy_up(struct disk *d, uint64_t c, uint64_t e, uint64_t in,
+		   const uint8_t *src, uint64_t chunk)
+{
+	struct disk_layer *top = top_of(d);
+	uint64_t csz = disk_layer_csz(top), clen = cluster_len(top, c), off;
+	int rc;
+
+	memset(d->bounce, 0, csz);
+	if (e != DISK_ENT_ZERO) {
+		rc = layer_read(d, (int)d->n - 2, d->bounce, clen, c << top->h.cluster_bits);
+		if (rc)
+			return rc;
+		d->st.copy_ups++;
+	}
+	memcpy(d->bounce + in, src, chunk);
+	rc = map_ready(top, c);
+	if (!rc)
+		rc = disk_layer_alloc(top, &off);
+	if (rc)
+		return rc;
+	d->st.clusters_alloc++;
+	rc = disk_pwrite_full(top->fd, d->bounce, csz, off);
+	d->st.data_writes++;
+	d->st.data_bytes += csz;
+	d->unsynced = true;
+	if (rc) {
+		disk_layer_release(top, off, true);
+		return rc;
+	}
+	return disk_layer_set(top, c, off | DISK_ENT_PRESENT);
+}
+
+static int write_cluster(struct disk *d, struct wrun *r, const uint8_t *src, uint64_t off,
+			 uint64_t chunk)
+{
+	struct disk_layer *top = top_of(d);
+	uint64_t c = off >> top->h.cluster_bits, in = off & (disk_layer_csz(top) - 1);
+	uint64_t e = disk_layer_get(top, c), noff;
+	int rc;
+
+	if (DISK_ENT_IS_PRESENT(e))
+		return run_add(d, r, DISK_ENT_OFFSET(e) + in, src, chunk, false, 0);
+	if (in || chunk != disk_layer_csz(top)) { /* includes a short last cluster */
+		rc = run_flush(d, r);
+		return rc ? rc : copy_up(d, c, e, in, src, chunk);
+	}
+	rc = map_ready(top, c);
+	if (!rc)
+		rc = disk_layer_alloc(top, &noff);
+	if (rc)
+		return rc;
+	d->st.clusters_alloc++;
+	rc = run_add(d, r, noff, src, chunk, true, c);
+	if (rc)
+		disk_layer_release(top, noff, true);
+	return rc;
+}
+
+static int write_range(struct disk *d, const uint8_t *src, uint64_t len, uint64_t off)
+{
+	struct disk_layer *top = top_of(d);
+	struct wrun *r = calloc(1, sizeof(*r));
+	int rc = 0, rc2;
+
+	if (!r)
+		return -ENOMEM;
+	while (len && !rc) {
+		uint64_t c = off >> top->h.cluster_bits;
+		uint64_t chunk = min_u64(len, cluster_len(top, c) - (off & (disk_layer_csz(top) - 1)));
+		rc = write_cluster(d, r, src, off, chunk);
+		src += chunk;
+		off += chunk;
+		len -= chunk;
+	}
+	rc2 = run_flush(d, r);
+	free(r);
+	return rc ? rc : rc2;
+}
+
+static int check_writable(const struct disk *d)
+{
+	if (!d->writable)
+		return -EROFS;
+	return d->broken ? -EIO : 0;
+}
+
+int disk_write(struct disk *d, const void *buf, size_t len, uint64_t off)
+{
+	int rc = check_range(d, buf, len, off);
+
+	if (!rc)
+		rc = check_writable(d);
+	return rc ? rc : write_range(d, buf, len, off);
+}
+
+/* ---- discard ---- */
+
+static int discard_cluster(struct disk *d, uint64_t c)
+{
+	struct disk_layer *top = top_of(d);
+	bool nothing_below = d->n == 1 && top->h.parent_kind == DISK_PARENT_NONE;
+	uint64_t e = disk_layer_get(top, c), want = nothing_below ? DISK_ENT_ABSENT : DISK_ENT_ZERO;
+	int rc;
+
+	if (e == want)
+		return 0;
+	rc = map_ready(top, c);
+	if (rc)
+		return rc;
+	if (DISK_ENT_IS_PRESENT(e)) {
+		/* The map may still name this cluster after a crash: it then
+		 * reads as the zeros the discard asked for.  It is reused only
+		 * once a flush has made the new entry durable. */
+		if (fallocate(top->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			      (off_t)DISK_ENT_OFFSET(e), (off_t)disk_layer_csz(top)) == 0)
+			d->st.punches++;
+		else if (errno != EOPNOTSUPP)
+			return -errno;
+		d->unsynced = true;
+		rc = disk_layer_release(top, DISK_ENT_OFFSET(e), false);
+		if (rc)
+			return rc;
+	}
+	return disk_layer_set(top, c, want);
+}
+
+int disk_discard(struct disk *d, uint64_t off, uint64_t len)
+{
+	struct disk_layer *top;
+	int rc = check_range(d, d, len, off);
+
+	if (!rc)
+		rc = check_writable(d);
+	if (rc)
+		return rc;
+	top = top_of(d);
+	while (len && !rc) {
+		uint64_t c = off >> top->h.cluster_bits, clen = cluster_len(top, c);
+		uint64_t in = off & (disk_layer_csz(top) - 1), chunk = min_u64(len, clen - in);
+		if (!in && chunk == clen)
+			rc = discard_cluster(d, c);
+		else
+			rc = write_range(d, d->zeros, chunk, off);
+		off += chunk;
+		len -= chunk;
+	}
+	return rc;
+}
+
+/* ---- flush ---- */
+
+static int sync_fd(struct disk *d, int fd)
+{
+	d->st.syncs++;
+	return fdatasync(fd) < 0 ? -errno : 0;
+}
+
+/* Data first, then the map that points at it: after a crash the map never
+ * names a cluster whose contents did not reach the disk. */
+int disk_flush(struct disk *d)
+{
+	struct disk_layer *top;
+	int rc;
+
+	if (!d)
+		return -EINVAL;
+	if (!d->writable)
+		return 0;
+	if (d->broken)
+		return -EIO;
+	top = top_of(d);
+	if (!d->unsynced && !top->dirty.n)
+		return 0;
+	rc = sync_fd(d, top->fd);
+	if (!rc && top->dirty.n) {
+		rc = disk_layer_write_map(top, &d->st);
+		if (!rc)
+			rc = sync_fd(d, top->fd);
+	}
+	if (!rc)
+		rc = disk_layer_commit_frees(top);
+	if (rc) {
+		/* After a failed fsync Linux may have dropped the dirty pages
+		 * and would report the next fsync as a success: stop here. */
+		d->broken = true;
+		log_err("disk %s: flush failed (%s); refusing further writes", top->path, strerror(-rc));
+		return rc;
+	}
+	d->unsynced = false;
+	return 0;
+}
+
+/* ---- creating and freezing deltas ---- */
+
+/* The parent is recorded by name when it sits in the child's folder (a
+ * folder of layers can be moved or copied whole), else by absolute path. */
+static int parent_ref(const char *child, const char *parent_real, char *out, size_t len)
+{
+	char c[PATH_MAX], p[PATH_MAX], cdir[PATH_MAX];
+	const char *pdir, *name;
+	int n;
+
+	if (snprintf(c, sizeof(c), "%s", child) >= (int)sizeof(c) ||
+	    snprintf(p, sizeof(p), "%s", parent_real) >= (int)sizeof(p))
+		return -ENAMETOOLONG;
+	if (!realpath(dirname(c), cdir))
+		return -errno;
+	name = basename(p); /* GNU basename: leaves p intact */
+	pdir = dirname(p);
+	if (!strcmp(cdir, pdir))
+		n = snprintf(out, len, "%s", name);
+	else
+		n = snprintf(out, len, "%s", parent_real);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static int sync_dir_of(const char *path)
+{
+	char c[PATH_MAX];
+	int fd, rc = 0;
+
+	if (snprintf(c, sizeof(c), "%s", path) >= (int)sizeof(c))
+		return -ENAMETOOLONG;
+	fd = open(dirname(c), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+/* Writes a new, empty delta with header h (uuid and layout filled here):
+ * header, sparse map, nothing else.  Durable, directory entry included. */
+static int write_new_delta(const char *path, struct disk_header *h, struct disk_stats *st,
+			   char *err, size_t errlen)
+{
+	uint8_t buf[DISK_HDR_SIZE];
+	int fd, rc = 0;
+
+	if (getrandom(h->uuid, sizeof(h->uuid), 0) != sizeof(h->uuid))
+		return -EIO;
+	disk_header_layout(h);
+	disk_header_encode(h, buf);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+		disk_seterr(err, errlen, "%s: %s", path, strerror(errno));
+		return rc;
+	}
+	rc = disk_pwrite_full(fd, buf, sizeof(buf), 0);
+	if (!rc && ftruncate(fd, (off_t)h->data_offset) < 0)
+		rc = -errno;
+	if (!rc && fsync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	if (!rc)
+		rc = sync_dir_of(path);
+	if (st) {
+		st->header_writes++;
+		st->syncs += 2;
+	}
+	if (rc) {
+		unlink(path);
+		disk_seterr(err, errlen, "%s: %s", path, strerror(-rc));
+	}
+	return rc;
+}
+
+/* Only the 512-byte core changes: one sector, written whole, so a crash
+ * leaves the old header or the new one. */
+static int freeze_fd(int fd, struct disk_header *h, struct disk_stats *st)
+{
+	uint8_t buf[DISK_HDR_SIZE];
+	int rc;
+
+	h->flags |= DISK_FLAG_FROZEN;
+	disk_header_encode(h, buf);
+	rc = disk_pwrite_full(fd, buf, DISK_HDR_CORE, 0);
+	if (st) {
+		st->header_writes++;
+		st->syncs++;
+	}
+	if (!rc && fdatasync(fd) < 0)
+		rc = -errno;
+	return rc;
+}
+
+int disk_freeze(const char *path, char *err, size_t errlen)
+{
+	uint8_t buf[DISK_HDR_SIZE];
+	struct disk_header h;
+	char why[DISK_ERR_LEN];
+	int fd, rc;
+
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		disk_seterr(err, errlen, "%s: %s", path, strerror(errno));
+		return rc;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		disk_seterr(err, errlen, "%s: in use, cannot freeze it", path);
+		goto out;
+	}
+	rc = (int)pread(fd, buf, sizeof(buf), 0);
+	rc = disk_header_decode(buf, rc < 0 ? 0 : (size_t)rc, &h, why, sizeof(why));
+	if (rc) {
+		disk_seterr(err, errlen, "%s: %s", path, why);
+		goto out;
+	}
+	if (!(h.flags & DISK_FLAG_FROZEN))
+		rc = freeze_fd(fd, &h, NULL);
+	if (rc)
+		disk_seterr(err, errlen, "%s: %s", path, strerror(-rc));
+out:
+	close(fd);
+	return rc;
+}
+
+static int parent_header(struct disk_header *h, const char *path, const char *parent,
+			 struct disk_stats *st, char *err, size_t errlen)
+{
+	struct disk_layer *p;
+	struct stat sb;
+	int rc = disk_layer_open(&p, parent, false, true, st, err, errlen);
+
+	if (rc)
+		return rc;
+	if (p->raw) {
+		h->parent_kind = DISK_PARENT_RAW;
+		h->parent_size = p->file_size;
+		rc = fstat(p->fd, &sb) < 0 ? -errno
+		     : disk_base_id_fd(p->fd, p->path, &sb, h->parent_id, err, errlen);
+	} else if (!(p->h.flags & DISK_FLAG_FROZEN)) {
+		disk_seterr(err, errlen, "%s: parent delta is not frozen (snapshot or freeze it first)", parent);
+		rc = -EBUSY;
+	} else {
+		h->parent_kind = DISK_PARENT_DELTA;
+		h->parent_size = p->h.size;
+		h->cluster_bits = p->h.cluster_bits;
+		memcpy(h->parent_id, p->h.uuid, 16);
+	}
+	if (!rc && (rc = parent_ref(path, p->path, h->parent_path, sizeof(h->parent_path))))
+		disk_seterr(err, errlen, "%s: cannot record parent %s: %s", path, p->path, strerror(-rc));
+	h->parent_path_len = (uint32_t)strlen(h->parent_path);
+	disk_layer_free(p);
+	return rc;
+}
+
+static int cluster_bits_of(uint32_t csz, uint32_t *bits)
+{
+	for (uint32_t b = DISK_MIN_CLUSTER_BITS; b <= DISK_MAX_CLUSTER_BITS; b++) {
+		if (csz == 1u << b) {
+			*bits = b;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+int disk_create(const char *path, const char *parent, const struct disk_create_opts *opts,
+		char *err, size_t errlen)
+{
+	struct disk_create_opts o = opts ? *opts : (struct disk_create_opts){0};
+	struct disk_header h = {.version = DISK_VERSION, .cluster_bits = 16};
+	int rc;
+
+	if (!path)
+		return -EINVAL;
+	if (parent && (rc = parent_header(&h, path, parent, NULL, err, errlen)))
+		return rc;
+	if (o.cluster_size && cluster_bits_of(o.cluster_size, &h.cluster_bits)) {
+		disk_seterr(err, errlen, "cluster size %u: not a power of two from 4 KiB to 2 MiB",
+			    o.cluster_size);
+		return -EINVAL;
+	}
+	h.size = o.size ? o.size : (h.parent_size + 511) & ~511ULL;
+	if (!h.size || h.size % 512 || h.size > DISK_MAX_SIZE || h.size < h.parent_size) {
+		disk_seterr(err, errlen, "disk size %llu: must be a non-zero multiple of 512, at least the "
+			    "parent's %llu bytes and at most 16 TiB", (unsigned long long)h.size,
+			    (unsigned long long)h.parent_size);
+		return -EINVAL;
+	}
+	return write_new_delta(path, &h, NULL, err, errlen);
+}
+
+/* ---- opening a chain ---- */
+
+static int parent_path_of(const struct disk_layer *l, char *out, size_t len)
+{
+	char c[PATH_MAX];
+	int n;
+
+	if (l->h.parent_path[0] == '/')
+		n = snprintf(out, len, "%s", l->h.parent_path);
+	else if (snprintf(c, sizeof(c), "%s", l->path) >= (int)sizeof(c))
+		return -ENAMETOOLONG;
+	else
+		n = snprintf(out, len, "%s/%s", dirname(c), l->h.parent_path);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static int check_parent(const struct disk_layer *child, const struct disk_layer *p,
+			char *err, size_t errlen)
+{
+	uint8_t id[16];
+	struct stat sb;
+	int rc;
+
+	if (child->h.parent_kind == DISK_PARENT_RAW) {
+		if (!p->raw || p->file_size != child->h.parent_size) {
+			disk_seterr(err, errlen, "%s: base image %s is %llu bytes, the delta was made over %llu",
+				    child->path, p->path, (unsigned long long)p->file_size,
+				    (unsigned long long)child->h.parent_size);
+			return -ESTALE;
+		}
+		rc = fstat(p->fd, &sb) < 0 ? -errno
+		     : disk_base_id_fd(p->fd, p->path, &sb, id, err, errlen);
+		if (rc)
+			return rc;
+		if (memcmp(id, child->h.parent_id, 16)) {
+			disk_seterr(err, errlen, "%s: base image %s has other contents than the one the delta "
+				    "was made over (rebuilt or replaced?)", child->path, p->path);
+			return -ESTALE;
+		}
+		return 0;
+	}
+	if (p->raw || memcmp(p->h.uuid, child->h.parent_id, 16) || p->h.size != child->h.parent_size) {
+		disk_seterr(err, errlen, "%s: parent %s is not the delta it was made over (identity or size differ)",
+			    child->path, p->path);
+		return -ESTALE;
+	}
+	if (!(p->h.flags & DISK_FLAG_FROZEN)) {
+		disk_seterr(err, errlen, "%s: parent %s is not frozen (an interrupted snapshot?)",
+			    child->path, p->path);
+		return -EUCLEAN;
+	}
+	return 0;
+}
+
+static int open_parent(struct disk *d, struct disk_layer *child, struct disk_layer **out,
+		       char *err, size_t errlen)
+{
+	char ppath[PATH_MAX], why[DISK_ERR_LEN];
+	int rc = parent_path_of(child, ppath, sizeof(ppath));
+
+	if (rc) {
+		disk_seterr(err, errlen, "%s: parent path too long", child->path);
+		return rc;
+	}
+	rc = disk_layer_open(out, ppath, false, child->h.parent_kind == DISK_PARENT_RAW, &d->st,
+			     why, sizeof(why));
+	if (rc) {
+		disk_seterr(err, errlen, "%s (parent of %s)", why, child->path);
+		return rc;
+	}
+	rc = check_parent(child, *out, err, errlen);
+	if (rc) {
+		disk_layer_free(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+static int open_chain(struct disk *d, const char *top, char *err, size_t errlen)
+{
+	struct disk_layer *tmp[DISK_MAX_LAYERS], *cur;
+	unsigned k = 0;
+	int rc = disk_layer_open(&tmp[0], top, d->writable, false, &d->st, err, errlen);
+
+	if (rc)
+		return rc;
+	for (cur = tmp[k++]; !cur->raw && cur->h.parent_kind != DISK_PARENT_NONE; cur = tmp[k++]) {
+		if (k == DISK_MAX_LAYERS) {
+			disk_seterr(err, errlen, "%s: chain deeper than %u layers (a loop?)", top,
+				    DISK_MAX_LAYERS);
+			rc = -ELOOP;
+			break;
+		}
+		rc = open_parent(d, cur, &tmp[k], err, errlen);
+		if (rc)
+			break;
+	}
+	if (rc) {
+		while (k--)
+			disk_layer_free(tmp[k]);
+		return rc;
+	}
+	d->n = k;
+	for (unsigned i = 0; i < k; i++)
+		d->layers[i] = tmp[k - 1 - i];
+	return 0;
+}
+
+static void disk_free(struct disk *d)
+{
+	for (unsigned i = 0; i < d->n; i++)
+		disk_layer_free(d->layers[i]);
+	free(d->bounce);
+	free(d->zeros);
+	free(d);
+}
+
+int disk_open(struct disk **out, const char *top, unsigned flags, char *err, size_t errlen)
+{
+	struct disk *d;
+	uint64_t csz;
+	int rc;
+
+	if (!out || !top || (flags & ~DISK_RDONLY))
+		return -EINVAL;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->writable = !(flags & DISK_RDONLY);
+	rc = open_chain(d, top, err, errlen);
+	if (rc) {
+		free(d);
+		return rc;
+	}
+	csz = disk_layer_csz(top_of(d));
+	d->bounce = aligned_alloc(4096, csz);
+	d->zeros = calloc(1, csz);
+	if (!d->bounce || !d->zeros) {
+		disk_free(d);
+		return -ENOMEM;
+	}
+	*out = d;
+	return 0;
+}
+
+int disk_close(struct disk *d)
+{
+	int rc;
+
+	if (!d)
+		return 0;
+	rc = disk_flush(d);
+	disk_free(d);
+	return rc;
+}
+
+/* ---- snapshot ---- */
+
+static int snapshot_file(struct disk *d, const char *new_top, char *err, size_t errlen)
+{
+	struct disk_layer *top = top_of(d);
+	struct disk_header h = {
+		.version = DISK_VERSION,
+		.cluster_bits = top->h.cluster_bits,
+		.size = top->h.size,
+		.parent_kind = DISK_PARENT_DELTA,
+		.parent_size = top->h.size,
+	};
+	int rc;
+
+	memcpy(h.parent_id, top->h.uuid, 16);
+	rc = parent_ref(new_top, top->path, h.parent_path, sizeof(h.parent_path));
+	if (rc) {
+		disk_seterr(err, errlen, "%s: cannot record parent %s: %s", new_top, top->path,
+			    strerror(-rc));
+		return rc;
+	}
+	h.parent_path_len = (uint32_t)strlen(h.parent_path);
+	return write_new_delta(new_top, &h, &d->st, err, errlen);
+}
+
+/* Order: flush, write the new delta (durable), freeze the old top, open the
+ * new one.  A crash before the freeze leaves a new delta whose parent is not
+ * frozen, which disk_open refuses: the old top is still the disk. */
+int disk_snapshot(struct disk *d, const char *new_top, char *err, size_t errlen)
+{
+	struct disk_layer *top, *nl;
+	int rc;
+
+	if (!d || !new_top)
+		return -EINVAL;
+	rc = check_writable(d);
+	if (!rc && d->n >= DISK_MAX_LAYERS)
+		rc = -E2BIG;
+	if (!rc)
+		rc = disk_flush(d);
+	if (rc) {
+		disk_seterr(err, errlen, "cannot snapshot: %s", strerror(-rc));
+		return rc;
+	}
+	top = top_of(d);
+	rc = snapshot_file(d, new_top, err, errlen);
+	if (rc)
+		return rc;
+	rc = freeze_fd(top->fd, &top->h, &d->st);
+	if (rc) {
+		d->broken = true;
+		unlink(new_top);
+		disk_seterr(err, errlen, "%s: cannot freeze: %s", top->path, strerror(-rc));
+		return rc;
+	}
+	rc = disk_layer_open(&nl, new_top, true, false, &d->st, err, errlen);
+	if (rc) {
+		d->broken = true; /* the old top is frozen: it must not take writes */
+		return rc;
+	}
+	/* Others may now read the frozen layer. */
+	if (flock(top->fd, LOCK_SH | LOCK_NB) < 0)
+		log_warn("disk %s: cannot downgrade lock: %s", top->path, strerror(errno));
+	top->writable = false;
+	d->layers[d->n++] = nl;
+	return 0;
+}
