@@ -1,0 +1,141 @@
+/* CPUID topology and ACPI tables, checked field by field against the SDM and
+ * the ACPI 6.4 specification. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "vmm/acpi.h"
+#include "vmm/cpuid.h"
+
+static void test_cpuid_basic_and_topology(void **state)
+{
+	struct cpuid_leaf l[] = {
+		{.function = 1, .ebx = 0xff00abcd, .ecx = 0, .edx = 0},
+		{.function = 0xb, .index = 0},
+		{.function = 0xb, .index = 1},
+		{.function = 0xb, .index = 2},
+		{.function = 0x4, .index = 0, .eax = (1 << 5) | 1},
+		{.function = 0x4, .index = 3, .eax = (3 << 5) | 3},
+		{.function = 0x80000008, .ecx = 0xff},
+		{.function = 0x40000001, .eax = 0x1234},
+	};
+
+	assert_int_equal(cpuid_filter(l, 8, 2, 4), 0);
+	assert_int_equal(l[0].ebx >> 24, 2);            /* initial APIC id */
+	assert_int_equal((l[0].ebx >> 16) & 0xff, 4);   /* logical CPUs */
+	assert_int_equal(l[0].ebx & 0xffff, 0xabcd);    /* brand/clflush kept */
+	assert_true(l[0].ecx & (1u << 31));             /* hypervisor */
+	assert_true(l[0].edx & (1u << 28));             /* HTT with >1 CPU */
+	assert_int_equal(l[1].edx, 2);                  /* x2APIC id */
+	assert_int_equal(l[1].ebx, 1);
+	assert_int_equal((l[1].ecx >> 8) & 0xff, 1);    /* SMT level */
+	assert_int_equal(l[2].eax, 2);                  /* 2 bits for 4 cores */
+	assert_int_equal(l[2].ebx, 4);
+	assert_int_equal((l[2].ecx >> 8) & 0xff, 2);    /* core level */
+	assert_int_equal((l[3].ecx >> 8) & 0xff, 0);    /* end of levels */
+	assert_int_equal(l[4].eax >> 26, 3);            /* cores per package - 1 */
+	assert_int_equal((l[4].eax >> 14) & 0xfff, 0);  /* L1 not shared */
+	assert_int_equal((l[5].eax >> 14) & 0xfff, 3);  /* L3 shared by all */
+	assert_int_equal(l[6].ecx & 0xff, 3);           /* AMD NC */
+	assert_int_equal(l[7].eax, 0x1234);             /* KVM features untouched */
+}
+
+static void test_cpuid_single_and_bad(void **state)
+{
+	struct cpuid_leaf l[] = {{.function = 1, .edx = 1u << 28}};
+
+	assert_int_equal(cpuid_filter(l, 1, 0, 1), 0);
+	assert_false(l[0].edx & (1u << 28));
+	assert_int_equal(cpuid_filter(l, 1, 0, 0), -EINVAL);
+	assert_int_equal(cpuid_filter(l, 1, 4, 4), -EINVAL);
+	assert_int_equal(cpuid_filter(l, 1, -1, 4), -EINVAL);
+}
+
+static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+#define BASE 0xe0000ULL
+
+static const uint8_t *table_at(const uint8_t *buf, uint64_t gpa, const char *sig)
+{
+	const uint8_t *t = buf + (gpa - BASE);
+
+	assert_memory_equal(t, sig, 4);
+	assert_int_equal(acpi_checksum(t, get32(t + 4)), 0);
+	return t;
+}
+
+static void test_acpi_tables(void **state)
+{
+	uint8_t *buf = calloc(1, 0x20000);
+	uint64_t rsdp;
+	const uint8_t *xsdt, *fadt, *madt, *dsdt;
+	int ncpus = 3, len;
+
+	len = acpi_build(buf, BASE, 0x20000, ncpus, &rsdp);
+	assert_true(len > 0);
+	assert_int_equal(rsdp, BASE);
+	assert_memory_equal(buf, "RSD PTR ", 8);
+	assert_int_equal(acpi_checksum(buf, 20), 0);
+	assert_int_equal(acpi_checksum(buf, 36), 0);
+	assert_int_equal(buf[15], 2);
+
+	xsdt = table_at(buf, get64(buf + 24), "XSDT");
+	assert_int_equal(get32(xsdt + 4), 36 + 16);
+	fadt = table_at(buf, get64(xsdt + 36), "FACP");
+	madt = table_at(buf, get64(xsdt + 44), "APIC");
+	dsdt = table_at(buf, get64(fadt + 140), "DSDT");
+	assert_int_equal(get32(fadt + 40), get64(fadt + 140));
+	/* Hardware-reduced, sleep control register is a byte at our port. */
+	assert_true(get32(fadt + 112) & (1u << 20));
+	assert_int_equal(fadt[244], 1);
+	assert_int_equal(get64(fadt + 248), ACPI_SLEEP_CONTROL_PORT);
+	/* The DSDT announces \_S5 with sleep type 5. */
+	assert_non_null(memmem(dsdt + 36, get32(dsdt + 4) - 36, "_S5_", 4));
+
+	/* MADT: LAPIC address, then one enabled LAPIC per CPU and an IOAPIC. */
+	assert_int_equal(get32(madt + 36), LAPIC_ADDR);
+	const uint8_t *e = madt + 44, *end = madt + get32(madt + 4);
+	int lapics = 0, ioapics = 0;
+	while (e < end) {
+		if (e[0] == 0) {
+			assert_int_equal(e[3], lapics);
+			assert_int_equal(get32(e + 4) & 1, 1);
+			lapics++;
+		} else if (e[0] == 1) {
+			assert_int_equal(get32(e + 4), IOAPIC_ADDR);
+			ioapics++;
+		}
+		assert_true(e[1] > 0);
+		e += e[1];
+	}
+	assert_ptr_equal(e, end);
+	assert_int_equal(lapics, ncpus);
+	assert_int_equal(ioapics, 1);
+	free(buf);
+}
+
+static void test_acpi_limits(void **state)
+{
+	uint8_t buf[512];
+	uint64_t rsdp;
+
+	assert_int_equal(acpi_build(buf, BASE, sizeof(buf), 1, &rsdp), -ENOSPC);
+	assert_int_equal(acpi_build(buf, BASE, sizeof(buf), 0, &rsdp), -ENOSPC);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cpuid_basic_and_topology),
+		cmocka_unit_test(test_cpuid_single_and_bad),
+		cmocka_unit_test(test_acpi_tables),
+		cmocka_unit_test(test_acpi_limits),
+	};
+	return cmocka_run_group_tests_name("cpuid_acpi", tests, NULL, NULL);
+}
