@@ -1,0 +1,720 @@
+#include "audit/audit.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <openssl/rand.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "audit/merkle.h"
+#include "audit/sign.h"
+#include "common/log.h"
+#include "common/util.h"
+
+/* An append waiting for its batch; lives on the waiting thread's stack. */
+struct pending {
+	const struct audit_event *ev;
+	size_t size;
+	uint64_t seq;
+	int err;
+	bool done;
+	struct pending *next;
+};
+
+/* Largest batch one leader writes at once: bounds its buffer. */
+#define BATCH_BYTES (4 * MiB)
+
+struct audit_log {
+	char path[PATH_MAX];
+	char heads_path[PATH_MAX];
+	int fd, hfd;
+	unsigned head_every;
+	uint64_t head_ns;
+	bool sync;
+	bool broken; /* open failed: close must not write */
+	EVP_PKEY *key;
+	struct audit_header hdr;
+
+	/* The files as this handle last saw them while holding the lock. */
+	uint64_t end, hend, count, last_time;
+	merkle_hash last_hash;
+	struct merkle_frontier tree;
+	bool have_head;
+	struct audit_head head;
+
+	/* Group commit: one leader at a time does the I/O for the queue. */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool busy;
+	struct pending *qhead, **qtail;
+	uint8_t *buf;
+	size_t cap;
+	struct audit_head *fresh; /* heads signed in the current batch */
+	size_t nfresh, fresh_cap;
+};
+
+const char *audit_strerror(int err)
+{
+	switch (err) {
+	case -ENOSPC: return "no space left on device: nothing was written, the log is intact";
+	case -EFBIG: return "file size limit reached: nothing was written, the log is intact";
+	case -EDQUOT: return "disk quota exceeded: nothing was written, the log is intact";
+	case -EBADMSG: return "the log is damaged or was tampered with (run 'kosa8 audit verify')";
+	case -EPROTONOSUPPORT: return "the log has a format version this kosa8 does not know";
+	case -EPERM: return "the signing key is readable by others or not owned by you (chmod 600)";
+	case -EINVAL: return "invalid event (type and actor required, no control characters, "
+			     "details a JSON object)";
+	case -E2BIG: return "event too large";
+	default: return strerror(-err);
+	}
+}
+
+int audit_default_path(char *buf, size_t len)
+{
+	const char *env = getenv("KOSA8_AUDIT_LOG");
+	char dir[PATH_MAX];
+	int n, err;
+
+	if (env && *env) {
+		n = snprintf(buf, len, "%s", env);
+	} else {
+		err = kosa8_state_dir(dir, sizeof(dir));
+		if (err)
+			return err;
+		n = snprintf(buf, len, "%s/audit.log", dir);
+	}
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int audit_heads_path(const char *log_path, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%s.heads", log_path);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static int lock_file(struct audit_log *l)
+{
+	while (flock(l->fd, LOCK_EX) < 0)
+		if (errno != EINTR)
+			return -errno;
+	return 0;
+}
+
+static void unlock_file(struct audit_log *l)
+{
+	flock(l->fd, LOCK_UN);
+}
+
+static void sync_dir_of(const char *path)
+{
+	char copy[PATH_MAX];
+	int dfd;
+
+	snprintf(copy, sizeof(copy), "%s", path);
+	dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+}
+
+/* Under the lock: a new (or torn-at-birth) file gets its header. */
+static int init_header(struct audit_log *l)
+{
+	uint8_t buf[AUDIT_HDR_LEN];
+	struct stat st;
+	int err;
+
+	if (fstat(l->fd, &st) < 0)
+		return -errno;
+	if (st.st_size > 0) {
+		ssize_t n = pread(l->fd, buf, sizeof(buf), 0);
+		if (n < 0)
+			return -errno;
+		err = audit_header_parse(buf, (size_t)n, &l->hdr);
+		if (err != -EAGAIN)
+			goto done;
+		/* A crash while creating the log left part of a header: no
+		 * record can follow it, start again. */
+		if (ftruncate(l->fd, 0) < 0)
+			return -errno;
+	}
+	if (RAND_bytes(l->hdr.log_id, sizeof(l->hdr.log_id)) != 1)
+		return -EIO;
+	l->hdr.created_ns = now_ns();
+	audit_header_encode(&l->hdr, buf);
+	err = write_all(l->fd, buf, sizeof(buf));
+	if (!err && fdatasync(l->fd) < 0)
+		err = -errno;
+	if (err) {
+		if (ftruncate(l->fd, 0) < 0)
+			log_warn("audit: could not undo a failed header write on %s", l->path);
+		return err;
+	}
+	sync_dir_of(l->path);
+done:
+	l->end = AUDIT_HDR_LEN;
+	return err;
+}
+
+static int cut_tail(int fd, uint64_t off, const char *path, uint64_t size)
+{
+	log_warn("audit: %s: cutting an incomplete last entry (%llu bytes at offset %llu), "
+		 "left by an interrupted write", path, (unsigned long long)(size - off),
+		 (unsigned long long)off);
+	if (ftruncate(fd, (off_t)off) < 0 || fdatasync(fd) < 0)
+		return -errno;
+	return 0;
+}
+
+static bool zeros(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+/* Takes in records other writers appended since this handle last looked. */
+static int scan_records(struct audit_log *l, const uint8_t *m, uint64_t size, uint64_t *cut)
+{
+	struct audit_record r;
+	merkle_hash h;
+	uint64_t off = l->end;
+	int n;
+
+	*cut = UINT64_MAX;
+	while (off < size) {
+		n = audit_record_parse(m + off, size - off, &r);
+		if (n == -EAGAIN || (n < 0 && zeros(m + off, size - off))) {
+			*cut = off; /* holding the lock: its writer is gone */
+			break;
+		}
+		if (n < 0 || r.seq != l->count || memcmp(r.prev, l->last_hash, AUDIT_HASH_LEN)) {
+			log_err("audit: %s: record at offset %llu does not continue the chain",
+				l->path, (unsigned long long)off);
+			return -EBADMSG;
+		}
+		merkle_leaf_hash(r.raw, r.len, h);
+		merkle_frontier_add(&l->tree, h);
+		memcpy(l->last_hash, h, AUDIT_HASH_LEN);
+		l->count++;
+		l->last_time = r.time_ns;
+		off += (uint64_t)n;
+		l->end = off;
+	}
+	return 0;
+}
+
+static int catch_up_records(struct audit_log *l)
+{
+	struct stat st;
+	uint64_t size, cut;
+	void *m;
+	int err;
+
+	if (fstat(l->fd, &st) < 0)
+		return -errno;
+	size = (uint64_t)st.st_size;
+	if (size < l->end) {
+		log_err("audit: %s shrank under us (%llu < %llu bytes)", l->path,
+			(unsigned long long)size, (unsigned long long)l->end);
+		return -EBADMSG;
+	}
+	if (size == l->end)
+		return 0;
+	m = mmap(NULL, size, PROT_READ, MAP_SHARED, l->fd, 0);
+	if (m == MAP_FAILED)
+		return -errno;
+	err = scan_records(l, m, size, &cut);
+	munmap(m, size);
+	if (!err && cut != UINT64_MAX)
+		err = cut_tail(l->fd, cut, l->path, size);
+	return err;
+}
+
+static int take_heads(struct audit_log *l, const char *buf, size_t len, size_t *used)
+{
+	struct audit_head h;
+	size_t off = 0;
+	int n;
+
+	while (off < len) {
+		n = audit_head_parse(buf + off, len - off, &h);
+		if (n == -EAGAIN)
+			break;
+		if (n < 0 || memcmp(h.log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN) ||
+		    (l->have_head && h.size < l->head.size)) {
+			log_err("audit: %s: damaged head line at offset %llu", l->heads_path,
+				(unsigned long long)(l->hend + off));
+			return -EBADMSG;
+		}
+		l->head = h;
+		l->have_head = true;
+		off += (size_t)n;
+	}
+	*used = off;
+	return 0;
+}
+
+static int catch_up_heads(struct audit_log *l)
+{
+	struct stat st;
+	uint64_t size;
+	size_t used = 0;
+	char *buf;
+	ssize_t n;
+	int err;
+
+	if (fstat(l->hfd, &st) < 0)
+		return -errno;
+	size = (uint64_t)st.st_size;
+	if (size < l->hend)
+		return -EBADMSG;
+	if (size == l->hend)
+		return 0;
+	buf = malloc(size - l->hend);
+	if (!buf)
+		return -ENOMEM;
+	n = pread(l->hfd, buf, size - l->hend, (off_t)l->hend);
+	err = n < 0 ? -errno : (uint64_t)n != size - l->hend ? -EIO : 0;
+	if (!err)
+		err = take_heads(l, buf, (size_t)n, &used);
+	free(buf);
+	if (err)
+		return err;
+	l->hend += used;
+	if (l->hend < size)
+		err = cut_tail(l->hfd, l->hend, l->heads_path, size);
+	return err;
+}
+
+static int catch_up(struct audit_log *l)
+{
+	int err = catch_up_records(l);
+
+	if (!err)
+		err = catch_up_heads(l);
+	if (!err && l->have_head && l->head.size > l->count) {
+		log_err("audit: %s holds %llu records but a signed head covers %llu: truncated",
+			l->path, (unsigned long long)l->count, (unsigned long long)l->head.size);
+		err = -EBADMSG;
+	}
+	return err;
+}
+
+/* Signs a head over the tree as it stands, to be written after the records. */
+static int add_head(struct audit_log *l, uint64_t t)
+{
+	struct audit_head *h;
+
+	if (l->nfresh == l->fresh_cap) {
+		size_t cap = l->fresh_cap ? 2 * l->fresh_cap : 8;
+		struct audit_head *nv = realloc(l->fresh, cap * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		l->fresh = nv;
+		l->fresh_cap = cap;
+	}
+	h = &l->fresh[l->nfresh];
+	memcpy(h->log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN);
+	h->size = l->count;
+	h->time_ns = t;
+	merkle_frontier_root(&l->tree, h->root);
+	if (audit_head_sign(l->key, h))
+		return -EIO;
+	l->nfresh++;
+	return 0;
+}
+
+static uint64_t signed_size(const struct audit_log *l)
+{
+	if (l->nfresh)
+		return l->fresh[l->nfresh - 1].size;
+	return l->have_head ? l->head.size : 0;
+}
+
+static uint64_t signed_time(const struct audit_log *l)
+{
+	if (l->nfresh)
+		return l->fresh[l->nfresh - 1].time_ns;
+	return l->have_head ? l->head.time_ns : 0;
+}
+
+/* Writes the heads signed in this batch; a failure here loses no record
+ * (they are durable already) and the heads are signed again next time. */
+static int write_heads(struct audit_log *l)
+{
+	char line[AUDIT_HEAD_LINE_MAX];
+	char *buf;
+	size_t len = 0;
+	int err = 0, n;
+
+	if (!l->nfresh)
+		return 0;
+	buf = malloc(l->nfresh * AUDIT_HEAD_LINE_MAX);
+	if (!buf)
+		return -ENOMEM;
+	for (size_t i = 0; i < l->nfresh; i++) {
+		n = audit_head_format(&l->fresh[i], line, sizeof(line));
+		memcpy(buf + len, line, (size_t)n);
+		len += (size_t)n;
+	}
+	err = write_all(l->hfd, buf, len);
+	if (!err && l->sync && fdatasync(l->hfd) < 0)
+		err = -errno;
+	if (err) {
+		if (ftruncate(l->hfd, (off_t)l->hend) < 0)
+			log_warn("audit: could not undo a failed head write on %s", l->heads_path);
+		log_warn("audit: %s: could not write a signed head: %s", l->heads_path,
+			 strerror(-err));
+	} else {
+		l->hend += len;
+		l->head = l->fresh[l->nfresh - 1];
+		l->have_head = true;
+	}
+	free(buf);
+	l->nfresh = 0;
+	return err;
+}
+
+static int grow_buf(struct audit_log *l, size_t need)
+{
+	uint8_t *nb;
+
+	if (need <= l->cap)
+		return 0;
+	nb = realloc(l->buf, need);
+	if (!nb)
+		return -ENOMEM;
+	l->buf = nb;
+	l->cap = need;
+	return 0;
+}
+
+/* Encodes the batch after the current end, chaining and hashing as it
+ * goes, and signs the heads that fall due inside it. */
+static int encode_batch(struct audit_log *l, struct pending *batch, uint64_t t, size_t *len)
+{
+	merkle_hash h;
+	size_t off = 0, need = 0;
+	int n, err;
+
+	for (struct pending *p = batch; p; p = p->next)
+		need += p->size;
+	if ((err = grow_buf(l, need)))
+		return err;
+	for (struct pending *p = batch; p; p = p->next) {
+		n = audit_record_encode(l->buf + off, l->cap - off, l->count, t, l->last_hash, p->ev);
+		if (n < 0)
+			return n;
+		merkle_leaf_hash(l->buf + off, (size_t)n, h);
+		merkle_frontier_add(&l->tree, h);
+		memcpy(l->last_hash, h, AUDIT_HASH_LEN);
+		p->seq = l->count++;
+		off += (size_t)n;
+		if (l->count - signed_size(l) >= l->head_every && (err = add_head(l, t)))
+			return err;
+	}
+	if (l->count > signed_size(l) && t - signed_time(l) >= l->head_ns)
+		err = add_head(l, t);
+	*len = off;
+	return err;
+}
+
+struct saved {
+	uint64_t end, count, last_time;
+	merkle_hash last_hash;
+	struct merkle_frontier tree;
+};
+
+static void save(const struct audit_log *l, struct saved *s)
+{
+	s->end = l->end;
+	s->count = l->count;
+	s->last_time = l->last_time;
+	memcpy(s->last_hash, l->last_hash, AUDIT_HASH_LEN);
+	s->tree = l->tree;
+}
+
+static void restore(struct audit_log *l, const struct saved *s)
+{
+	l->end = s->end;
+	l->count = s->count;
+	l->last_time = s->last_time;
+	memcpy(l->last_hash, s->last_hash, AUDIT_HASH_LEN);
+	l->tree = s->tree;
+	l->nfresh = 0;
+}
+
+/* The leader's I/O, under the file lock.  The records reach the disk before
+ * any head that covers them. */
+static int write_batch(struct audit_log *l, struct pending *batch)
+{
+	struct saved s;
+	uint64_t t;
+	size_t len = 0;
+	int err;
+
+	err = lock_file(l);
+	if (err)
+		return err;
+	err = catch_up(l);
+	if (err)
+		goto out;
+	save(l, &s);
+	t = now_ns();
+	if (t < l->last_time)
+		t = l->last_time; /* times never go backwards along the chain */
+	err = encode_batch(l, batch, t, &len);
+	if (!err)
+		err = write_all(l->fd, l->buf, len);
+	if (!err && l->sync && fdatasync(l->fd) < 0)
+		err = -errno;
+	if (err) {
+		/* Leave the file as it was: what is not acknowledged is not there. */
+		if (ftruncate(l->fd, (off_t)s.end) < 0)
+			log_warn("audit: could not undo a failed write on %s; the next "
+				 "writer will cut it", l->path);
+		restore(l, &s);
+		goto out;
+	}
+	l->end += len;
+	l->last_time = t;
+	write_heads(l);
+out:
+	unlock_file(l);
+	return err;
+}
+
+static struct pending *take_batch(struct audit_log *l)
+{
+	struct pending *first = l->qhead, *p = first, *last = first;
+	size_t bytes = 0;
+
+	while (p && (p == first || bytes + p->size <= BATCH_BYTES)) {
+		bytes += p->size;
+		last = p;
+		p = p->next;
+	}
+	last->next = NULL;
+	l->qhead = p;
+	if (!p)
+		l->qtail = &l->qhead;
+	return first;
+}
+
+int audit_log_append(struct audit_log *l, const struct audit_event *ev, uint64_t *seq)
+{
+	struct pending me = {.ev = ev};
+	struct pending *batch, *p, *next;
+	int n = audit_event_check(ev), err;
+
+	if (n < 0)
+		return n;
+	me.size = (size_t)n;
+	pthread_mutex_lock(&l->mu);
+	*l->qtail = &me;
+	l->qtail = &me.next;
+	while (!me.done) {
+		if (l->busy) {
+			pthread_cond_wait(&l->cv, &l->mu);
+			continue;
+		}
+		l->busy = true;
+		batch = take_batch(l);
+		pthread_mutex_unlock(&l->mu);
+		err = write_batch(l, batch);
+		pthread_mutex_lock(&l->mu);
+		for (p = batch; p; p = next) {
+			next = p->next;
+			p->err = err;
+			p->done = true;
+		}
+		l->busy = false;
+		pthread_cond_broadcast(&l->cv);
+	}
+	pthread_mutex_unlock(&l->mu);
+	if (!me.err && seq)
+		*seq = me.seq;
+	return me.err;
+}
+
+static void leader_enter(struct audit_log *l)
+{
+	pthread_mutex_lock(&l->mu);
+	while (l->busy)
+		pthread_cond_wait(&l->cv, &l->mu);
+	l->busy = true;
+	pthread_mutex_unlock(&l->mu);
+}
+
+static void leader_leave(struct audit_log *l)
+{
+	pthread_mutex_lock(&l->mu);
+	l->busy = false;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+}
+
+/* force: sign whenever records wait; else only when head_secs passed. */
+static int sign_if_due(struct audit_log *l, bool force, struct audit_head *out)
+{
+	uint64_t t;
+	int err;
+
+	leader_enter(l);
+	err = lock_file(l);
+	if (err)
+		goto out;
+	err = catch_up(l);
+	t = now_ns();
+	if (!err && (l->count > signed_size(l) || (!l->have_head && force)) &&
+	    (force || t - signed_time(l) >= l->head_ns)) {
+		err = add_head(l, t < l->last_time ? l->last_time : t);
+		if (!err)
+			err = write_heads(l);
+	}
+	if (!err && out && l->have_head)
+		*out = l->head;
+	unlock_file(l);
+out:
+	leader_leave(l);
+	return err;
+}
+
+int audit_log_sign_head(struct audit_log *l, struct audit_head *head)
+{
+	return sign_if_due(l, true, head);
+}
+
+int audit_log_tick(struct audit_log *l)
+{
+	return sign_if_due(l, false, NULL);
+}
+
+static int open_files(struct audit_log *l)
+{
+	char dir[PATH_MAX];
+	int err;
+
+	snprintf(dir, sizeof(dir), "%s", l->path);
+	err = mkdir_p(dirname(dir), 0700);
+	if (err)
+		return err;
+	l->fd = open(l->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (l->fd < 0)
+		return -errno;
+	l->hfd = open(l->heads_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (l->hfd < 0)
+		return -errno;
+	return 0;
+}
+
+static int init_log(struct audit_log *l)
+{
+	int err = lock_file(l);
+
+	if (err)
+		return err;
+	err = init_header(l);
+	if (!err)
+		err = catch_up(l);
+	unlock_file(l);
+	return err;
+}
+
+int audit_log_open(const struct audit_opts *o, struct audit_log **out)
+{
+	struct audit_log *l = calloc(1, sizeof(*l));
+	int err, n;
+
+	if (!l)
+		return -ENOMEM;
+	l->fd = l->hfd = -1;
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cv, NULL);
+	l->qtail = &l->qhead;
+	l->head_every = o && o->head_every ? o->head_every : AUDIT_HEAD_EVERY_DEFAULT;
+	l->head_ns = (o && o->head_secs ? o->head_secs : AUDIT_HEAD_SECS_DEFAULT) * 1000000000ULL;
+	l->sync = !(o && o->no_sync);
+	merkle_frontier_init(&l->tree);
+	if (o && o->path) {
+		n = snprintf(l->path, sizeof(l->path), "%s", o->path);
+		err = n < 0 || (size_t)n >= sizeof(l->path) ? -ENAMETOOLONG : 0;
+	} else {
+		err = audit_default_path(l->path, sizeof(l->path));
+	}
+	if (!err)
+		err = audit_heads_path(l->path, l->heads_path, sizeof(l->heads_path));
+	if (!err)
+		err = audit_key_load_or_create(o ? o->key_dir : NULL, &l->key);
+	if (!err)
+		err = open_files(l);
+	if (!err)
+		err = init_log(l);
+	if (err) {
+		l->broken = true; /* nothing to sign on close */
+		audit_log_close(l);
+		return err;
+	}
+	*out = l;
+	return 0;
+}
+
+void audit_log_close(struct audit_log *l)
+{
+	if (!l)
+		return;
+	if (!l->broken && l->count > signed_size(l) &&
+	    audit_log_sign_head(l, NULL))
+		log_warn("audit: %s: could not sign the final head", l->path);
+	if (l->fd >= 0)
+		close(l->fd);
+	if (l->hfd >= 0)
+		close(l->hfd);
+	EVP_PKEY_free(l->key);
+	free(l->buf);
+	free(l->fresh);
+	pthread_mutex_destroy(&l->mu);
+	pthread_cond_destroy(&l->cv);
+	free(l);
+}
+
+uint64_t audit_log_count(struct audit_log *l)
+{
+	uint64_t n;
+
+	leader_enter(l); /* the count belongs to whoever does the I/O */
+	n = l->count;
+	leader_leave(l);
+	return n;
+}
+
+const char *audit_log_path(const struct audit_log *l)
+{
+	return l->path;
+}
+
+int audit_log_public_key(struct audit_log *l, uint8_t pub[AUDIT_PUBKEY_LEN])
+{
+	return audit_key_public(l->key, pub);
+}

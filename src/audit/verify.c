@@ -1,0 +1,376 @@
+#include "audit/verify.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "audit/sign.h"
+
+const char *audit_problem_name(enum audit_problem p)
+{
+	switch (p) {
+	case AUDIT_OK: return "ok";
+	case AUDIT_BAD_HEADER: return "bad header";
+	case AUDIT_MALFORMED: return "edited (malformed record)";
+	case AUDIT_EDITED: return "edited";
+	case AUDIT_REORDERED: return "reordered";
+	case AUDIT_REMOVED: return "removed";
+	case AUDIT_TRUNCATED: return "truncated after a signed head";
+	case AUDIT_BAD_SIGNATURE: return "head signature invalid";
+	case AUDIT_ROOT_MISMATCH: return "rewritten (tree does not match a signed head)";
+	case AUDIT_BAD_HEADS: return "heads file damaged";
+	}
+	return "unknown";
+}
+
+int audit_heads_parse_all(const uint8_t *buf, size_t len, struct audit_head **heads,
+			  size_t *bad_line)
+{
+	struct audit_head *v = NULL, *nv;
+	size_t n = 0, cap = 0, off = 0;
+	int r;
+
+	while (off < len) {
+		if (n == cap) {
+			cap = cap ? 2 * cap : 64;
+			nv = realloc(v, cap * sizeof(*v));
+			if (!nv) {
+				free(v);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		r = audit_head_parse((const char *)buf + off, len - off, &v[n]);
+		if (r == -EAGAIN)
+			break; /* torn last line: never acknowledged, the writer cuts it */
+		if (r < 0) {
+			free(v);
+			*bad_line = n;
+			return -EBADMSG;
+		}
+		off += (size_t)r;
+		n++;
+	}
+	*heads = v;
+	return (int)n;
+}
+
+struct vctx {
+	const uint8_t *log;
+	size_t len;
+	const uint8_t *pub;
+	struct audit_head *heads;
+	size_t nheads;
+	struct audit_verify_result *res;
+	merkle_hash *leaves;
+	size_t leaves_cap;
+	uint64_t last_good_head_size;
+};
+
+static int fail(struct vctx *c, enum audit_problem p, uint64_t seq, uint64_t off,
+		const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static int fail(struct vctx *c, enum audit_problem p, uint64_t seq, uint64_t off,
+		const char *fmt, ...)
+{
+	va_list ap;
+
+	c->res->problem = p;
+	c->res->bad_seq = seq;
+	c->res->bad_seq_last = seq;
+	c->res->bad_offset = off;
+	va_start(ap, fmt);
+	vsnprintf(c->res->what, sizeof(c->res->what), fmt, ap);
+	va_end(ap);
+	return -EBADMSG;
+}
+
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+/* Scans forward from off for the record numbered seq; its position or -1. */
+static int64_t find_seq(const struct vctx *c, uint64_t off, uint64_t pos, uint64_t seq)
+{
+	struct audit_record r;
+	int n;
+
+	while (off < c->len && (n = audit_record_parse(c->log + off, c->len - off, &r)) > 0) {
+		if (r.seq == seq)
+			return (int64_t)pos;
+		off += (uint64_t)n;
+		pos++;
+	}
+	return -1;
+}
+
+/* The record at position pos does not follow the one before it.  Works out
+ * which single change explains what is seen, and names the first record it
+ * touched. */
+static int classify(struct vctx *c, const struct audit_record *r, uint64_t pos, uint64_t off,
+		    uint64_t prev_off, const merkle_hash prev)
+{
+	bool seq_ok = r->seq == pos, prev_ok = !memcmp(r->prev, prev, AUDIT_HASH_LEN);
+	struct audit_record next;
+	merkle_hash h;
+	int64_t q;
+
+	if (!seq_ok && prev_ok)
+		return fail(c, AUDIT_EDITED, pos, off,
+			    "record %llu was edited: it now claims sequence number %llu",
+			    (unsigned long long)pos, (unsigned long long)r->seq);
+	if (seq_ok) {
+		if (pos == 0)
+			return fail(c, AUDIT_EDITED, 0, off,
+				    "record 0 was edited: its prev field is not zero");
+		/* An edit of this record's own prev field also changes its hash,
+		 * so the next record's link breaks too; an edit of the previous
+		 * record breaks only this link. */
+		merkle_leaf_hash(r->raw, r->len, h);
+		if (off + r->len < c->len &&
+		    audit_record_parse(c->log + off + r->len, c->len - off - r->len, &next) > 0 &&
+		    memcmp(next.prev, h, AUDIT_HASH_LEN))
+			return fail(c, AUDIT_EDITED, pos, off,
+				    "record %llu was edited: its prev field does not match record %llu",
+				    (unsigned long long)pos, (unsigned long long)pos - 1);
+		return fail(c, AUDIT_EDITED, pos - 1, prev_off,
+			    "record %llu was edited: its hash no longer matches the prev field of record %llu",
+			    (unsigned long long)pos - 1, (unsigned long long)pos);
+	}
+	if (r->seq > pos) {
+		q = find_seq(c, off, pos, pos);
+		if (q >= 0)
+			return fail(c, AUDIT_REORDERED, pos, off,
+				    "record %llu was moved: found at position %lld, record %llu stands in its place",
+				    (unsigned long long)pos, (long long)q, (unsigned long long)r->seq);
+		fail(c, AUDIT_REMOVED, pos, off, "records %llu..%llu were removed: record %llu follows record %llu",
+		     (unsigned long long)pos, (unsigned long long)r->seq - 1,
+		     (unsigned long long)r->seq, (unsigned long long)pos - 1);
+		c->res->bad_seq_last = r->seq - 1;
+		return -EBADMSG;
+	}
+	return fail(c, AUDIT_REORDERED, pos, off,
+		    "record %llu appears again at position %llu (moved or copied)",
+		    (unsigned long long)r->seq, (unsigned long long)pos);
+}
+
+static int check_head(struct vctx *c, size_t i, const struct merkle_frontier *f, uint64_t off)
+{
+	const struct audit_head *h = &c->heads[i];
+	merkle_hash root;
+	char who[80] = "";
+
+	c->res->bad_head = i;
+	if (audit_head_verify(c->pub, h)) {
+		if (memcmp(h->pubkey, c->pub, AUDIT_PUBKEY_LEN))
+			snprintf(who, sizeof(who), " (it names another key)");
+		return fail(c, AUDIT_BAD_SIGNATURE, h->size ? h->size - 1 : 0, off,
+			    "signed head #%zu (size %llu) has an invalid signature%s", i,
+			    (unsigned long long)h->size, who);
+	}
+	merkle_frontier_root(f, root);
+	if (memcmp(root, h->root, AUDIT_HASH_LEN)) {
+		fail(c, AUDIT_ROOT_MISMATCH, c->last_good_head_size, off,
+		     "records %llu..%llu do not match signed head #%zu although their chain is intact: "
+		     "one of them was changed and the chain rewritten after it",
+		     (unsigned long long)c->last_good_head_size, (unsigned long long)h->size - 1, i);
+		c->res->bad_seq_last = h->size - 1;
+		return -EBADMSG;
+	}
+	c->last_good_head_size = h->size;
+	c->res->heads++;
+	c->res->have_head = true;
+	c->res->last_head = *h;
+	return 0;
+}
+
+static int keep_leaf(struct vctx *c, uint64_t pos, const merkle_hash h)
+{
+	merkle_hash *nv;
+
+	if (pos == c->leaves_cap) {
+		c->leaves_cap = c->leaves_cap ? 2 * c->leaves_cap : 1024;
+		nv = realloc(c->leaves, c->leaves_cap * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		c->leaves = nv;
+	}
+	memcpy(c->leaves[pos], h, AUDIT_HASH_LEN);
+	return 0;
+}
+
+static int check_header(struct vctx *c)
+{
+	int r;
+
+	if (c->len == 0)
+		return 0;
+	r = audit_header_parse(c->log, c->len, &c->res->header);
+	if (r == -EAGAIN) {
+		c->res->torn_tail = true; /* a crash while the log was created */
+		return 0;
+	}
+	if (r < 0)
+		return fail(c, AUDIT_BAD_HEADER, 0, 0, "not a kosa8 audit log (version 1)");
+	for (size_t i = 0; i < c->nheads; i++) {
+		if (memcmp(c->heads[i].log_id, c->res->header.log_id, AUDIT_LOG_ID_LEN)) {
+			c->res->bad_head = i;
+			return fail(c, AUDIT_BAD_HEADS, 0, 0, "signed head #%zu belongs to another log", i);
+		}
+		if (i && c->heads[i].size < c->heads[i - 1].size) {
+			c->res->bad_head = i;
+			return fail(c, AUDIT_BAD_HEADS, c->heads[i].size, 0,
+				    "signed head #%zu (size %llu) is smaller than the head before it",
+				    i, (unsigned long long)c->heads[i].size);
+		}
+	}
+	return 0;
+}
+
+static int walk(struct vctx *c, bool want_leaves)
+{
+	struct merkle_frontier f;
+	struct audit_record r;
+	merkle_hash prev = {0}, h;
+	uint64_t off = AUDIT_HDR_LEN, prev_off = 0, pos = 0;
+	size_t hi = 0;
+	int n, err;
+
+	merkle_frontier_init(&f);
+	for (;;) {
+		for (; hi < c->nheads && c->heads[hi].size == pos; hi++)
+			if ((err = check_head(c, hi, &f, off)))
+				return err;
+		if (off >= c->len)
+			break;
+		n = audit_record_parse(c->log + off, c->len - off, &r);
+		if (n == -EAGAIN || (n < 0 && all_zero(c->log + off, c->len - off))) {
+			c->res->torn_tail = true;
+			c->res->torn_offset = off;
+			break;
+		}
+		if (n < 0)
+			return fail(c, AUDIT_MALFORMED, pos, off,
+				    "record %llu at offset %llu was edited: it is no longer a well-formed record",
+				    (unsigned long long)pos, (unsigned long long)off);
+		if ((r.seq != pos || memcmp(r.prev, prev, AUDIT_HASH_LEN)) &&
+		    (err = classify(c, &r, pos, off, prev_off, prev)))
+			return err;
+		merkle_leaf_hash(r.raw, r.len, h);
+		merkle_frontier_add(&f, h);
+		if (want_leaves && (err = keep_leaf(c, pos, h)))
+			return err;
+		memcpy(prev, h, AUDIT_HASH_LEN);
+		prev_off = off;
+		off += (uint64_t)n;
+		pos++;
+		c->res->records = pos;
+		c->res->bytes = off;
+	}
+	merkle_frontier_root(&f, c->res->root);
+	c->res->unsigned_records = pos - c->last_good_head_size;
+	if (hi < c->nheads) {
+		c->res->bad_head = hi;
+		fail(c, AUDIT_TRUNCATED, pos, off,
+		     "the log was truncated: signed head #%zu covers %llu records, the log holds %llu",
+		     hi, (unsigned long long)c->heads[hi].size, (unsigned long long)pos);
+		c->res->bad_seq_last = c->heads[hi].size - 1;
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+int audit_verify(const uint8_t *log, size_t log_len, const uint8_t *heads, size_t heads_len,
+		 const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
+		 merkle_hash **leaves)
+{
+	struct vctx c = {.log = log, .len = log_len, .pub = pub, .res = res};
+	size_t bad = 0;
+	int n, err;
+
+	memset(res, 0, sizeof(*res));
+	n = audit_heads_parse_all(heads, heads_len, &c.heads, &bad);
+	if (n == -EBADMSG) {
+		res->bad_head = bad;
+		return fail(&c, AUDIT_BAD_HEADS, 0, 0, "signed head #%zu is not a well-formed head line",
+			    bad);
+	}
+	if (n < 0)
+		return n;
+	c.nheads = (size_t)n;
+	err = check_header(&c);
+	if (!err && log_len >= AUDIT_HDR_LEN)
+		err = walk(&c, leaves != NULL);
+	else if (!err && c.nheads && c.heads[c.nheads - 1].size > 0)
+		err = fail(&c, AUDIT_TRUNCATED, 0, 0, "the log was truncated: it holds no records");
+	if (!err && leaves) {
+		*leaves = c.leaves;
+		c.leaves = NULL;
+	}
+	free(c.leaves);
+	free(c.heads);
+	return err;
+}
+
+int audit_map_file(const char *path, const uint8_t **p, size_t *len)
+{
+	struct stat st;
+	void *m;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
+	*p = NULL;
+	*len = (size_t)st.st_size;
+	if (st.st_size > 0) {
+		m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (m == MAP_FAILED) {
+			close(fd);
+			return -errno;
+		}
+		*p = m;
+	}
+	close(fd);
+	return 0;
+}
+
+void audit_unmap(const uint8_t *p, size_t len)
+{
+	if (p)
+		munmap((void *)p, len);
+}
+
+int audit_verify_files(const char *log_path, const char *heads_path,
+		       const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
+		       merkle_hash **leaves)
+{
+	const uint8_t *log = NULL, *heads = NULL;
+	size_t log_len = 0, heads_len = 0;
+	int err;
+
+	err = audit_map_file(log_path, &log, &log_len);
+	if (err)
+		return err;
+	err = audit_map_file(heads_path, &heads, &heads_len);
+	if (err == -ENOENT)
+		err = 0;
+	if (!err)
+		err = audit_verify(log, log_len, heads, heads_len, pub, res, leaves);
+	audit_unmap(heads, heads_len);
+	audit_unmap(log, log_len);
+	return err;
+}

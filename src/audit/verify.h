@@ -1,0 +1,73 @@
+/* Checks a whole audit log against its signed heads, from bytes alone: no
+ * lock, no private key, nothing but the trusted public key.  The same code
+ * checks a log in place and a bundle exported to another machine. */
+#ifndef KOSA8_AUDIT_VERIFY_H
+#define KOSA8_AUDIT_VERIFY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "audit/format.h"
+#include "audit/merkle.h"
+
+enum audit_problem {
+	AUDIT_OK = 0,
+	AUDIT_BAD_HEADER,    /* not a kosa8 audit log, or another version */
+	AUDIT_MALFORMED,     /* bytes where a record should be are not one */
+	AUDIT_EDITED,        /* a record's bytes changed */
+	AUDIT_REORDERED,     /* a record moved or appears twice */
+	AUDIT_REMOVED,       /* records missing from the middle */
+	AUDIT_TRUNCATED,     /* fewer records than a signed head covers */
+	AUDIT_BAD_SIGNATURE, /* a head's signature does not verify */
+	AUDIT_ROOT_MISMATCH, /* chain intact but the tree differs from a signed head */
+	AUDIT_BAD_HEADS,     /* heads file malformed, out of order, or another log's */
+};
+
+struct audit_verify_result {
+	enum audit_problem problem;
+	uint64_t bad_seq;      /* first bad record (the sequence number expected there) */
+	uint64_t bad_seq_last; /* last one it may be, when only a range is known */
+	uint64_t bad_offset;   /* byte offset of the first bad record, or of the head line */
+	uint64_t bad_head;     /* index in the heads file, for head problems */
+	char what[384];        /* one sentence for people */
+
+	struct audit_header header;
+	uint64_t records;          /* records checked good */
+	uint64_t bytes;            /* log bytes covered by them, header included */
+	uint64_t heads;            /* heads checked good */
+	uint64_t unsigned_records; /* records after the last signed head */
+	bool torn_tail;            /* an incomplete last record (a crashed write) */
+	uint64_t torn_offset;
+	bool have_head;
+	struct audit_head last_head; /* the newest head checked good */
+	merkle_hash root;            /* root over all good records */
+};
+
+const char *audit_problem_name(enum audit_problem p);
+
+/* Checks log and heads bytes with the trusted public key.  Returns 0 when
+ * all is well, -EBADMSG when res->problem says what is wrong, or -ENOMEM.
+ * With `leaves` non-NULL it also hands back the leaf hashes of the good
+ * records (malloc'd, res->records of them). */
+int audit_verify(const uint8_t *log, size_t log_len, const uint8_t *heads, size_t heads_len,
+		 const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
+		 merkle_hash **leaves);
+
+/* The same over files (mapped, not read); a missing heads file counts as
+ * empty.  Other errors: negative errno. */
+int audit_verify_files(const char *log_path, const char *heads_path,
+		       const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
+		       merkle_hash **leaves);
+
+/* Maps a whole file read-only (len 0 gives *p == NULL); unmap with
+ * audit_unmap(). */
+int audit_map_file(const char *path, const uint8_t **p, size_t *len);
+void audit_unmap(const uint8_t *p, size_t len);
+
+/* Parses every head line.  Returns their number (heads malloc'd) or
+ * -EBADMSG with *bad_line set; a final line without '\n' (torn) is skipped. */
+int audit_heads_parse_all(const uint8_t *buf, size_t len, struct audit_head **heads,
+			  size_t *bad_line);
+
+#endif
