@@ -534,9 +534,10 @@ out:
 static int parent_header(struct disk_header *h, const char *path, const char *parent,
 			 struct disk_stats *st, char *err, size_t errlen)
 {
+	struct disk_stats unused;
 	struct disk_layer *p;
 	struct stat sb;
-	int rc = disk_layer_open(&p, parent, false, true, st, err, errlen);
+	int rc = disk_layer_open(&p, parent, false, true, st ? st : &unused, err, errlen);
 
 	if (rc)
 		return rc;

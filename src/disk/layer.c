@@ -303,7 +303,8 @@ static int build_free_list(struct disk_layer *l, char *err, size_t errlen)
 
 	if (rc)
 		goto out;
-	qsort(used.v, used.n, sizeof(uint64_t), cmp_u64);
+	if (used.n)
+		qsort(used.v, used.n, sizeof(uint64_t), cmp_u64);
 	for (size_t i = 0; i <= used.n && !rc; i++) {
 		uint64_t next = i < used.n ? used.v[i] : expect;
 		if (next < expect) {
@@ -407,6 +408,16 @@ fail:
 	return rc;
 }
 
+/* Only for a clearer message when a frozen layer is opened for writing. */
+static bool is_frozen(int fd)
+{
+	uint8_t hdr[DISK_HDR_SIZE];
+	struct disk_header h;
+
+	return pread(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr) &&
+	       disk_header_decode(hdr, sizeof(hdr), &h, NULL, 0) == 0 && (h.flags & DISK_FLAG_FROZEN);
+}
+
 int disk_layer_open(struct disk_layer **out, const char *path, bool writable, bool allow_raw,
 		    struct disk_stats *st, char *err, size_t errlen)
 {
@@ -429,8 +440,14 @@ int disk_layer_open(struct disk_layer **out, const char *path, bool writable, bo
 	 * a killed process. */
 	if (flock(fd, (writable ? LOCK_EX : LOCK_SH) | LOCK_NB) < 0) {
 		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		disk_seterr(err, errlen, "%s: in use by another disk (%s)", real,
-			    writable ? "it is open" : "it is open for writing");
+		if (writable && rc == -EBUSY && is_frozen(fd)) {
+			disk_seterr(err, errlen, "%s: delta is frozen (a checkpoint layer); "
+				    "create a new delta over it", real);
+			rc = -EROFS;
+		} else {
+			disk_seterr(err, errlen, "%s: in use by another disk (%s)", real,
+				    writable ? "it is open" : "it is open for writing");
+		}
 		close(fd);
 		return rc;
 	}
