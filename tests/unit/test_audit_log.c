@@ -1,0 +1,715 @@
+/* The audit log end to end: writer, verifier, every kind of tampering (each
+ * found at the right record), torn writes at every byte offset, concurrent
+ * appenders (threads and processes), a full disk, the signing key's mode. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "audit/audit.h"
+#include "audit/sign.h"
+#include "audit/verify.h"
+#include "common/log.h"
+#include "common/util.h"
+
+struct fx {
+	char dir[256], log[PATH_MAX], heads[PATH_MAX], keys[PATH_MAX];
+	uint8_t pub[AUDIT_PUBKEY_LEN];
+};
+
+static void fx_init(struct fx *f)
+{
+	snprintf(f->dir, sizeof(f->dir), "/tmp/kosa8-audit-test-XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	snprintf(f->log, sizeof(f->log), "%s/audit.log", f->dir);
+	snprintf(f->heads, sizeof(f->heads), "%s/audit.log.heads", f->dir);
+	snprintf(f->keys, sizeof(f->keys), "%s/keys", f->dir);
+}
+
+static void fx_done(struct fx *f)
+{
+	char cmd[PATH_MAX + 16];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+static struct audit_log *fx_open(struct fx *f, unsigned head_every)
+{
+	struct audit_opts o = {.path = f->log, .key_dir = f->keys, .head_every = head_every,
+			       .head_secs = 3600};
+	struct audit_log *l = NULL;
+
+	assert_int_equal(audit_log_open(&o, &l), 0);
+	assert_int_equal(audit_log_public_key(l, f->pub), 0);
+	return l;
+}
+
+static int append_one(struct audit_log *l, const char *tag, int i, uint64_t *seq)
+{
+	char det[128];
+	struct audit_event ev = {"sb-test", "agent", "exec", det};
+
+	snprintf(det, sizeof(det), "{\"tag\":\"%s\",\"i\":%d,\"argv\":[\"make\",\"check\"]}", tag, i);
+	return audit_log_append(l, &ev, seq);
+}
+
+static void append_n(struct audit_log *l, int n, const char *tag)
+{
+	for (int i = 0; i < n; i++) {
+		uint64_t seq;
+		uint64_t before = audit_log_count(l);
+		assert_int_equal(append_one(l, tag, i, &seq), 0);
+		assert_int_equal(seq, before);
+	}
+}
+
+/* ---- a 20-record log, shared by the tampering tests ---- */
+
+#define N 20
+static struct fx G;
+static uint8_t *Glog, *Gheads;
+static size_t Glog_len, Gheads_len;
+static size_t Goff[N + 1]; /* offset of each record, and the end */
+
+static int group_setup(void **state)
+{
+	struct audit_log *l;
+	struct audit_record r;
+
+	fx_init(&G);
+	l = fx_open(&G, 5);
+	append_n(l, N, "g");
+	audit_log_close(l);
+	if (read_file(G.log, 1 << 24, &Glog, &Glog_len) ||
+	    read_file(G.heads, 1 << 24, &Gheads, &Gheads_len))
+		return -1;
+	Goff[0] = AUDIT_HDR_LEN;
+	for (int i = 0; i < N; i++) {
+		int n = audit_record_parse(Glog + Goff[i], Glog_len - Goff[i], &r);
+		if (n <= 0)
+			return -1;
+		Goff[i + 1] = Goff[i] + (size_t)n;
+	}
+	return Goff[N] == Glog_len ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+	free(Glog);
+	free(Gheads);
+	fx_done(&G);
+	return 0;
+}
+
+/* A private copy of the log bytes with room to grow. */
+static uint8_t *copy_log(size_t *len)
+{
+	uint8_t *b = malloc(Glog_len + 4096);
+
+	memcpy(b, Glog, Glog_len);
+	*len = Glog_len;
+	return b;
+}
+
+static void expect(const uint8_t *log, size_t len, const uint8_t *heads, size_t hlen,
+		   const uint8_t *pub, enum audit_problem p, uint64_t seq)
+{
+	struct audit_verify_result res;
+	int err = audit_verify(log, len, heads, hlen, pub, &res, NULL);
+
+	if (res.problem != p || (p != AUDIT_OK && res.bad_seq != seq))
+		fprintf(stderr, "got problem %d (%s) at seq %llu: %s\n", res.problem,
+			audit_problem_name(res.problem), (unsigned long long)res.bad_seq, res.what);
+	assert_int_equal(res.problem, p);
+	assert_int_equal(err, p == AUDIT_OK ? 0 : -EBADMSG);
+	if (p != AUDIT_OK)
+		assert_int_equal(res.bad_seq, seq);
+}
+
+static void expect_log(const uint8_t *log, size_t len, enum audit_problem p, uint64_t seq)
+{
+	expect(log, len, Gheads, Gheads_len, G.pub, p, seq);
+}
+
+static void test_clean_log_verifies(void **state)
+{
+	struct audit_verify_result res;
+
+	assert_int_equal(audit_verify_files(G.log, G.heads, G.pub, &res, NULL), 0);
+	assert_int_equal(res.records, N);
+	assert_true(res.heads >= N / 5);
+	assert_int_equal(res.unsigned_records, 0);
+	assert_true(res.have_head);
+	assert_int_equal(res.last_head.size, N);
+	assert_false(res.torn_tail);
+	expect_log(Glog, Glog_len, AUDIT_OK, 0);
+}
+
+static void test_edit_details(void **state)
+{
+	size_t len;
+	uint8_t *b = copy_log(&len);
+	uint8_t *p = memmem(b + Goff[7], Goff[8] - Goff[7], "check", 5);
+
+	assert_non_null(p);
+	p[0] = 'C'; /* still a well-formed record, just different */
+	expect_log(b, len, AUDIT_EDITED, 7);
+	free(b);
+}
+
+static void test_edit_prev_field(void **state)
+{
+	size_t len;
+	uint8_t *b = copy_log(&len);
+
+	b[Goff[7] + 24 + 3] ^= 0x40;
+	expect_log(b, len, AUDIT_EDITED, 7);
+	free(b);
+}
+
+static void test_edit_seq_field(void **state)
+{
+	size_t len;
+	uint8_t *b = copy_log(&len);
+
+	b[Goff[7] + 15] ^= 0x02; /* low byte of seq */
+	expect_log(b, len, AUDIT_EDITED, 7);
+	free(b);
+}
+
+static void test_edit_breaks_framing(void **state)
+{
+	size_t len;
+	uint8_t *b = copy_log(&len);
+
+	b[Goff[7] + 7] ^= 0x01; /* low byte of the length */
+	expect_log(b, len, AUDIT_MALFORMED, 7);
+	free(b);
+}
+
+static void test_edit_first_record(void **state)
+{
+	size_t len;
+	uint8_t *b = copy_log(&len);
+
+	b[Goff[0] + 24] = 1; /* record 0's prev must be zero */
+	expect_log(b, len, AUDIT_EDITED, 0);
+	free(b);
+}
+
+static void test_swap(void **state)
+{
+	size_t len, a = Goff[8] - Goff[7], c = Goff[9] - Goff[8];
+	uint8_t *b = copy_log(&len);
+
+	memcpy(b + Goff[7], Glog + Goff[8], c);
+	memcpy(b + Goff[7] + c, Glog + Goff[7], a);
+	expect_log(b, len, AUDIT_REORDERED, 7);
+	free(b);
+}
+
+static void test_remove(void **state)
+{
+	size_t len, gap = Goff[8] - Goff[7];
+	uint8_t *b = copy_log(&len);
+
+	memmove(b + Goff[7], b + Goff[8], len - Goff[8]);
+	len -= gap;
+	expect_log(b, len, AUDIT_REMOVED, 7);
+	free(b);
+}
+
+static void test_duplicate(void **state)
+{
+	size_t len, sz = Goff[8] - Goff[7];
+	uint8_t *b = copy_log(&len);
+
+	memmove(b + Goff[8] + sz, b + Goff[8], len - Goff[8]);
+	memcpy(b + Goff[8], Glog + Goff[7], sz);
+	len += sz;
+	expect_log(b, len, AUDIT_REORDERED, 8);
+	free(b);
+}
+
+static void test_truncate_after_head(void **state)
+{
+	size_t len;
+	uint8_t *b = copy_log(&len);
+
+	expect_log(b, Goff[15], AUDIT_TRUNCATED, 15);
+	free(b);
+}
+
+static void test_bad_signature(void **state)
+{
+	uint8_t *h = malloc(Gheads_len);
+	char *nl;
+	struct audit_verify_result res;
+
+	memcpy(h, Gheads, Gheads_len);
+	/* Second head line: flip a digit of its signature (the line's end). */
+	nl = memchr(h, '\n', Gheads_len);
+	nl = memchr(nl + 1, '\n', Gheads_len - (size_t)(nl + 1 - (char *)h));
+	nl[-3] = nl[-3] == '0' ? '1' : '0';
+	assert_int_equal(audit_verify(Glog, Glog_len, h, Gheads_len, G.pub, &res, NULL), -EBADMSG);
+	assert_int_equal(res.problem, AUDIT_BAD_SIGNATURE);
+	assert_int_equal(res.bad_head, 1);
+	free(h);
+}
+
+static void test_other_key(void **state)
+{
+	uint8_t pub[AUDIT_PUBKEY_LEN];
+	struct audit_verify_result res;
+
+	memcpy(pub, G.pub, sizeof(pub));
+	pub[0] ^= 1;
+	assert_int_equal(audit_verify(Glog, Glog_len, Gheads, Gheads_len, pub, &res, NULL), -EBADMSG);
+	assert_int_equal(res.problem, AUDIT_BAD_SIGNATURE);
+	assert_int_equal(res.bad_head, 0);
+}
+
+/* Re-chains every record after `from`, as an attacker who edits a record
+ * and then recomputes the prev fields would. */
+static void rechain(uint8_t *b, int from)
+{
+	merkle_hash h;
+
+	for (int i = from; i + 1 < N; i++) {
+		merkle_leaf_hash(b + Goff[i], Goff[i + 1] - Goff[i], h);
+		memcpy(b + Goff[i + 1] + 24, h, AUDIT_HASH_LEN);
+	}
+}
+
+static void test_chain_rewritten(void **state)
+{
+	size_t len;
+	uint8_t *b = copy_log(&len);
+	uint8_t *p = memmem(b + Goff[12], Goff[13] - Goff[12], "make", 4);
+	struct audit_verify_result res;
+
+	p[0] = 'f';
+	rechain(b, 12);
+	assert_int_equal(audit_verify(b, len, Gheads, Gheads_len, G.pub, &res, NULL), -EBADMSG);
+	assert_int_equal(res.problem, AUDIT_ROOT_MISMATCH);
+	/* A rewritten chain can only be placed between two signed heads. */
+	assert_true(res.bad_seq <= 12 && 12 <= res.bad_seq_last);
+	assert_true(res.bad_seq_last - res.bad_seq < 5);
+	free(b);
+}
+
+static void test_last_record_edited(void **state)
+{
+	size_t len;
+	uint8_t *b = copy_log(&len);
+	uint8_t *p = memmem(b + Goff[N - 1], Goff[N] - Goff[N - 1], "make", 4);
+	struct audit_verify_result res;
+
+	p[1] = 'A';
+	assert_int_equal(audit_verify(b, len, Gheads, Gheads_len, G.pub, &res, NULL), -EBADMSG);
+	assert_int_equal(res.problem, AUDIT_ROOT_MISMATCH);
+	assert_int_equal(res.bad_seq_last, N - 1);
+	free(b);
+}
+
+static void test_heads_reordered(void **state)
+{
+	uint8_t *h = malloc(Gheads_len);
+	size_t l1 = (size_t)((uint8_t *)memchr(Gheads, '\n', Gheads_len) - Gheads) + 1;
+	size_t l2 = (size_t)((uint8_t *)memchr(Gheads + l1, '\n', Gheads_len - l1) - Gheads) + 1 - l1;
+	struct audit_verify_result res;
+
+	memcpy(h, Gheads + l1, l2);
+	memcpy(h + l2, Gheads, l1);
+	memcpy(h + l1 + l2, Gheads + l1 + l2, Gheads_len - l1 - l2);
+	assert_int_equal(audit_verify(Glog, Glog_len, h, Gheads_len, G.pub, &res, NULL), -EBADMSG);
+	assert_int_equal(res.problem, AUDIT_BAD_HEADS);
+	assert_int_equal(res.bad_head, 1);
+	free(h);
+}
+
+static int write_bytes(const char *path, const uint8_t *b, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	int err;
+
+	if (fd < 0)
+		return -errno;
+	err = write_all(fd, b, len);
+	close(fd);
+	return err;
+}
+
+/* A writer must not extend a chain it cannot continue. */
+static void test_writer_refuses_tampered(void **state)
+{
+	struct fx f;
+	struct audit_opts o = {0};
+	struct audit_log *l = NULL;
+	size_t len;
+	uint8_t *b = copy_log(&len);
+
+	fx_init(&f);
+	b[Goff[3] + 24] ^= 1;
+	assert_int_equal(write_bytes(f.log, b, len), 0);
+	assert_int_equal(write_bytes(f.heads, Gheads, Gheads_len), 0);
+	o.path = f.log;
+	o.key_dir = G.keys;
+	assert_int_equal(audit_log_open(&o, &l), -EBADMSG);
+	/* Truncated after a signed head: refused too. */
+	assert_int_equal(write_bytes(f.log, Glog, Goff[10]), 0);
+	assert_int_equal(audit_log_open(&o, &l), -EBADMSG);
+	free(b);
+	fx_done(&f);
+}
+
+/* A crash while writing the last record leaves any prefix of it.  For every
+ * prefix: the next open cuts it, keeps every earlier record, appends on. */
+static void test_torn_every_offset(void **state)
+{
+	struct fx f;
+	struct audit_log *l;
+	struct audit_verify_result res;
+	uint8_t *full, *heads;
+	size_t full_len, heads_len, before;
+
+	fx_init(&f);
+	l = fx_open(&f, 1000);
+	append_n(l, 5, "t");
+	audit_log_close(l); /* signs a head over 5 */
+	assert_int_equal(read_file(f.heads, 1 << 20, &heads, &heads_len), 0);
+	l = fx_open(&f, 1000);
+	before = (size_t)audit_log_count(l);
+	assert_int_equal(before, 5);
+	append_n(l, 1, "torn");
+	assert_int_equal(read_file(f.log, 1 << 20, &full, &full_len), 0);
+	audit_log_close(l);
+	{
+		struct audit_record r;
+		size_t off = AUDIT_HDR_LEN, last = 0;
+		while (off < full_len) {
+			last = off;
+			off += (size_t)audit_record_parse(full + off, full_len - off, &r);
+		}
+		for (size_t cut = last; cut < full_len; cut++) {
+			uint64_t seq;
+			assert_int_equal(write_bytes(f.log, full, cut), 0);
+			assert_int_equal(write_bytes(f.heads, heads, heads_len), 0);
+			/* read-only verify reports the torn tail without failing */
+			assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+			assert_int_equal(res.records, 5);
+			assert_int_equal(res.torn_tail, cut > last);
+			l = fx_open(&f, 1000);
+			assert_int_equal(audit_log_count(l), 5);
+			assert_int_equal(append_one(l, "after", (int)cut, &seq), 0);
+			assert_int_equal(seq, 5);
+			audit_log_close(l);
+			assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+			assert_int_equal(res.records, 6);
+			assert_false(res.torn_tail);
+		}
+	}
+	free(full);
+	free(heads);
+	fx_done(&f);
+}
+
+/* Collects the "tag"/"i" pairs of a log and checks each appears once. */
+static void check_all_once(const char *log_path, int tags, int per_tag)
+{
+	uint8_t *b, *seen = calloc((size_t)(tags * per_tag), 1);
+	size_t len, off = AUDIT_HDR_LEN;
+	struct audit_record r;
+	int n, count = 0;
+
+	assert_int_equal(read_file(log_path, 1 << 26, &b, &len), 0);
+	while (off < len && (n = audit_record_parse(b + off, len - off, &r)) > 0) {
+		int t, i;
+		char det[256];
+		assert_true(r.details_len < sizeof(det));
+		memcpy(det, r.details, r.details_len);
+		det[r.details_len] = '\0';
+		assert_int_equal(sscanf(det, "{\"tag\":\"c%d\",\"i\":%d", &t, &i), 2);
+		assert_true(t >= 0 && t < tags && i >= 0 && i < per_tag);
+		assert_int_equal(seen[t * per_tag + i], 0);
+		seen[t * per_tag + i] = 1;
+		off += (size_t)n;
+		count++;
+	}
+	assert_int_equal(off, len);
+	assert_int_equal(count, tags * per_tag);
+	free(seen);
+	free(b);
+}
+
+struct thread_arg {
+	struct audit_log *l;
+	int id, n, err;
+};
+
+static void *appender(void *p)
+{
+	struct thread_arg *a = p;
+	char tag[16];
+
+	snprintf(tag, sizeof(tag), "c%d", a->id);
+	for (int i = 0; i < a->n && !a->err; i++)
+		a->err = append_one(a->l, tag, i, NULL);
+	return NULL;
+}
+
+static void test_concurrent_threads(void **state)
+{
+	enum { T = 8, PER = 150 };
+	struct fx f;
+	struct audit_log *l;
+	pthread_t th[T];
+	struct thread_arg a[T];
+	struct audit_verify_result res;
+
+	fx_init(&f);
+	l = fx_open(&f, 64);
+	for (int i = 0; i < T; i++) {
+		a[i] = (struct thread_arg){l, i, PER, 0};
+		assert_int_equal(pthread_create(&th[i], NULL, appender, &a[i]), 0);
+	}
+	for (int i = 0; i < T; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(a[i].err, 0);
+	}
+	audit_log_close(l);
+	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+	assert_int_equal(res.records, T * PER);
+	assert_int_equal(res.unsigned_records, 0);
+	check_all_once(f.log, T, PER);
+	fx_done(&f);
+}
+
+static void test_concurrent_processes(void **state)
+{
+	enum { P = 4, TH = 2, PER = 60 };
+	struct fx f;
+	struct audit_verify_result res;
+	pid_t pids[P];
+
+	fx_init(&f);
+	audit_log_close(fx_open(&f, 50)); /* creates the key once: not what is tested */
+	for (int p = 0; p < P; p++) {
+		pids[p] = fork();
+		assert_true(pids[p] >= 0);
+		if (pids[p] == 0) {
+			struct audit_opts o = {.path = f.log, .key_dir = f.keys, .head_every = 50};
+			struct audit_log *l;
+			pthread_t th[TH];
+			struct thread_arg a[TH];
+			int bad = audit_log_open(&o, &l) != 0;
+			for (int t = 0; !bad && t < TH; t++) {
+				a[t] = (struct thread_arg){l, p * TH + t, PER, 0};
+				pthread_create(&th[t], NULL, appender, &a[t]);
+			}
+			for (int t = 0; !bad && t < TH; t++) {
+				pthread_join(th[t], NULL);
+				bad |= a[t].err != 0;
+			}
+			if (!bad)
+				audit_log_close(l);
+			_exit(bad);
+		}
+	}
+	for (int p = 0; p < P; p++) {
+		int st;
+		assert_int_equal(waitpid(pids[p], &st, 0), pids[p]);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+	assert_int_equal(res.records, P * TH * PER);
+	check_all_once(f.log, P * TH, PER);
+	fx_done(&f);
+}
+
+/* A full disk (here: the file size limit, which fails write(2) the same
+ * way without needing a tiny file system) gives a clear error, writes
+ * nothing, and leaves a log that verifies with every acknowledged record. */
+static void test_full_disk(void **state)
+{
+	struct fx f;
+	struct audit_verify_result res;
+	struct stat st;
+	int pipefd[2], status;
+	uint64_t acked = 0;
+	pid_t pid;
+
+	fx_init(&f);
+	audit_log_close(fx_open(&f, 10));
+	assert_int_equal(pipe(pipefd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct audit_opts o = {.path = f.log, .key_dir = f.keys, .head_every = 10};
+		struct rlimit rl = {6000, 6000};
+		struct audit_log *l;
+		uint64_t n = 0, seq;
+		int err = 0;
+		signal(SIGXFSZ, SIG_IGN);
+		if (audit_log_open(&o, &l) || setrlimit(RLIMIT_FSIZE, &rl))
+			_exit(3);
+		for (int i = 0; i < 1000 && !err; i++)
+			if (!(err = append_one(l, "full", i, &seq)))
+				n++;
+		if (write(pipefd[1], &n, sizeof(n)) != sizeof(n))
+			_exit(4);
+		/* A clear error, and the next append fails the same way. */
+		if (err != -EFBIG || append_one(l, "full", 0, &seq) != -EFBIG ||
+		    !strstr(audit_strerror(err), "intact"))
+			_exit(5);
+		audit_log_close(l);
+		_exit(0);
+	}
+	close(pipefd[1]);
+	assert_int_equal(read(pipefd[0], &acked, sizeof(acked)), sizeof(acked));
+	close(pipefd[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_true(acked > 10);
+	assert_int_equal(stat(f.log, &st), 0);
+	assert_true(st.st_size <= 6000);
+	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+	assert_int_equal(res.records, acked);
+	assert_false(res.torn_tail);
+	fx_done(&f);
+}
+
+/* Killed (SIGKILL) in the middle of appending: every record acknowledged
+ * before the kill is in the log afterwards, which verifies and takes more. */
+static void test_killed_writer(void **state)
+{
+	struct fx f;
+	struct audit_verify_result res;
+	int pipefd[2];
+	uint64_t last = 0, seq;
+	struct audit_log *l;
+	pid_t pid;
+
+	fx_init(&f);
+	audit_log_close(fx_open(&f, 7));
+	assert_int_equal(pipe(pipefd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct audit_opts o = {.path = f.log, .key_dir = f.keys, .head_every = 7};
+		struct audit_log *cl;
+		close(pipefd[0]);
+		if (audit_log_open(&o, &cl))
+			_exit(3);
+		for (int i = 0;; i++) {
+			if (append_one(cl, "kill", i, &seq) || write(pipefd[1], &seq, sizeof(seq)) < 0)
+				_exit(4);
+		}
+	}
+	close(pipefd[1]);
+	for (int i = 0; i < 40; i++)
+		assert_int_equal(read(pipefd[0], &last, sizeof(last)), sizeof(last));
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	close(pipefd[0]);
+	l = fx_open(&f, 7);
+	assert_true(audit_log_count(l) >= last + 1);
+	assert_int_equal(append_one(l, "after", 0, &seq), 0);
+	audit_log_close(l);
+	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+	assert_int_equal(res.records, seq + 1);
+	fx_done(&f);
+}
+
+static void test_key_mode(void **state)
+{
+	struct fx f;
+	struct audit_log *l;
+	struct audit_opts o = {0};
+	char key[PATH_MAX + 32];
+	struct stat st;
+
+	fx_init(&f);
+	audit_log_close(fx_open(&f, 10));
+	snprintf(key, sizeof(key), "%s/%s", f.keys, AUDIT_KEY_FILE);
+	assert_int_equal(stat(key, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	assert_int_equal(chmod(key, 0644), 0);
+	o.path = f.log;
+	o.key_dir = f.keys;
+	assert_int_equal(audit_log_open(&o, &l), -EPERM);
+	/* The exported public key is the one that verifies. */
+	{
+		uint8_t pub[AUDIT_PUBKEY_LEN];
+		snprintf(key, sizeof(key), "%s/%s", f.keys, AUDIT_PUB_FILE);
+		assert_int_equal(audit_pubkey_load(key, pub), 0);
+		assert_memory_equal(pub, f.pub, sizeof(pub));
+	}
+	fx_done(&f);
+}
+
+static void test_sign_head_on_demand(void **state)
+{
+	struct fx f;
+	struct audit_log *l;
+	struct audit_head h;
+	struct audit_verify_result res;
+
+	fx_init(&f);
+	l = fx_open(&f, 1000);
+	append_n(l, 3, "s");
+	assert_int_equal(audit_log_sign_head(l, &h), 0);
+	assert_int_equal(h.size, 3);
+	assert_int_equal(audit_head_verify(f.pub, &h), 0);
+	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+	assert_int_equal(res.unsigned_records, 0);
+	assert_memory_equal(res.root, h.root, sizeof(h.root));
+	audit_log_close(l);
+	fx_done(&f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_clean_log_verifies),
+		cmocka_unit_test(test_edit_details),
+		cmocka_unit_test(test_edit_prev_field),
+		cmocka_unit_test(test_edit_seq_field),
+		cmocka_unit_test(test_edit_breaks_framing),
+		cmocka_unit_test(test_edit_first_record),
+		cmocka_unit_test(test_swap),
+		cmocka_unit_test(test_remove),
+		cmocka_unit_test(test_duplicate),
+		cmocka_unit_test(test_truncate_after_head),
+		cmocka_unit_test(test_bad_signature),
+		cmocka_unit_test(test_other_key),
+		cmocka_unit_test(test_chain_rewritten),
+		cmocka_unit_test(test_last_record_edited),
+		cmocka_unit_test(test_heads_reordered),
+		cmocka_unit_test(test_writer_refuses_tampered),
+		cmocka_unit_test(test_torn_every_offset),
+		cmocka_unit_test(test_concurrent_threads),
+		cmocka_unit_test(test_concurrent_processes),
+		cmocka_unit_test(test_full_disk),
+		cmocka_unit_test(test_killed_writer),
+		cmocka_unit_test(test_key_mode),
+		cmocka_unit_test(test_sign_head_on_demand),
+	};
+	log_set_level(LOG_ERR); /* the torn-write test cuts ~100 tails on purpose */
+	return cmocka_run_group_tests_name("audit_log", tests, group_setup, group_teardown);
+}
