@@ -179,6 +179,10 @@ static int check_head(struct vctx *c, size_t i, const struct merkle_frontier *f,
 			    (unsigned long long)h->size, who);
 	}
 	merkle_frontier_root(f, root);
+	if (memcmp(root, h->root, AUDIT_HASH_LEN) && c->last_good_head_size + 1 == h->size)
+		return fail(c, AUDIT_EDITED, h->size - 1, off,
+			    "record %llu was edited: the tree no longer matches signed head #%zu",
+			    (unsigned long long)h->size - 1, i);
 	if (memcmp(root, h->root, AUDIT_HASH_LEN)) {
 		fail(c, AUDIT_ROOT_MISMATCH, c->last_good_head_size, off,
 		     "records %llu..%llu do not match signed head #%zu although their chain is intact: "
@@ -237,6 +241,20 @@ static int check_header(struct vctx *c)
 	return 0;
 }
 
+/* Heads of size pos cover the records before pos: checked once the record
+ * at pos (if any) has shown whether its link to them holds, so that a
+ * plain edit is named by the chain, exactly, before a root mismatch. */
+static int check_heads_at(struct vctx *c, size_t *hi, uint64_t pos,
+			  const struct merkle_frontier *f, uint64_t off)
+{
+	int err;
+
+	for (; *hi < c->nheads && c->heads[*hi].size == pos; (*hi)++)
+		if ((err = check_head(c, *hi, f, off)))
+			return err;
+	return 0;
+}
+
 static int walk(struct vctx *c, bool want_leaves)
 {
 	struct merkle_frontier f;
@@ -247,25 +265,24 @@ static int walk(struct vctx *c, bool want_leaves)
 	int n, err;
 
 	merkle_frontier_init(&f);
-	for (;;) {
-		for (; hi < c->nheads && c->heads[hi].size == pos; hi++)
-			if ((err = check_head(c, hi, &f, off)))
-				return err;
-		if (off >= c->len)
-			break;
-		n = audit_record_parse(c->log + off, c->len - off, &r);
+	for (;; pos++) {
+		n = off < c->len ? audit_record_parse(c->log + off, c->len - off, &r) : 0;
 		if (n == -EAGAIN || (n < 0 && all_zero(c->log + off, c->len - off))) {
 			c->res->torn_tail = true;
 			c->res->torn_offset = off;
-			break;
+			n = 0;
 		}
 		if (n < 0)
 			return fail(c, AUDIT_MALFORMED, pos, off,
 				    "record %llu at offset %llu was edited: it is no longer a well-formed record",
 				    (unsigned long long)pos, (unsigned long long)off);
-		if ((r.seq != pos || memcmp(r.prev, prev, AUDIT_HASH_LEN)) &&
+		if (n > 0 && (r.seq != pos || memcmp(r.prev, prev, AUDIT_HASH_LEN)) &&
 		    (err = classify(c, &r, pos, off, prev_off, prev)))
 			return err;
+		if ((err = check_heads_at(c, &hi, pos, &f, prev_off)))
+			return err;
+		if (n == 0)
+			break;
 		merkle_leaf_hash(r.raw, r.len, h);
 		merkle_frontier_add(&f, h);
 		if (want_leaves && (err = keep_leaf(c, pos, h)))
@@ -273,8 +290,7 @@ static int walk(struct vctx *c, bool want_leaves)
 		memcpy(prev, h, AUDIT_HASH_LEN);
 		prev_off = off;
 		off += (uint64_t)n;
-		pos++;
-		c->res->records = pos;
+		c->res->records = pos + 1;
 		c->res->bytes = off;
 	}
 	merkle_frontier_root(&f, c->res->root);

@@ -1,9 +1,1026 @@
+/* kosa8 audit: show, verify, prove and export the tamper-evident audit log.
+ * The work is in src/audit/; this file turns it into commands and text. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "audit/audit.h"
+#include "audit/bundle.h"
+#include "audit/merkle.h"
+#include "audit/sign.h"
+#include "audit/verify.h"
 #include "cli/commands.h"
+#include "common/log.h"
+#include "common/util.h"
+
+static const char audit_usage[] =
+	"usage: kosa8 audit COMMAND [--log PATH] [OPTIONS]\n"
+	"\n"
+	"  show [--sandbox S] [--type T] [--since TIME] [--until TIME] [--follow] [--json]\n"
+	"                      print records (TIME: 2026-12-02T09:00:00Z, @UNIXSECONDS,\n"
+	"                      or an age such as 30s, 15m, 2h, 7d)\n"
+	"  verify [--pubkey K] [--bundle FILE]\n"
+	"                      recompute the chain and the Merkle tree, check every signed\n"
+	"                      head; on failure name the first bad record and what happened\n"
+	"  prove SEQ [--size N] [--pubkey K]\n"
+	"                      an inclusion proof (JSON) of record SEQ against the newest\n"
+	"                      signed head, or the one of size N\n"
+	"  check-proof FILE [--pubkey K]\n"
+	"                      check an inclusion proof offline\n"
+	"  consistency OLD NEW [--pubkey K] [--json]\n"
+	"                      prove the signed head OLD is a prefix of NEW; each is a\n"
+	"                      head's tree size, 'latest', or a file holding a head line\n"
+	"  export [-o FILE]    a bundle (records, heads, public key) for offline verify\n"
+	"  append --type T [--sandbox S] [--actor A] [--details JSON]\n"
+	"                      add a record (for scripts and tests); prints its number\n"
+	"  sign                sign a head over every record now (as a sandbox stop does)\n"
+	"  head                print the newest signed head line\n"
+	"  pubkey              print the public key that signs heads (PEM)\n"
+	"\n"
+	"The log is --log PATH, else $KOSA8_AUDIT_LOG, else <state dir>/audit.log.\n"
+	"The trusted key for checks is --pubkey (PEM or 64 hex digits), else your own.\n"
+	"Exit status: 0 ok, 1 verification failed, 2 usage or system error.\n";
+
+#define MAX_LOG (64 * GiB)
+
+struct aopts {
+	char log[PATH_MAX];
+	const char *sandbox, *type, *actor, *details, *pubkey, *bundle, *out, *size;
+	uint64_t since, until;
+	bool follow, json;
+	char *pos[3];
+	int npos;
+};
+
+/* ---- small helpers ---- */
+
+static void fmt_time(uint64_t ns, char *buf, size_t len)
+{
+	time_t s = (time_t)(ns / 1000000000ULL);
+	struct tm tm;
+	size_t n;
+
+	gmtime_r(&s, &tm);
+	n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf + n, len - n, ".%03uZ", (unsigned)(ns / 1000000ULL % 1000));
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* "2026-12-02T09:00:00Z" (UTC), "@1764666000", or an age: "15m" ago. */
+static int parse_time(const char *s, uint64_t *ns)
+{
+	static const char *const fmts[] = {"%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S",
+					   "%Y-%m-%d %H:%M:%S", "%Y-%m-%d"};
+	struct tm tm;
+	char *end;
+	unsigned long long v;
+
+	if (s[0] == '@' || (s[0] >= '0' && s[0] <= '9' && !strchr(s, '-'))) {
+		errno = 0;
+		v = strtoull(s + (s[0] == '@'), &end, 10);
+		if (errno || end == s + (s[0] == '@') || v > 1ULL << 33)
+			return -EINVAL;
+		if (s[0] == '@' && !*end) {
+			*ns = v * 1000000000ULL;
+			return 0;
+		}
+		switch (*end) {
+		case 's': break;
+		case 'm': v *= 60; break;
+		case 'h': v *= 3600; break;
+		case 'd': v *= 86400; break;
+		default: return -EINVAL;
+		}
+		if (end[1] || s[0] == '@' || v * 1000000000ULL > now_ns())
+			return -EINVAL;
+		*ns = now_ns() - v * 1000000000ULL;
+		return 0;
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(fmts); i++) {
+		memset(&tm, 0, sizeof(tm));
+		end = strptime(s, fmts[i], &tm);
+		if (end && !*end) {
+			time_t t = timegm(&tm);
+			if (t < 0)
+				return -EINVAL;
+			*ns = (uint64_t)t * 1000000000ULL;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/* Prints untrusted bytes with control characters escaped. */
+static void put_clean(FILE *f, const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x20 || c == 0x7f)
+			fprintf(f, "\\x%02x", c);
+		else
+			fputc(c, f);
+	}
+}
+
+/* The trusted public key: --pubkey, else the one next to our signing key. */
+static int trusted_key(const struct aopts *o, uint8_t pub[AUDIT_PUBKEY_LEN])
+{
+	char dir[PATH_MAX - 64], path[PATH_MAX];
+	int err;
+
+	if (o->pubkey) {
+		err = audit_pubkey_load(o->pubkey, pub);
+		if (err)
+			fprintf(stderr, "kosa8 audit: cannot read public key %s: %s\n", o->pubkey,
+				err == -EINVAL ? "not an Ed25519 public key" : strerror(-err));
+		return err;
+	}
+	err = audit_key_dir(dir, sizeof(dir));
+	if (!err) {
+		snprintf(path, sizeof(path), "%s/%s", dir, AUDIT_PUB_FILE);
+		err = audit_pubkey_load(path, pub);
+	}
+	if (err)
+		fprintf(stderr, "kosa8 audit: no public key of your own (%s); pass --pubkey FILE\n",
+			strerror(-err));
+	return err;
+}
+
+static int load_snapshot(const struct aopts *o, struct audit_snapshot *s)
+{
+	int err = audit_snapshot_read(o->log, MAX_LOG, s);
+
+	if (err == -ENOENT)
+		fprintf(stderr, "kosa8 audit: no audit log at %s\n", o->log);
+	else if (err)
+		fprintf(stderr, "kosa8 audit: cannot read %s: %s\n", o->log, strerror(-err));
+	return err;
+}
+
+static void head_line(const struct audit_head *h, char *buf, size_t len)
+{
+	int n = audit_head_format(h, buf, len);
+
+	if (n > 0)
+		buf[n - 1] = '\0'; /* without its '\n' */
+}
+
+/* ---- show ---- */
+
+static bool matches(const struct aopts *o, const struct audit_record *r)
+{
+	if (o->sandbox && (strlen(o->sandbox) != r->sandbox_len ||
+			   memcmp(o->sandbox, r->sandbox, r->sandbox_len)))
+		return false;
+	if (o->type && (strlen(o->type) != r->type_len || memcmp(o->type, r->type, r->type_len)))
+		return false;
+	return r->time_ns >= o->since && r->time_ns <= o->until;
+}
+
+static void print_json(const struct audit_record *r)
+{
+	cJSON *j = cJSON_CreateObject();
+	cJSON *d = cJSON_ParseWithLength(r->details, r->details_len);
+	char t[40], *s, *sb = strndup(r->sandbox, r->sandbox_len);
+	char *ac = strndup(r->actor, r->actor_len), *ty = strndup(r->type, r->type_len);
+
+	fmt_time(r->time_ns, t, sizeof(t));
+	cJSON_AddNumberToObject(j, "seq", (double)r->seq);
+	cJSON_AddStringToObject(j, "time", t);
+	cJSON_AddStringToObject(j, "sandbox", sb ? sb : "");
+	cJSON_AddStringToObject(j, "actor", ac ? ac : "");
+	cJSON_AddStringToObject(j, "type", ty ? ty : "");
+	if (d)
+		cJSON_AddItemToObject(j, "details", d);
+	else
+		cJSON_AddNullToObject(j, "details");
+	s = cJSON_PrintUnformatted(j);
+	if (s)
+		puts(s);
+	free(s);
+	free(sb);
+	free(ac);
+	free(ty);
+	cJSON_Delete(j);
+}
+
+static void print_record(const struct aopts *o, const struct audit_record *r)
+{
+	char t[40];
+
+	if (o->json) {
+		print_json(r);
+		return;
+	}
+	fmt_time(r->time_ns, t, sizeof(t));
+	printf("%6llu %s ", (unsigned long long)r->seq, t);
+	if (r->sandbox_len)
+		put_clean(stdout, r->sandbox, r->sandbox_len);
+	else
+		fputc('-', stdout);
+	fputc(' ', stdout);
+	put_clean(stdout, r->actor, r->actor_len);
+	fputc(' ', stdout);
+	put_clean(stdout, r->type, r->type_len);
+	fputc(' ', stdout);
+	put_clean(stdout, r->details, r->details_len);
+	fputc('\n', stdout);
+}
+
+/* Prints the whole records in buf[0..len); returns the bytes consumed. */
+static size_t show_buf(const struct aopts *o, const uint8_t *buf, size_t len, bool *bad)
+{
+	struct audit_record r;
+	size_t off = 0;
+	int n;
+
+	while (off < len) {
+		n = audit_record_parse(buf + off, len - off, &r);
+		if (n == -EAGAIN)
+			break;
+		if (n < 0) {
+			*bad = true;
+			break;
+		}
+		if (matches(o, &r))
+			print_record(o, &r);
+		off += (size_t)n;
+	}
+	return off;
+}
+
+static int follow(const struct aopts *o, uint64_t off)
+{
+	uint8_t *buf = NULL;
+	bool bad = false;
+	FILE *f = fopen(o->log, "rb");
+	int err = 0;
+
+	if (!f)
+		return -errno;
+	for (;;) {
+		struct stat st;
+		size_t len, used;
+		if (fstat(fileno(f), &st) < 0) {
+			err = -errno;
+			break;
+		}
+		if ((uint64_t)st.st_size > off) {
+			len = (size_t)((uint64_t)st.st_size - off);
+			len = len > 16 * MiB ? 16 * MiB : len;
+			free(buf);
+			buf = malloc(len);
+			if (!buf || pread(fileno(f), buf, len, (off_t)off) != (ssize_t)len) {
+				err = -EIO;
+				break;
+			}
+			used = show_buf(o, buf, len, &bad);
+			off += used;
+			fflush(stdout);
+			if (bad) {
+				fprintf(stderr, "kosa8 audit: malformed record at offset %llu\n",
+					(unsigned long long)off);
+				err = -EBADMSG;
+				break;
+			}
+			if (used == len && len == 16 * MiB)
+				continue;
+		}
+		usleep(200 * 1000);
+	}
+	free(buf);
+	fclose(f);
+	return err;
+}
+
+static int do_show(struct aopts *o)
+{
+	struct audit_snapshot s;
+	struct audit_header h;
+	bool bad = false;
+	size_t used = 0;
+
+	if (load_snapshot(o, &s))
+		return 2;
+	if (s.log_len >= AUDIT_HDR_LEN && audit_header_parse(s.log, s.log_len, &h)) {
+		fprintf(stderr, "kosa8 audit: %s is not a kosa8 audit log\n", o->log);
+		audit_snapshot_free(&s);
+		return 2;
+	}
+	if (s.log_len > AUDIT_HDR_LEN)
+		used = show_buf(o, s.log + AUDIT_HDR_LEN, s.log_len - AUDIT_HDR_LEN, &bad);
+	audit_snapshot_free(&s);
+	fflush(stdout);
+	if (bad) {
+		fprintf(stderr, "kosa8 audit: malformed record at offset %zu; run 'kosa8 audit verify'\n",
+			AUDIT_HDR_LEN + used);
+		return 1;
+	}
+	if (o->follow)
+		return follow(o, AUDIT_HDR_LEN + used) ? 1 : 0;
+	return 0;
+}
+
+/* ---- verify ---- */
+
+static void print_ok(const struct audit_verify_result *r, const char *what)
+{
+	char id[2 * AUDIT_LOG_ID_LEN + 1], root[2 * AUDIT_HASH_LEN + 1], t[40];
+
+	audit_hex(r->header.log_id, AUDIT_LOG_ID_LEN, id);
+	audit_hex(r->root, AUDIT_HASH_LEN, root);
+	printf("OK: %s: %llu records, %llu signed heads verified (log id %s)\n", what,
+	       (unsigned long long)r->records, (unsigned long long)r->heads, id);
+	printf("  root over all records: %s\n", root);
+	if (r->have_head) {
+		fmt_time(r->last_head.time_ns, t, sizeof(t));
+		printf("  newest signed head: size %llu, signed %s\n",
+		       (unsigned long long)r->last_head.size, t);
+	}
+	if (r->unsigned_records)
+		printf("  note: the last %llu records are not yet covered by a signed head "
+		       "(only the chain protects them; 'kosa8 audit sign' signs one)\n",
+		       (unsigned long long)r->unsigned_records);
+	if (r->torn_tail)
+		printf("  note: an incomplete last record at offset %llu (an interrupted write, "
+		       "never acknowledged; the next writer cuts it)\n",
+		       (unsigned long long)r->torn_offset);
+}
+
+static void print_fail(const struct audit_verify_result *r, const char *what)
+{
+	printf("FAILED: %s: %s\n", what, audit_problem_name(r->problem));
+	if (r->problem == AUDIT_BAD_SIGNATURE || r->problem == AUDIT_BAD_HEADS)
+		printf("  first bad: signed head #%llu\n", (unsigned long long)r->bad_head);
+	else if (r->bad_seq_last > r->bad_seq)
+		printf("  first bad record: %llu (somewhere in %llu..%llu), offset %llu\n",
+		       (unsigned long long)r->bad_seq, (unsigned long long)r->bad_seq,
+		       (unsigned long long)r->bad_seq_last, (unsigned long long)r->bad_offset);
+	else
+		printf("  first bad record: %llu, offset %llu\n", (unsigned long long)r->bad_seq,
+		       (unsigned long long)r->bad_offset);
+	printf("  %s\n", r->what);
+}
+
+static int verify_bytes(const uint8_t *log, size_t log_len, const uint8_t *heads,
+			size_t heads_len, const uint8_t *pub, const char *what)
+{
+	struct audit_verify_result r;
+	int err = audit_verify(log, log_len, heads, heads_len, pub, &r, NULL);
+
+	if (err == -EBADMSG) {
+		print_fail(&r, what);
+		return 1;
+	}
+	if (err) {
+		fprintf(stderr, "kosa8 audit: verify: %s\n", strerror(-err));
+		return 2;
+	}
+	print_ok(&r, what);
+	return 0;
+}
+
+static int verify_bundle(const struct aopts *o)
+{
+	struct audit_bundle b;
+	uint8_t *buf = NULL, pub[AUDIT_PUBKEY_LEN];
+	size_t len;
+	int err = read_file(o->bundle, MAX_LOG, &buf, &len), rc = 2;
+
+	if (err) {
+		fprintf(stderr, "kosa8 audit: cannot read bundle %s: %s\n", o->bundle, strerror(-err));
+		return 2;
+	}
+	if (audit_bundle_parse(buf, len, &b)) {
+		fprintf(stderr, "kosa8 audit: %s is not a kosa8 audit bundle\n", o->bundle);
+		goto out;
+	}
+	if (o->pubkey) {
+		if (trusted_key(o, pub))
+			goto out;
+	} else {
+		fprintf(stderr, "kosa8 audit: warning: no --pubkey: trusting the key inside the "
+				"bundle, which proves only that the bundle is self-consistent\n");
+		memcpy(pub, b.pub, sizeof(pub));
+	}
+	rc = verify_bytes(b.log, b.log_len, b.heads, b.heads_len, pub, o->bundle);
+out:
+	free(buf);
+	return rc;
+}
+
+static int do_verify(struct aopts *o)
+{
+	struct audit_snapshot s;
+	uint8_t pub[AUDIT_PUBKEY_LEN];
+	int rc;
+
+	if (o->bundle)
+		return verify_bundle(o);
+	if (trusted_key(o, pub) || load_snapshot(o, &s))
+		return 2;
+	rc = verify_bytes(s.log, s.log_len, s.heads, s.heads_len, pub, o->log);
+	audit_snapshot_free(&s);
+	return rc;
+}
+
+/* ---- proofs ---- */
+
+/* A verified snapshot with its leaf hashes and heads, for proofs. */
+struct proved {
+	struct audit_snapshot s;
+	struct audit_verify_result r;
+	merkle_hash *leaves;
+	struct audit_head *heads;
+	size_t nheads;
+	uint8_t pub[AUDIT_PUBKEY_LEN];
+};
+
+static void proved_free(struct proved *p)
+{
+	free(p->leaves);
+	free(p->heads);
+	audit_snapshot_free(&p->s);
+}
+
+static int load_proved(const struct aopts *o, struct proved *p)
+{
+	size_t bad;
+	int err, n;
+
+	memset(p, 0, sizeof(*p));
+	if (trusted_key(o, p->pub) || load_snapshot(o, &p->s))
+		return 2;
+	err = audit_verify(p->s.log, p->s.log_len, p->s.heads, p->s.heads_len, p->pub, &p->r,
+			   &p->leaves);
+	if (err == -EBADMSG) {
+		print_fail(&p->r, o->log);
+		printf("  no proof from a log that fails verification\n");
+		return 1;
+	}
+	n = err ? err : audit_heads_parse_all(p->s.heads, p->s.heads_len, &p->heads, &bad);
+	if (n < 0) {
+		fprintf(stderr, "kosa8 audit: %s\n", strerror(-n));
+		return 2;
+	}
+	p->nheads = (size_t)n;
+	return 0;
+}
+
+/* A head by tree size ("latest" for the newest), from the verified heads. */
+static const struct audit_head *find_head(const struct proved *p, const char *spec)
+{
+	char *end;
+	unsigned long long size;
+
+	if (!p->nheads)
+		return NULL;
+	if (!strcmp(spec, "latest"))
+		return &p->heads[p->nheads - 1];
+	errno = 0;
+	size = strtoull(spec, &end, 10);
+	if (errno || end == spec || *end)
+		return NULL;
+	for (size_t i = p->nheads; i-- > 0;)
+		if (p->heads[i].size == size)
+			return &p->heads[i];
+	return NULL;
+}
+
+static const uint8_t *record_at(const struct audit_snapshot *s, uint64_t seq, uint32_t *len)
+{
+	struct audit_record r;
+	size_t off = AUDIT_HDR_LEN;
+	int n;
+
+	while (off < s->log_len && (n = audit_record_parse(s->log + off, s->log_len - off, &r)) > 0) {
+		if (r.seq == seq) {
+			*len = r.len;
+			return r.raw;
+		}
+		off += (size_t)n;
+	}
+	return NULL;
+}
+
+static cJSON *hex_array(const merkle_hash *path, int n)
+{
+	cJSON *a = cJSON_CreateArray();
+	char hex[2 * AUDIT_HASH_LEN + 1];
+
+	for (int i = 0; i < n; i++) {
+		audit_hex(path[i], AUDIT_HASH_LEN, hex);
+		cJSON_AddItemToArray(a, cJSON_CreateString(hex));
+	}
+	return a;
+}
+
+static void print_doc(cJSON *j)
+{
+	char *s = cJSON_Print(j);
+
+	if (s)
+		puts(s);
+	free(s);
+	cJSON_Delete(j);
+}
+
+static int do_prove(struct aopts *o)
+{
+	struct proved p;
+	const struct audit_head *h;
+	merkle_hash path[MERKLE_MAX_PATH];
+	const uint8_t *leaf;
+	uint32_t leaf_len = 0;
+	char *end, line[AUDIT_HEAD_LINE_MAX], *hex;
+	unsigned long long seq;
+	int rc, n;
+	cJSON *j;
+
+	errno = 0;
+	seq = strtoull(o->pos[0], &end, 10);
+	if (errno || end == o->pos[0] || *end) {
+		fprintf(stderr, "kosa8 audit prove: SEQ must be a record number\n");
+		return 2;
+	}
+	if ((rc = load_proved(o, &p)))
+		goto out;
+	rc = 1;
+	h = find_head(&p, o->size ? o->size : "latest");
+	if (!h || h->size <= seq) {
+		fprintf(stderr, "kosa8 audit prove: %s signed head covers record %llu%s\n",
+			o->size ? "that" : "no", seq,
+			o->size ? "" : " yet ('kosa8 audit sign' signs one now)");
+		goto out;
+	}
+	n = merkle_inclusion_proof(p.leaves, h->size, seq, path);
+	leaf = record_at(&p.s, seq, &leaf_len);
+	if (n < 0 || !leaf || !(hex = malloc(2 * (size_t)leaf_len + 1)))
+		goto out;
+	audit_hex(leaf, leaf_len, hex);
+	head_line(h, line, sizeof(line));
+	j = cJSON_CreateObject();
+	cJSON_AddStringToObject(j, "type", "kosa8-audit-inclusion-proof-v1");
+	cJSON_AddNumberToObject(j, "leaf_index", (double)seq);
+	cJSON_AddNumberToObject(j, "tree_size", (double)h->size);
+	cJSON_AddStringToObject(j, "head", line);
+	cJSON_AddStringToObject(j, "leaf", hex);
+	cJSON_AddItemToObject(j, "audit_path", hex_array(path, n));
+	free(hex);
+	print_doc(j);
+	rc = 0;
+out:
+	proved_free(&p);
+	return rc;
+}
+
+static const char *jstr(const cJSON *j, const char *name)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* JSON numbers are doubles: accept only exact, non-negative integers. */
+static int ju64(const cJSON *j, const char *name, uint64_t *out)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+
+	if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9007199254740992.0 ||
+	    (double)(uint64_t)v->valuedouble != v->valuedouble)
+		return -EINVAL;
+	*out = (uint64_t)v->valuedouble;
+	return 0;
+}
+
+static int proof_path(const cJSON *a, merkle_hash path[MERKLE_MAX_PATH])
+{
+	int n = 0;
+	const cJSON *e;
+
+	if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) > MERKLE_MAX_PATH)
+		return -EINVAL;
+	cJSON_ArrayForEach(e, a) {
+		if (!cJSON_IsString(e) ||
+		    audit_unhex(e->valuestring, strlen(e->valuestring), path[n], AUDIT_HASH_LEN))
+			return -EINVAL;
+		n++;
+	}
+	return n;
+}
+
+static int check_proof_doc(const cJSON *j, const uint8_t *pub, struct audit_head *h,
+			   struct audit_record *r, uint8_t **leaf, const char **why)
+{
+	merkle_hash path[MERKLE_MAX_PATH], lh;
+	const char *hl = jstr(j, "head"), *lx = jstr(j, "leaf"), *t = jstr(j, "type");
+	char line[AUDIT_HEAD_LINE_MAX + 1];
+	uint64_t idx, size;
+	size_t ll;
+	int n;
+
+	*why = "not a kosa8 inclusion proof";
+	if (!t || strcmp(t, "kosa8-audit-inclusion-proof-v1") || !hl || !lx ||
+	    ju64(j, "leaf_index", &idx) || ju64(j, "tree_size", &size) ||
+	    (n = proof_path(cJSON_GetObjectItemCaseSensitive(j, "audit_path"), path)) < 0 ||
+	    strlen(hl) >= AUDIT_HEAD_LINE_MAX || strlen(lx) % 2 || strlen(lx) > 2 * AUDIT_REC_MAX)
+		return -EINVAL;
+	snprintf(line, sizeof(line), "%s\n", hl);
+	ll = strlen(lx) / 2;
+	*leaf = malloc(ll ? ll : 1);
+	if (audit_head_parse(line, strlen(line), h) != (int)strlen(line) || !*leaf ||
+	    audit_unhex(lx, 2 * ll, *leaf, ll) ||
+	    audit_record_parse(*leaf, ll, r) != (int)ll)
+		return -EINVAL;
+	*why = "the head's signature does not verify with the trusted key";
+	if (audit_head_verify(pub, h))
+		return -EBADMSG;
+	*why = "the record's number or the tree size disagree with the proof";
+	if (r->seq != idx || h->size != size)
+		return -EBADMSG;
+	*why = "the audit path does not lead from the record to the signed root";
+	merkle_leaf_hash(*leaf, ll, lh);
+	return merkle_verify_inclusion(idx, size, lh, path, (size_t)n, h->root);
+}
+
+static int do_check_proof(struct aopts *o)
+{
+	uint8_t pub[AUDIT_PUBKEY_LEN], *buf = NULL, *leaf = NULL;
+	struct audit_head h;
+	struct audit_record r;
+	const char *why = "";
+	char t[40];
+	size_t len;
+	cJSON *j = NULL;
+	int err, rc = 2;
+
+	if (trusted_key(o, pub))
+		return 2;
+	err = read_file(o->pos[0], 64 * MiB, &buf, &len);
+	if (err) {
+		fprintf(stderr, "kosa8 audit: cannot read %s: %s\n", o->pos[0], strerror(-err));
+		return 2;
+	}
+	j = cJSON_ParseWithLength((const char *)buf, len);
+	err = j ? check_proof_doc(j, pub, &h, &r, &leaf, &why) : -EINVAL;
+	if (err == -EINVAL) {
+		fprintf(stderr, "kosa8 audit: %s: %s\n", o->pos[0], why);
+	} else if (err) {
+		printf("FAILED: %s: %s\n", o->pos[0], why);
+		rc = 1;
+	} else {
+		fmt_time(h.time_ns, t, sizeof(t));
+		printf("OK: record %llu (", (unsigned long long)r.seq);
+		put_clean(stdout, r.type, r.type_len);
+		printf(", sandbox ");
+		put_clean(stdout, r.sandbox, r.sandbox_len);
+		printf(") is in the log whose head of size %llu was signed %s\n",
+		       (unsigned long long)h.size, t);
+		rc = 0;
+	}
+	cJSON_Delete(j);
+	free(leaf);
+	free(buf);
+	return rc;
+}
+
+/* OLD/NEW: a tree size of a head in the heads file, "latest", or a file
+ * holding a head line (one saved earlier, e.g. with 'kosa8 audit head'). */
+static int resolve_head(const struct proved *p, const char *spec, struct audit_head *out)
+{
+	const struct audit_head *h = find_head(p, spec);
+	uint8_t *buf = NULL;
+	size_t len;
+	int n;
+
+	if (h) {
+		*out = *h;
+		return 0;
+	}
+	if (strspn(spec, "0123456789") == strlen(spec) || !strcmp(spec, "latest")) {
+		fprintf(stderr, "kosa8 audit: no signed head of size %s\n", spec);
+		return -ENOENT;
+	}
+	if (read_file(spec, 4096, &buf, &len)) {
+		fprintf(stderr, "kosa8 audit: no signed head of size %s, and no such file\n", spec);
+		return -ENOENT;
+	}
+	n = audit_head_parse((const char *)buf, len, out);
+	free(buf);
+	if (n <= 0) {
+		fprintf(stderr, "kosa8 audit: %s does not hold a head line\n", spec);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int consistency_check(const struct aopts *o, const struct proved *p,
+			     const struct audit_head *a, const struct audit_head *b)
+{
+	merkle_hash path[MERKLE_MAX_PATH];
+	int n;
+	cJSON *j;
+
+	if (audit_head_verify(p->pub, a) || audit_head_verify(p->pub, b) ||
+	    memcmp(a->log_id, p->r.header.log_id, AUDIT_LOG_ID_LEN)) {
+		printf("FAILED: a head is not signed by the trusted key for this log\n");
+		return 1;
+	}
+	if (a->size > b->size || b->size > p->r.records) {
+		printf("FAILED: head of size %llu is not a prefix of head of size %llu "
+		       "(the log holds %llu records)\n", (unsigned long long)a->size,
+		       (unsigned long long)b->size, (unsigned long long)p->r.records);
+		return 1;
+	}
+	n = a->size ? merkle_consistency_proof(p->leaves, b->size, a->size, path) : 0;
+	if (n < 0 || merkle_verify_consistency(a->size, b->size, a->root, b->root, path, (size_t)n)) {
+		printf("FAILED: the log no longer holds the tree that the head of size %llu signed: "
+		       "records before it were changed\n", (unsigned long long)a->size);
+		return 1;
+	}
+	if (o->json) {
+		j = cJSON_CreateObject();
+		cJSON_AddStringToObject(j, "type", "kosa8-audit-consistency-proof-v1");
+		cJSON_AddNumberToObject(j, "old_size", (double)a->size);
+		cJSON_AddNumberToObject(j, "new_size", (double)b->size);
+		cJSON_AddItemToObject(j, "proof", hex_array(path, n));
+		print_doc(j);
+	} else {
+		printf("OK: the signed head of size %llu is a prefix of the signed head of size %llu "
+		       "(consistency proof of %d hashes checked)\n", (unsigned long long)a->size,
+		       (unsigned long long)b->size, n);
+	}
+	return 0;
+}
+
+static int do_consistency(struct aopts *o)
+{
+	struct proved p;
+	struct audit_head a, b;
+	int rc = load_proved(o, &p);
+
+	if (!rc) {
+		rc = 2;
+		if (!resolve_head(&p, o->pos[0], &a) && !resolve_head(&p, o->pos[1], &b))
+			rc = consistency_check(o, &p, &a, &b);
+	}
+	proved_free(&p);
+	return rc;
+}
+
+/* ---- export, append, sign, head, pubkey ---- */
+
+static int do_export(struct aopts *o)
+{
+	struct audit_snapshot s;
+	uint8_t pub[AUDIT_PUBKEY_LEN];
+	FILE *f = stdout;
+	int err;
+
+	if (trusted_key(o, pub) || load_snapshot(o, &s))
+		return 2;
+	if (o->out && !(f = fopen(o->out, "wbx"))) {
+		fprintf(stderr, "kosa8 audit: cannot create %s: %s\n", o->out, strerror(errno));
+		audit_snapshot_free(&s);
+		return 2;
+	}
+	err = audit_bundle_write(f, &s, pub);
+	if (f != stdout && fclose(f))
+		err = -EIO;
+	if (err)
+		fprintf(stderr, "kosa8 audit: writing the bundle failed\n");
+	else if (o->out)
+		fprintf(stderr, "kosa8 audit: exported %zu bytes of records and %zu of heads to %s\n"
+				"  check it elsewhere with: kosa8 audit verify --bundle %s --pubkey KEY\n",
+			s.log_len, s.heads_len, o->out, o->out);
+	audit_snapshot_free(&s);
+	return err ? 2 : 0;
+}
+
+static int open_writer(const struct aopts *o, struct audit_log **l)
+{
+	struct audit_opts ao = {.path = o->log};
+	int err = audit_log_open(&ao, l);
+
+	if (err)
+		fprintf(stderr, "kosa8 audit: cannot open %s: %s\n", o->log, audit_strerror(err));
+	return err;
+}
+
+static int do_append(struct aopts *o)
+{
+	struct audit_event ev = {o->sandbox, o->actor, o->type, o->details};
+	struct audit_log *l;
+	char actor[300];
+	struct passwd *pw;
+	uint64_t seq;
+	int err;
+
+	if (!o->type) {
+		fprintf(stderr, "kosa8 audit append: --type is required\n");
+		return 2;
+	}
+	if (!o->actor) {
+		pw = getpwuid(getuid());
+		snprintf(actor, sizeof(actor), "cli:%s", pw ? pw->pw_name : "unknown");
+		ev.actor = actor;
+	}
+	if ((err = audit_event_check(&ev)) < 0) {
+		fprintf(stderr, "kosa8 audit append: %s\n", audit_strerror(err));
+		return 2;
+	}
+	if (open_writer(o, &l))
+		return 2;
+	err = audit_log_append(l, &ev, &seq);
+	audit_log_close(l);
+	if (err) {
+		fprintf(stderr, "kosa8 audit append: %s\n", audit_strerror(err));
+		return 2;
+	}
+	printf("%llu\n", (unsigned long long)seq);
+	return 0;
+}
+
+static int do_sign(struct aopts *o)
+{
+	struct audit_log *l;
+	struct audit_head h;
+	char line[AUDIT_HEAD_LINE_MAX];
+	int err;
+
+	if (open_writer(o, &l))
+		return 2;
+	err = audit_log_sign_head(l, &h);
+	audit_log_close(l);
+	if (err) {
+		fprintf(stderr, "kosa8 audit sign: %s\n", audit_strerror(err));
+		return 2;
+	}
+	head_line(&h, line, sizeof(line));
+	puts(line);
+	return 0;
+}
+
+static int do_head(struct aopts *o)
+{
+	struct audit_snapshot s;
+	struct audit_head *heads = NULL;
+	char line[AUDIT_HEAD_LINE_MAX];
+	size_t bad;
+	int n;
+
+	if (load_snapshot(o, &s))
+		return 2;
+	n = audit_heads_parse_all(s.heads, s.heads_len, &heads, &bad);
+	audit_snapshot_free(&s);
+	if (n <= 0) {
+		fprintf(stderr, "kosa8 audit head: %s\n",
+			n == 0 ? "no signed head yet" : "the heads file is damaged");
+		free(heads);
+		return n == 0 ? 1 : 2;
+	}
+	head_line(&heads[n - 1], line, sizeof(line));
+	puts(line);
+	free(heads);
+	return 0;
+}
+
+static int do_pubkey(struct aopts *o)
+{
+	EVP_PKEY *k = NULL;
+	uint8_t pub[AUDIT_PUBKEY_LEN];
+	char pem[512];
+	int err = audit_key_load_or_create(NULL, &k);
+
+	if (!err)
+		err = audit_key_public(k, pub);
+	if (!err)
+		err = audit_pubkey_pem(pub, pem, sizeof(pem)) < 0 ? -EIO : 0;
+	EVP_PKEY_free(k);
+	if (err) {
+		fprintf(stderr, "kosa8 audit pubkey: %s\n", audit_strerror(err));
+		return 2;
+	}
+	fputs(pem, stdout);
+	return 0;
+}
+
+/* ---- arguments ---- */
+
+static int parse_args(int argc, char **argv, struct aopts *o)
+{
+	static const struct option opts[] = {
+		{"log", required_argument, NULL, 'L'},    {"sandbox", required_argument, NULL, 's'},
+		{"type", required_argument, NULL, 't'},   {"actor", required_argument, NULL, 'a'},
+		{"details", required_argument, NULL, 'd'}, {"since", required_argument, NULL, 'S'},
+		{"until", required_argument, NULL, 'U'},  {"follow", no_argument, NULL, 'f'},
+		{"json", no_argument, NULL, 'j'},         {"pubkey", required_argument, NULL, 'k'},
+		{"bundle", required_argument, NULL, 'b'}, {"output", required_argument, NULL, 'o'},
+		{"size", required_argument, NULL, 'n'},   {"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *log = NULL;
+	int c;
+
+	o->until = UINT64_MAX;
+	optind = 0;
+	opterr = 0;
+	while (optind < argc || optind == 0) {
+		/* "+": stop at each operand, take it, go on with the options. */
+		c = getopt_long(argc, argv, "+o:fh", opts, NULL);
+		if (c == -1) {
+			if (optind >= argc)
+				break;
+			if (o->npos == (int)ARRAY_SIZE(o->pos))
+				return -1;
+			o->pos[o->npos++] = argv[optind++];
+			continue;
+		}
+		switch (c) {
+		case 'L': log = optarg; break;
+		case 's': o->sandbox = optarg; break;
+		case 't': o->type = optarg; break;
+		case 'a': o->actor = optarg; break;
+		case 'd': o->details = optarg; break;
+		case 'f': o->follow = true; break;
+		case 'j': o->json = true; break;
+		case 'k': o->pubkey = optarg; break;
+		case 'b': o->bundle = optarg; break;
+		case 'o': o->out = optarg; break;
+		case 'n': o->size = optarg; break;
+		case 'S':
+		case 'U':
+			if (parse_time(optarg, c == 'S' ? &o->since : &o->until)) {
+				fprintf(stderr, "kosa8 audit: bad time '%s' (2026-12-02T09:00:00Z, "
+						"@UNIXSECONDS, or an age like 15m)\n", optarg);
+				return -1;
+			}
+			break;
+		case 'h': fputs(audit_usage, stdout); exit(0);
+		default:
+			fprintf(stderr, "kosa8 audit: unknown or incomplete option '%s'\n",
+				argv[optind - 1]);
+			return -1;
+		}
+	}
+	if (log) {
+		if (snprintf(o->log, sizeof(o->log), "%s", log) >= (int)sizeof(o->log))
+			return -1;
+	} else if (audit_default_path(o->log, sizeof(o->log))) {
+		return -1;
+	}
+	return 0;
+}
+
+struct sub {
+	const char *name;
+	int npos;
+	int (*run)(struct aopts *o);
+};
+
+static const struct sub subs[] = {
+	{"show", 0, do_show},       {"verify", 0, do_verify},
+	{"prove", 1, do_prove},     {"check-proof", 1, do_check_proof},
+	{"consistency", 2, do_consistency}, {"export", 0, do_export},
+	{"append", 0, do_append},   {"sign", 0, do_sign},
+	{"head", 0, do_head},       {"pubkey", 0, do_pubkey},
+};
 
 int cmd_audit(int argc, char **argv)
 {
-	fprintf(stderr, "kosa8 audit: not built yet\n");
+	struct aopts o = {0};
+
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		fputs(audit_usage, argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
+		if (strcmp(argv[1], subs[i].name))
+			continue;
+		if (parse_args(argc - 1, argv + 1, &o))
+			return 2;
+		if (o.npos != subs[i].npos) {
+			fprintf(stderr, "kosa8 audit %s: expected %d argument(s), see --help\n",
+				subs[i].name, subs[i].npos);
+			return 2;
+		}
+		return subs[i].run(&o);
+	}
+	fprintf(stderr, "kosa8 audit: unknown command '%s' (see 'kosa8 audit --help')\n", argv[1]);
 	return 2;
 }

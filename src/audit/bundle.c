@@ -1,0 +1,137 @@
+#include "audit/bundle.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "audit/audit.h"
+#include "common/util.h"
+
+static int read_fd(int fd, size_t max, uint8_t **buf, size_t *len)
+{
+	struct stat st;
+	uint8_t *p;
+	ssize_t n;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size > max)
+		return -EFBIG;
+	p = malloc(st.st_size ? (size_t)st.st_size : 1);
+	if (!p)
+		return -ENOMEM;
+	n = read_full(fd, p, (size_t)st.st_size);
+	if (n < 0) {
+		free(p);
+		return (int)n;
+	}
+	*buf = p;
+	*len = (size_t)n;
+	return 0;
+}
+
+int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot *s)
+{
+	char heads_path[4096];
+	int fd, hfd = -1, err;
+
+	memset(s, 0, sizeof(*s));
+	err = audit_heads_path(log_path, heads_path, sizeof(heads_path));
+	if (err)
+		return err;
+	fd = open(log_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	while (flock(fd, LOCK_SH) < 0)
+		if (errno != EINTR) {
+			err = -errno;
+			goto out;
+		}
+	err = read_fd(fd, max, &s->log, &s->log_len);
+	if (err)
+		goto out;
+	hfd = open(heads_path, O_RDONLY | O_CLOEXEC);
+	if (hfd < 0 && errno != ENOENT) {
+		err = -errno;
+		goto out;
+	}
+	err = hfd < 0 ? 0 : read_fd(hfd, max, &s->heads, &s->heads_len);
+out:
+	if (hfd >= 0)
+		close(hfd);
+	close(fd); /* drops the lock */
+	if (err)
+		audit_snapshot_free(s);
+	return err;
+}
+
+void audit_snapshot_free(struct audit_snapshot *s)
+{
+	free(s->log);
+	free(s->heads);
+	memset(s, 0, sizeof(*s));
+}
+
+int audit_bundle_write(FILE *f, const struct audit_snapshot *s, const uint8_t pub[AUDIT_PUBKEY_LEN])
+{
+	char hex[2 * AUDIT_PUBKEY_LEN + 1];
+
+	audit_hex(pub, AUDIT_PUBKEY_LEN, hex);
+	if (fprintf(f, AUDIT_BUNDLE_MAGIC "pubkey %s\nlog %zu\n", hex, s->log_len) < 0 ||
+	    fwrite(s->log, 1, s->log_len, f) != s->log_len ||
+	    fprintf(f, "heads %zu\n", s->heads_len) < 0 ||
+	    fwrite(s->heads, 1, s->heads_len, f) != s->heads_len || fputs("end\n", f) < 0 ||
+	    fflush(f))
+		return -EIO;
+	return 0;
+}
+
+/* Expects "<word> <decimal>\n" at *off; the number must leave room for that
+ * many bytes after the line. */
+static int section(const uint8_t *buf, size_t len, size_t *off, const char *word, size_t *n)
+{
+	size_t w = strlen(word), i = *off + w + 1, v = 0, digits = 0;
+
+	if (len - *off < w + 3 || memcmp(buf + *off, word, w) || buf[*off + w] != ' ')
+		return -EBADMSG;
+	for (; i < len && buf[i] >= '0' && buf[i] <= '9' && digits < 16; i++, digits++)
+		v = v * 10 + (size_t)(buf[i] - '0');
+	if (!digits || i >= len || buf[i] != '\n' || (digits > 1 && buf[*off + w + 1] == '0'))
+		return -EBADMSG;
+	i++;
+	if (v > len - i)
+		return -EBADMSG;
+	*off = i;
+	*n = v;
+	return 0;
+}
+
+int audit_bundle_parse(const uint8_t *buf, size_t len, struct audit_bundle *b)
+{
+	size_t m = strlen(AUDIT_BUNDLE_MAGIC), off = m, n;
+	const size_t keyline = 7 + 2 * AUDIT_PUBKEY_LEN + 1; /* "pubkey " hex '\n' */
+
+	if (len < m || memcmp(buf, AUDIT_BUNDLE_MAGIC, m))
+		return -EBADMSG;
+	if (len - off < keyline || memcmp(buf + off, "pubkey ", 7) || buf[off + keyline - 1] != '\n' ||
+	    audit_unhex((const char *)buf + off + 7, 2 * AUDIT_PUBKEY_LEN, b->pub, AUDIT_PUBKEY_LEN))
+		return -EBADMSG;
+	off += keyline;
+	if (section(buf, len, &off, "log", &n))
+		return -EBADMSG;
+	b->log = buf + off;
+	b->log_len = n;
+	off += n;
+	if (section(buf, len, &off, "heads", &n))
+		return -EBADMSG;
+	b->heads = buf + off;
+	b->heads_len = n;
+	off += n;
+	if (len - off != 4 || memcmp(buf + off, "end\n", 4))
+		return -EBADMSG;
+	return 0;
+}

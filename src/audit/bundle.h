@@ -1,0 +1,43 @@
+/* Consistent snapshots of a live log, and the export bundle: one file with
+ * the records, the heads and the public key, that `kosa8 audit verify
+ * --bundle` checks on any machine (docs/audit-format.md, "Bundle"). */
+#ifndef KOSA8_AUDIT_BUNDLE_H
+#define KOSA8_AUDIT_BUNDLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "audit/format.h"
+
+#define AUDIT_BUNDLE_MAGIC "KOSA8-AUDIT-BUNDLE 1\n"
+
+struct audit_snapshot {
+	uint8_t *log;
+	size_t log_len;
+	uint8_t *heads;
+	size_t heads_len;
+};
+
+/* Reads both files while holding a shared lock on the log, so that no
+ * writer is half-way between its records and its head.  A missing heads
+ * file reads as empty; a missing log is -ENOENT; a file bigger than max
+ * gives -EFBIG. */
+int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot *s);
+void audit_snapshot_free(struct audit_snapshot *s);
+
+/* Writes a bundle of s and pub to f.  0 or -EIO. */
+int audit_bundle_write(FILE *f, const struct audit_snapshot *s, const uint8_t pub[AUDIT_PUBKEY_LEN]);
+
+/* A parsed bundle: pointers into the caller's buffer. */
+struct audit_bundle {
+	const uint8_t *log, *heads;
+	size_t log_len, heads_len;
+	uint8_t pub[AUDIT_PUBKEY_LEN];
+};
+
+/* Parses a bundle held in buf.  0, or -EBADMSG for anything that is not
+ * exactly a bundle (bounds-checked: the bytes come from elsewhere). */
+int audit_bundle_parse(const uint8_t *buf, size_t len, struct audit_bundle *b);
+
+#endif
