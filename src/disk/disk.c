@@ -744,6 +744,27 @@ int disk_open(struct disk **out, const char *top, unsigned flags, char *err, siz
 	return 0;
 }
 
+int disk_open_layer_alone(struct disk **out, struct disk_layer *l)
+{
+	struct disk *d = calloc(1, sizeof(*d));
+	uint64_t csz;
+
+	if (!d)
+		return -ENOMEM;
+	d->writable = l->writable;
+	d->layers[d->n++] = l;
+	csz = disk_layer_csz(l);
+	d->bounce = aligned_alloc(4096, csz);
+	d->zeros = calloc(1, csz);
+	if (!d->bounce || !d->zeros) {
+		d->n = 0; /* the caller keeps l */
+		disk_free(d);
+		return -ENOMEM;
+	}
+	*out = d;
+	return 0;
+}
+
 int disk_close(struct disk *d)
 {
 	int rc;

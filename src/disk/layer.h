@@ -70,6 +70,10 @@ int disk_layer_write_map(struct disk_layer *l, struct disk_stats *st);
 /* After a flush made the map durable, freed clusters become reusable. */
 int disk_layer_commit_frees(struct disk_layer *l);
 
+/* A disk made of l alone (taken over), its parent ignored: reads below it
+ * are zeros.  For the fuzz target and tests of a single file. */
+int disk_open_layer_alone(struct disk **out, struct disk_layer *l);
+
 int disk_base_id_fd(int fd, const char *path, const struct stat *st, uint8_t id[16],
 		    char *err, size_t errlen);
 
