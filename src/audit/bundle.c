@@ -5,53 +5,54 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "audit/audit.h"
 #include "common/util.h"
 
-static int read_fd(int fd, size_t max, uint8_t **buf, size_t *len)
+static int map_fd(int fd, size_t max, const uint8_t **p, size_t *len)
 {
 	struct stat st;
-	uint8_t *p;
-	ssize_t n;
+	void *m;
 
 	if (fstat(fd, &st) < 0)
 		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
 	if ((uint64_t)st.st_size > max)
 		return -EFBIG;
-	p = malloc(st.st_size ? (size_t)st.st_size : 1);
-	if (!p)
-		return -ENOMEM;
-	n = read_full(fd, p, (size_t)st.st_size);
-	if (n < 0) {
-		free(p);
-		return (int)n;
-	}
-	*buf = p;
-	*len = (size_t)n;
+	*p = NULL;
+	*len = (size_t)st.st_size;
+	if (!st.st_size)
+		return 0;
+	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (m == MAP_FAILED)
+		return -errno;
+	*p = m;
 	return 0;
 }
 
 int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot *s)
 {
 	char heads_path[4096];
-	int fd, hfd = -1, err;
+	int hfd = -1, err;
 
 	memset(s, 0, sizeof(*s));
+	s->fd = -1;
 	err = audit_heads_path(log_path, heads_path, sizeof(heads_path));
 	if (err)
 		return err;
-	fd = open(log_path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	s->fd = open(log_path, O_RDONLY | O_CLOEXEC);
+	if (s->fd < 0)
 		return -errno;
-	while (flock(fd, LOCK_SH) < 0)
+	while (flock(s->fd, LOCK_SH) < 0)
 		if (errno != EINTR) {
 			err = -errno;
 			goto out;
 		}
-	err = read_fd(fd, max, &s->log, &s->log_len);
+	err = map_fd(s->fd, max, &s->log, &s->log_len);
 	if (err)
 		goto out;
 	hfd = open(heads_path, O_RDONLY | O_CLOEXEC);
@@ -59,11 +60,10 @@ int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot 
 		err = -errno;
 		goto out;
 	}
-	err = hfd < 0 ? 0 : read_fd(hfd, max, &s->heads, &s->heads_len);
+	err = hfd < 0 ? 0 : map_fd(hfd, max, &s->heads, &s->heads_len);
 out:
 	if (hfd >= 0)
-		close(hfd);
-	close(fd); /* drops the lock */
+		close(hfd); /* the mapping stays */
 	if (err)
 		audit_snapshot_free(s);
 	return err;
@@ -71,9 +71,14 @@ out:
 
 void audit_snapshot_free(struct audit_snapshot *s)
 {
-	free(s->log);
-	free(s->heads);
+	if (s->log)
+		munmap((void *)s->log, s->log_len);
+	if (s->heads)
+		munmap((void *)s->heads, s->heads_len);
+	if (s->fd >= 0)
+		close(s->fd); /* drops the lock */
 	memset(s, 0, sizeof(*s));
+	s->fd = -1;
 }
 
 int audit_bundle_write(FILE *f, const struct audit_snapshot *s, const uint8_t pub[AUDIT_PUBKEY_LEN])

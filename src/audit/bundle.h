@@ -13,16 +13,18 @@
 #define AUDIT_BUNDLE_MAGIC "KOSA8-AUDIT-BUNDLE 1\n"
 
 struct audit_snapshot {
-	uint8_t *log;
+	const uint8_t *log;
 	size_t log_len;
-	uint8_t *heads;
+	const uint8_t *heads;
 	size_t heads_len;
+	int fd; /* holds the shared lock until audit_snapshot_free() */
 };
 
-/* Reads both files while holding a shared lock on the log, so that no
- * writer is half-way between its records and its head.  A missing heads
- * file reads as empty; a missing log is -ENOENT; a file bigger than max
- * gives -EFBIG. */
+/* Maps both files while holding a shared lock on the log, so that no writer
+ * is half-way between its records and its head, and none cuts a torn tail
+ * under the mapping.  Writers wait until audit_snapshot_free(): verifying
+ * takes about a second per GB.  A missing heads file reads as empty; a
+ * missing log is -ENOENT; a file bigger than max gives -EFBIG. */
 int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot *s);
 void audit_snapshot_free(struct audit_snapshot *s);
 

@@ -17,18 +17,24 @@ void merkle_leaf_hash(const uint8_t *leaf, size_t len, merkle_hash out)
 
 	SHA256_Init(&c);
 	SHA256_Update(&c, &prefix, 1);
-	SHA256_Update(&c, leaf, len);
+	if (len)
+		SHA256_Update(&c, leaf, len);
 	SHA256_Final(out, &c);
 }
 
 void merkle_node_hash(const merkle_hash left, const merkle_hash right, merkle_hash out)
 {
 	uint8_t buf[1 + 2 * AUDIT_HASH_LEN];
+	SHA256_CTX c;
 
 	buf[0] = 0x01;
 	memcpy(buf + 1, left, AUDIT_HASH_LEN);
 	memcpy(buf + 1 + AUDIT_HASH_LEN, right, AUDIT_HASH_LEN);
-	SHA256(buf, sizeof(buf), out);
+	/* Not SHA256(): in OpenSSL 3 that one-shot fetches the algorithm
+	 * through EVP on every call, which costs more than the hash. */
+	SHA256_Init(&c);
+	SHA256_Update(&c, buf, sizeof(buf));
+	SHA256_Final(out, &c);
 }
 
 void merkle_frontier_init(struct merkle_frontier *f)
@@ -58,7 +64,9 @@ void merkle_frontier_root(const struct merkle_frontier *f, merkle_hash root)
 	unsigned k;
 
 	if (f->size == 0) {
-		SHA256(NULL, 0, root);
+		SHA256_CTX c;
+		SHA256_Init(&c);
+		SHA256_Final(root, &c);
 		return;
 	}
 	/* The smallest subtree is the right-most; fold leftwards (RFC 9162's

@@ -2,6 +2,7 @@
  * The work is in src/audit/; this file turns it into commands and text. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <pwd.h>
@@ -264,76 +265,70 @@ static size_t show_buf(const struct aopts *o, const uint8_t *buf, size_t len, bo
 	return off;
 }
 
-static int follow(const struct aopts *o, uint64_t off)
+/* Reads records from off on without any lock (a reader must not hold up
+ * writers while a pager waits), in chunks; with --follow, forever. */
+static int stream(const struct aopts *o, int fd, uint64_t off)
 {
-	uint8_t *buf = NULL;
+	const size_t chunk = 16 * MiB; /* > AUDIT_REC_MAX: a whole record fits */
+	uint8_t *buf = malloc(chunk);
 	bool bad = false;
-	FILE *f = fopen(o->log, "rb");
+	struct stat st;
+	ssize_t len;
+	size_t used;
 	int err = 0;
 
-	if (!f)
-		return -errno;
+	if (!buf)
+		return -ENOMEM;
 	for (;;) {
-		struct stat st;
-		size_t len, used;
-		if (fstat(fileno(f), &st) < 0) {
+		if (fstat(fd, &st) < 0) {
 			err = -errno;
 			break;
 		}
-		if ((uint64_t)st.st_size > off) {
-			len = (size_t)((uint64_t)st.st_size - off);
-			len = len > 16 * MiB ? 16 * MiB : len;
-			free(buf);
-			buf = malloc(len);
-			if (!buf || pread(fileno(f), buf, len, (off_t)off) != (ssize_t)len) {
-				err = -EIO;
-				break;
-			}
-			used = show_buf(o, buf, len, &bad);
-			off += used;
-			fflush(stdout);
-			if (bad) {
-				fprintf(stderr, "kosa8 audit: malformed record at offset %llu\n",
-					(unsigned long long)off);
-				err = -EBADMSG;
-				break;
-			}
-			if (used == len && len == 16 * MiB)
-				continue;
+		len = (uint64_t)st.st_size > off ? pread(fd, buf, chunk, (off_t)off) : 0;
+		if (len < 0) {
+			err = -errno;
+			break;
 		}
+		used = show_buf(o, buf, (size_t)len, &bad);
+		off += used;
+		if (bad) {
+			fprintf(stderr, "kosa8 audit: malformed record at offset %llu; run "
+					"'kosa8 audit verify'\n", (unsigned long long)off);
+			err = -EBADMSG;
+			break;
+		}
+		if (used > 0)
+			continue;
+		if (!o->follow)
+			break; /* the end, or an incomplete record being written */
+		fflush(stdout);
 		usleep(200 * 1000);
 	}
+	fflush(stdout);
 	free(buf);
-	fclose(f);
 	return err;
 }
 
 static int do_show(struct aopts *o)
 {
-	struct audit_snapshot s;
+	uint8_t hdr[AUDIT_HDR_LEN];
 	struct audit_header h;
-	bool bad = false;
-	size_t used = 0;
+	ssize_t n;
+	int fd = open(o->log, O_RDONLY | O_CLOEXEC), err;
 
-	if (load_snapshot(o, &s))
+	if (fd < 0) {
+		fprintf(stderr, "kosa8 audit: no audit log at %s (%s)\n", o->log, strerror(errno));
 		return 2;
-	if (s.log_len >= AUDIT_HDR_LEN && audit_header_parse(s.log, s.log_len, &h)) {
+	}
+	n = pread(fd, hdr, sizeof(hdr), 0);
+	if (n < 0 || (n == AUDIT_HDR_LEN && audit_header_parse(hdr, (size_t)n, &h))) {
 		fprintf(stderr, "kosa8 audit: %s is not a kosa8 audit log\n", o->log);
-		audit_snapshot_free(&s);
+		close(fd);
 		return 2;
 	}
-	if (s.log_len > AUDIT_HDR_LEN)
-		used = show_buf(o, s.log + AUDIT_HDR_LEN, s.log_len - AUDIT_HDR_LEN, &bad);
-	audit_snapshot_free(&s);
-	fflush(stdout);
-	if (bad) {
-		fprintf(stderr, "kosa8 audit: malformed record at offset %zu; run 'kosa8 audit verify'\n",
-			AUDIT_HDR_LEN + used);
-		return 1;
-	}
-	if (o->follow)
-		return follow(o, AUDIT_HDR_LEN + used) ? 1 : 0;
-	return 0;
+	err = stream(o, fd, AUDIT_HDR_LEN);
+	close(fd);
+	return err == -EBADMSG ? 1 : err ? 2 : 0;
 }
 
 /* ---- verify ---- */
@@ -455,7 +450,8 @@ static void proved_free(struct proved *p)
 {
 	free(p->leaves);
 	free(p->heads);
-	audit_snapshot_free(&p->s);
+	if (p->s.log || p->s.heads || p->s.fd > 0)
+		audit_snapshot_free(&p->s);
 }
 
 static int load_proved(const struct aopts *o, struct proved *p)
