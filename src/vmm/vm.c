@@ -76,6 +76,13 @@ int host_available_memory(uint64_t *bytes)
 	return avail ? 0 : -ENODATA;
 }
 
+static void virtio_irq(void *ctx, uint32_t gsi, int level)
+{
+	struct vm *vm = ctx;
+
+	accel_irq_line(vm->accel, gsi, level);
+}
+
 static int setup_devices(struct vm *vm)
 {
 	int err;
@@ -89,6 +96,10 @@ static int setup_devices(struct vm *vm)
 	    (err = bus_register(&vm->pio, &vm->i8042.data_bus)) ||
 	    (err = bus_register(&vm->pio, &vm->i8042.cmd_bus)) ||
 	    (err = bus_register(&vm->pio, &vm->acpi_pm.bus)))
+		return err;
+	virtio_rng_init(&vm->rng, &vm->mem, VM_VIRTIO_MMIO_BASE, VM_VIRTIO_RNG_GSI,
+			virtio_irq, vm);
+	if ((err = bus_register(&vm->mmio, &vm->rng.mmio.bus)))
 		return err;
 	return 0;
 }
@@ -153,7 +164,7 @@ static int load_images(struct vm *vm, struct x86_boot_cpu *bsp, uint64_t rsdp,
 {
 	uint8_t *kernel = NULL, *initrd = NULL;
 	size_t klen = 0, ilen = 0;
-	char cmdline[4096];
+	char cmdline[4096], rng[128];
 	int err;
 
 	err = read_file(vm->cfg.kernel_path, MAX_KERNEL_BYTES, &kernel, &klen);
@@ -170,7 +181,8 @@ static int load_images(struct vm *vm, struct x86_boot_cpu *bsp, uint64_t rsdp,
 			goto out;
 		}
 	}
-	if (snprintf(cmdline, sizeof(cmdline), "%s%s%s", VM_DEFAULT_CMDLINE,
+	virtio_mmio_cmdline(&vm->rng.mmio, rng, sizeof(rng));
+	if (snprintf(cmdline, sizeof(cmdline), "%s %s%s%s", VM_DEFAULT_CMDLINE, rng,
 		     vm->cfg.cmdline ? " " : "", vm->cfg.cmdline ? vm->cfg.cmdline : "") >=
 	    (int)sizeof(cmdline)) {
 		*why = "kernel command line is too long";
@@ -460,6 +472,9 @@ void vm_destroy(struct vm *vm)
 			accel_vcpu_destroy(vm->vcpus[i].accel);
 		vm->vcpus[i].accel = NULL;
 	}
+	if (vm->rng.mmio.ops)
+		virtio_mmio_destroy(&vm->rng.mmio);
+	vm->rng.mmio.ops = NULL;
 	if (vm->serial.bus.opaque)
 		serial8250_destroy(&vm->serial);
 	vm->serial.bus.opaque = NULL;

@@ -10,12 +10,19 @@
 #include "devices/acpi_pm.h"
 #include "devices/i8042.h"
 #include "devices/serial8250.h"
+#include "devices/virtio_rng.h"
 #include "vmm/accel.h"
 #include "vmm/bus.h"
 #include "vmm/guest_mem.h"
 
 #define VM_MAX_VCPUS 254 /* xAPIC ids 0..253, the IOAPIC takes the next one */
 #define VM_DEFAULT_CMDLINE "console=ttyS0 reboot=k panic=-1 nomodule"
+
+/* virtio-mmio devices: one page each from here, in the 32-bit MMIO hole,
+ * with ISA interrupt lines that no legacy device of ours uses. */
+#define VM_VIRTIO_MMIO_BASE 0xd0000000ULL
+#define VM_VIRTIO_MMIO_STRIDE 0x1000ULL
+#define VM_VIRTIO_RNG_GSI 5
 
 enum vm_stop {
 	VM_STOP_NONE = 0,
@@ -52,6 +59,7 @@ struct vm {
 	struct serial8250 serial;
 	struct i8042 i8042;
 	struct acpi_pm acpi_pm;
+	struct virtio_rng rng;
 	struct vm_vcpu vcpus[VM_MAX_VCPUS];
 	int stop_pipe[2];          /* any thread writes a byte to wake the main loop */
 	int stop_reason;           /* enum vm_stop, set once (atomic) */

@@ -1,0 +1,84 @@
+/* virtio-mmio transport, version 2 (modern only; virtio 1.x, 4.2).
+ *
+ * The transport owns the register file, feature negotiation, the device
+ * status state machine and the queues' configuration; a device supplies an
+ * ops table and gets called when the driver kicks a queue.  A driver that
+ * breaks the rules (bad status transition, bad ring, bad chain) gets the
+ * device marked DEVICE_NEEDS_RESET with a configuration-change interrupt,
+ * logged once; the VMM carries on. */
+#ifndef KOSA8_VIRTIO_MMIO_H
+#define KOSA8_VIRTIO_MMIO_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "virtio/queue.h"
+#include "vmm/bus.h"
+#include "vmm/guest_mem.h"
+
+#define VIRTIO_MMIO_SIZE 0x200
+#define VIRTIO_MAX_QUEUES 4
+#define VIRTIO_F_VERSION_1_BIT 32
+#define VIRTIO_F_INDIRECT_BIT 28
+
+struct virtio_mmio;
+
+struct virtio_dev_ops {
+	const char *name;
+	uint32_t device_id;
+	uint64_t features;       /* device features, VERSION_1 added by the transport */
+	uint16_t nqueues;
+	uint32_t config_len;
+	/* Config space accesses, offset within config space, already bounds-checked. */
+	void (*config_read)(struct virtio_mmio *t, uint32_t off, uint8_t *data, uint32_t size);
+	void (*config_write)(struct virtio_mmio *t, uint32_t off, const uint8_t *data, uint32_t size);
+	/* The driver made buffers available in queue q (called with t->lock held). */
+	void (*notify)(struct virtio_mmio *t, uint16_t q);
+	/* The driver set DRIVER_OK (lock held). */
+	void (*activate)(struct virtio_mmio *t);
+	/* The driver wrote 0 to status, or the device is destroyed (lock held). */
+	void (*reset)(struct virtio_mmio *t);
+};
+
+/* The transport's own state: what a checkpoint stores for it. */
+struct virtio_mmio_state {
+	uint32_t version;
+	uint32_t status, dev_feat_sel, drv_feat_sel, queue_sel, int_status, config_gen;
+	uint64_t driver_features;
+	struct virtq queues[VIRTIO_MAX_QUEUES]; /* host pointers are rebuilt on restore */
+};
+#define VIRTIO_MMIO_STATE_VERSION 1
+
+struct virtio_mmio {
+	struct bus_dev bus;
+	const struct virtio_dev_ops *ops;
+	void *dev;                  /* the device's own struct */
+	const struct guest_mem *mem;
+	uint32_t gsi;
+	void (*set_irq)(void *ctx, uint32_t gsi, int level);
+	void *irq_ctx;
+	pthread_mutex_t lock;       /* register file, queues: vCPU and device threads */
+	struct virtio_mmio_state s;
+};
+
+void virtio_mmio_init(struct virtio_mmio *t, const struct virtio_dev_ops *ops, void *dev,
+		      const struct guest_mem *mem, uint64_t base, uint32_t gsi,
+		      void (*set_irq)(void *ctx, uint32_t gsi, int level), void *irq_ctx);
+void virtio_mmio_destroy(struct virtio_mmio *t);
+
+/* Kernel command-line fragment that declares the device to Linux. */
+int virtio_mmio_cmdline(const struct virtio_mmio *t, char *buf, size_t len);
+
+/* Called by the device after pushing used buffers (lock held). */
+void virtio_mmio_notify_used(struct virtio_mmio *t, uint16_t q);
+/* Called by the device when the driver broke the rules (lock held). */
+void virtio_mmio_fail(struct virtio_mmio *t, const char *why);
+bool virtio_mmio_driver_ok(const struct virtio_mmio *t);
+bool virtio_mmio_has_feature(const struct virtio_mmio *t, unsigned bit);
+
+void virtio_mmio_save(struct virtio_mmio *t, struct virtio_mmio_state *out);
+/* Validates and loads a saved state; queues are re-mapped against guest RAM. */
+int virtio_mmio_restore(struct virtio_mmio *t, const struct virtio_mmio_state *in);
+
+#endif
