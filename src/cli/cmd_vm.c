@@ -28,6 +28,8 @@ static const char vm_usage[] =
 	"  --cpus N        vCPUs (default 1)\n"
 	"  --cmdline ARGS  appended to the kernel command line after\n"
 	"                  '" VM_DEFAULT_CMDLINE "'\n"
+	"  --disk DELTA    layered disk (top delta, see 'kosa8 disk') as /dev/vda\n"
+	"  --disk-ro DELTA the same, read-only\n"
 	"  --emulate       run in a helper VM under software emulation (slow; for\n"
 	"                  hosts without /dev/kvm; automatic there, with a warning)\n"
 	"  --no-emulate    fail instead when /dev/kvm is missing\n"
@@ -44,6 +46,8 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		{"mem", required_argument, NULL, 'm'},
 		{"cpus", required_argument, NULL, 'c'},
 		{"cmdline", required_argument, NULL, 'a'},
+		{"disk", required_argument, NULL, 'd'},
+		{"disk-ro", required_argument, NULL, 'D'},
 		{"emulate", no_argument, NULL, 'E'},
 		{"no-emulate", no_argument, NULL, 'N'},
 		{"help", no_argument, NULL, 'h'},
@@ -63,6 +67,8 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		case 'k': a->kernel = optarg; break;
 		case 'i': a->initrd = optarg; break;
 		case 'a': a->cmdline = optarg; break;
+		case 'd': a->disk = optarg; a->disk_ro = false; break;
+		case 'D': a->disk = optarg; a->disk_ro = true; break;
 		case 'E': a->emulate = EMULATE_ALWAYS; break;
 		case 'N': a->emulate = EMULATE_NEVER; break;
 		case 'h': a->help = true; return 0;
@@ -183,9 +189,9 @@ static int find_testbed(char *buf, size_t len)
 
 static int run_emulated(const struct vm_args *a)
 {
-	char testbed[PATH_MAX], self[PATH_MAX], kernel[PATH_MAX], initrd[PATH_MAX];
+	char testbed[PATH_MAX], self[PATH_MAX], kernel[PATH_MAX], initrd[PATH_MAX], disk[PATH_MAX];
 	char mem[32], cpus[16];
-	const char *argv[16];
+	const char *argv[20];
 	int n = 0;
 
 	if (find_testbed(testbed, sizeof(testbed)) < 0) {
@@ -193,7 +199,7 @@ static int run_emulated(const struct vm_args *a)
 		return VM_EXIT_ERROR;
 	}
 	if (!realpath("/proc/self/exe", self) || !realpath(a->kernel, kernel) ||
-	    (a->initrd && !realpath(a->initrd, initrd))) {
+	    (a->initrd && !realpath(a->initrd, initrd)) || (a->disk && !realpath(a->disk, disk))) {
 		fprintf(stderr, "kosa8: %s: %s\n", a->initrd && access(a->initrd, F_OK) ? a->initrd : a->kernel,
 			"file not found");
 		return VM_EXIT_ERROR;
@@ -216,6 +222,10 @@ static int run_emulated(const struct vm_args *a)
 	argv[n++] = mem;
 	argv[n++] = "--cpus";
 	argv[n++] = cpus;
+	if (a->disk) {
+		argv[n++] = a->disk_ro ? "--disk-ro" : "--disk";
+		argv[n++] = disk;
+	}
 	if (a->cmdline) {
 		argv[n++] = "--cmdline";
 		argv[n++] = a->cmdline;
@@ -258,6 +268,7 @@ int cmd_vm(int argc, char **argv)
 		.mem_size = a.mem, .ncpus = a.cpus,
 		.console_in = STDIN_FILENO, .console_out = STDOUT_FILENO,
 		.console_escape = isatty(STDIN_FILENO),
+		.disk_path = a.disk, .disk_read_only = a.disk_ro,
 	};
 	if (vm_check_config(&cfg, &why) < 0) {
 		fprintf(stderr, "kosa8 vm: %s\n", why);

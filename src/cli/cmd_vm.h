@@ -9,7 +9,8 @@
 enum emulate_mode { EMULATE_AUTO, EMULATE_ALWAYS, EMULATE_NEVER };
 
 struct vm_args {
-	const char *kernel, *initrd, *cmdline;
+	const char *kernel, *initrd, *cmdline, *disk;
+	bool disk_ro;
 	uint64_t mem;
 	int cpus;
 	enum emulate_mode emulate;

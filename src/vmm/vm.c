@@ -83,7 +83,31 @@ static void virtio_irq(void *ctx, uint32_t gsi, int level)
 	accel_irq_line(vm->accel, gsi, level);
 }
 
-static int setup_devices(struct vm *vm)
+static int setup_disk(struct vm *vm, const char **why)
+{
+	struct disk *d = NULL;
+	char msg[DISK_ERR_LEN];
+	int err;
+
+	err = disk_open(&d, vm->cfg.disk_path, vm->cfg.disk_read_only ? DISK_RDONLY : 0,
+			msg, sizeof(msg));
+	if (err) {
+		snprintf(vm->err_buf, sizeof(vm->err_buf), "disk: %.400s", msg);
+		*why = vm->err_buf;
+		return err;
+	}
+	err = virtio_blk_init(&vm->blk, d, vm->cfg.disk_read_only, "kosa8-disk0", &vm->mem,
+			      VM_VIRTIO_MMIO_BASE + VM_VIRTIO_MMIO_STRIDE, VM_VIRTIO_BLK_GSI,
+			      virtio_irq, vm);
+	vm->has_blk = true;
+	if (!err)
+		err = bus_register(&vm->mmio, &vm->blk.mmio.bus);
+	if (err)
+		*why = "cannot start the block device";
+	return err;
+}
+
+static int setup_devices(struct vm *vm, const char **why)
 {
 	int err;
 
@@ -101,6 +125,8 @@ static int setup_devices(struct vm *vm)
 			virtio_irq, vm);
 	if ((err = bus_register(&vm->mmio, &vm->rng.mmio.bus)))
 		return err;
+	if (vm->cfg.disk_path)
+		return setup_disk(vm, why);
 	return 0;
 }
 
@@ -164,7 +190,7 @@ static int load_images(struct vm *vm, struct x86_boot_cpu *bsp, uint64_t rsdp,
 {
 	uint8_t *kernel = NULL, *initrd = NULL;
 	size_t klen = 0, ilen = 0;
-	char cmdline[4096], rng[128];
+	char cmdline[4096], devs[256];
 	int err;
 
 	err = read_file(vm->cfg.kernel_path, MAX_KERNEL_BYTES, &kernel, &klen);
@@ -181,8 +207,13 @@ static int load_images(struct vm *vm, struct x86_boot_cpu *bsp, uint64_t rsdp,
 			goto out;
 		}
 	}
-	virtio_mmio_cmdline(&vm->rng.mmio, rng, sizeof(rng));
-	if (snprintf(cmdline, sizeof(cmdline), "%s %s%s%s", VM_DEFAULT_CMDLINE, rng,
+	virtio_mmio_cmdline(&vm->rng.mmio, devs, sizeof(devs));
+	if (vm->has_blk) {
+		size_t n = strlen(devs);
+		devs[n++] = ' ';
+		virtio_mmio_cmdline(&vm->blk.mmio, devs + n, sizeof(devs) - n);
+	}
+	if (snprintf(cmdline, sizeof(cmdline), "%s %s%s%s", VM_DEFAULT_CMDLINE, devs,
 		     vm->cfg.cmdline ? " " : "", vm->cfg.cmdline ? vm->cfg.cmdline : "") >=
 	    (int)sizeof(cmdline)) {
 		*why = "kernel command line is too long";
@@ -273,10 +304,9 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 		*why = "KVM could not create the interrupt controller and timer";
 		goto fail;
 	}
-	if ((err = setup_devices(vm))) {
-		*why = "device set-up failed";
+	*why = "device set-up failed";
+	if ((err = setup_devices(vm, why)))
 		goto fail;
-	}
 	err = acpi_build(vm->mem.base + BOOT_BIOS_START, BOOT_BIOS_START,
 			 BOOT_KERNEL_ADDR - BOOT_BIOS_START, cfg->ncpus, &rsdp);
 	if (err < 0) {
@@ -472,6 +502,9 @@ void vm_destroy(struct vm *vm)
 			accel_vcpu_destroy(vm->vcpus[i].accel);
 		vm->vcpus[i].accel = NULL;
 	}
+	if (vm->has_blk)
+		virtio_blk_destroy(&vm->blk);
+	vm->has_blk = false;
 	if (vm->rng.mmio.ops)
 		virtio_mmio_destroy(&vm->rng.mmio);
 	vm->rng.mmio.ops = NULL;

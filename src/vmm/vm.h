@@ -10,6 +10,7 @@
 #include "devices/acpi_pm.h"
 #include "devices/i8042.h"
 #include "devices/serial8250.h"
+#include "devices/virtio_blk.h"
 #include "devices/virtio_rng.h"
 #include "vmm/accel.h"
 #include "vmm/bus.h"
@@ -23,6 +24,7 @@
 #define VM_VIRTIO_MMIO_BASE 0xd0000000ULL
 #define VM_VIRTIO_MMIO_STRIDE 0x1000ULL
 #define VM_VIRTIO_RNG_GSI 5
+#define VM_VIRTIO_BLK_GSI 6
 
 enum vm_stop {
 	VM_STOP_NONE = 0,
@@ -41,6 +43,8 @@ struct vm_config {
 	int console_in;            /* -1: no console input */
 	int console_out;
 	int console_escape;        /* Ctrl-A x stops the VM (interactive terminals) */
+	const char *disk_path;     /* top delta of a layered disk (virtio-blk), or NULL */
+	bool disk_read_only;
 };
 
 struct vm_vcpu {
@@ -60,6 +64,9 @@ struct vm {
 	struct i8042 i8042;
 	struct acpi_pm acpi_pm;
 	struct virtio_rng rng;
+	struct virtio_blk blk;
+	bool has_blk;
+	char err_buf[512];         /* a dynamic "why" for vm_create's caller */
 	struct vm_vcpu vcpus[VM_MAX_VCPUS];
 	int stop_pipe[2];          /* any thread writes a byte to wake the main loop */
 	int stop_reason;           /* enum vm_stop, set once (atomic) */

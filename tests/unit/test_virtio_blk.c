@@ -1,0 +1,232 @@
+/* virtio-blk on a real layered disk file, driven through the transport as
+ * Linux's driver does it: write, read back, flush, discard, and the requests
+ * a hostile guest could send. */
+#include <errno.h>
+#include <linux/virtio_blk.h>
+#include <linux/virtio_config.h>
+#include <linux/virtio_mmio.h>
+#include <linux/virtio_ring.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "devices/virtio_blk.h"
+
+#define MEM_SIZE (4 << 20)
+#define QSIZE 16
+#define DESC 0x1000
+#define AVAIL 0x2000
+#define USED 0x3000
+#define HDR 0x10000
+#define DATA 0x20000
+#define STATUS 0x11000
+#define DISK_BYTES (1 << 20)
+
+static struct guest_mem mem;
+static char dir[64];
+static uint16_t next_avail;
+
+static void set_irq(void *ctx, uint32_t gsi, int level) {}
+
+static void wr32(struct virtio_mmio *t, uint32_t off, uint32_t v) { t->bus.write(t, off, (uint8_t *)&v, 4); }
+static uint32_t rd32(struct virtio_mmio *t, uint32_t off)
+{
+	uint32_t v;
+	t->bus.read(t, off, (uint8_t *)&v, 4);
+	return v;
+}
+
+static void put_desc(int i, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next)
+{
+	uint8_t *d = mem.base + DESC + 16 * i;
+
+	memcpy(d, &addr, 8);
+	memcpy(d + 8, &len, 4);
+	memcpy(d + 12, &flags, 2);
+	memcpy(d + 14, &next, 2);
+}
+
+static uint16_t used_idx(void)
+{
+	uint16_t v;
+
+	memcpy(&v, mem.base + USED + 2, 2);
+	return v;
+}
+
+/* Posts a 3-part request (header, data, status) and waits for completion. */
+static uint8_t request(struct virtio_blk *b, uint32_t type, uint64_t sector, uint32_t len, bool data_in)
+{
+	struct { uint32_t type, reserved; uint64_t sector; } h = {type, 0, sector};
+	uint16_t before = used_idx();
+	uint16_t slot = next_avail++;
+	uint16_t idx = next_avail;
+
+	memcpy(mem.base + HDR, &h, sizeof(h));
+	mem.base[STATUS] = 0xee;
+	if (len) {
+		put_desc(0, HDR, 16, VRING_DESC_F_NEXT, 1);
+		put_desc(1, DATA, len, VRING_DESC_F_NEXT | (data_in ? VRING_DESC_F_WRITE : 0), 2);
+		put_desc(2, STATUS, 1, VRING_DESC_F_WRITE, 0);
+	} else {
+		put_desc(0, HDR, 16, VRING_DESC_F_NEXT, 2);
+		put_desc(2, STATUS, 1, VRING_DESC_F_WRITE, 0);
+	}
+	memcpy(mem.base + AVAIL + 4 + 2 * (slot % QSIZE), &(uint16_t){0}, 2);
+	memcpy(mem.base + AVAIL + 2, &idx, 2);
+	wr32(&b->mmio, VIRTIO_MMIO_QUEUE_NOTIFY, 0);
+	for (int i = 0; i < 5000 && used_idx() == before; i++)
+		usleep(1000);
+	assert_int_not_equal(used_idx(), before);
+	return mem.base[STATUS];
+}
+
+static void bring_up(struct virtio_blk *b)
+{
+	memset(mem.base, 0, 0x10000);
+	next_avail = 0;
+	wr32(&b->mmio, VIRTIO_MMIO_STATUS, 3);
+	wr32(&b->mmio, VIRTIO_MMIO_DRIVER_FEATURES_SEL, 1);
+	wr32(&b->mmio, VIRTIO_MMIO_DRIVER_FEATURES, 1);
+	/* Take what the device offers of what this driver wants. */
+	wr32(&b->mmio, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 0);
+	uint32_t offered = rd32(&b->mmio, VIRTIO_MMIO_DEVICE_FEATURES);
+	wr32(&b->mmio, VIRTIO_MMIO_DRIVER_FEATURES_SEL, 0);
+	wr32(&b->mmio, VIRTIO_MMIO_DRIVER_FEATURES,
+	     offered & ((1u << VIRTIO_BLK_F_FLUSH) | (1u << VIRTIO_BLK_F_DISCARD) | (1u << VIRTIO_BLK_F_RO)));
+	wr32(&b->mmio, VIRTIO_MMIO_STATUS, 0xb);
+	wr32(&b->mmio, VIRTIO_MMIO_QUEUE_SEL, 0);
+	wr32(&b->mmio, VIRTIO_MMIO_QUEUE_NUM, QSIZE);
+	wr32(&b->mmio, VIRTIO_MMIO_QUEUE_DESC_LOW, DESC);
+	wr32(&b->mmio, VIRTIO_MMIO_QUEUE_AVAIL_LOW, AVAIL);
+	wr32(&b->mmio, VIRTIO_MMIO_QUEUE_USED_LOW, USED);
+	wr32(&b->mmio, VIRTIO_MMIO_QUEUE_READY, 1);
+	wr32(&b->mmio, VIRTIO_MMIO_STATUS, 0xf);
+	assert_int_equal(rd32(&b->mmio, VIRTIO_MMIO_STATUS), 0xf);
+}
+
+static struct disk *make_disk(const char *name, bool ro)
+{
+	char path[128], err[DISK_ERR_LEN];
+	struct disk *d = NULL;
+	struct disk_create_opts o = {.size = DISK_BYTES};
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (access(path, F_OK) != 0)
+		assert_int_equal(disk_create(path, NULL, &o, err, sizeof(err)), 0);
+	assert_int_equal(disk_open(&d, path, ro ? DISK_RDONLY : 0, err, sizeof(err)), 0);
+	return d;
+}
+
+static int setup(void **state)
+{
+	snprintf(dir, sizeof(dir), "/tmp/kosa8-blk-test-XXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	return guest_mem_create(&mem, MEM_SIZE);
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+
+	guest_mem_destroy(&mem);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	return system(cmd);
+}
+
+static void test_write_read_flush(void **state)
+{
+	struct virtio_blk b;
+	uint8_t pattern[8192];
+
+	assert_int_equal(virtio_blk_init(&b, make_disk("rw", false), false, "serial-1", &mem,
+					 0xd0001000, 6, set_irq, NULL), 0);
+	/* Capacity in config space, in sectors. */
+	uint32_t cap = rd32(&b.mmio, 0x100);
+	assert_int_equal(cap, DISK_BYTES / 512);
+	bring_up(&b);
+	for (size_t i = 0; i < sizeof(pattern); i++)
+		pattern[i] = (uint8_t)(i * 7 + 3);
+	memcpy(mem.base + DATA, pattern, sizeof(pattern));
+	assert_int_equal(request(&b, VIRTIO_BLK_T_OUT, 100, sizeof(pattern), false), VIRTIO_BLK_S_OK);
+	memset(mem.base + DATA, 0, sizeof(pattern));
+	assert_int_equal(request(&b, VIRTIO_BLK_T_IN, 100, sizeof(pattern), true), VIRTIO_BLK_S_OK);
+	assert_memory_equal(mem.base + DATA, pattern, sizeof(pattern));
+	assert_int_equal(request(&b, VIRTIO_BLK_T_FLUSH, 0, 0, false), VIRTIO_BLK_S_OK);
+	/* GET_ID answers the serial. */
+	assert_int_equal(request(&b, VIRTIO_BLK_T_GET_ID, 0, 20, true), VIRTIO_BLK_S_OK);
+	assert_memory_equal(mem.base + DATA, "serial-1", 8);
+	/* Discard: reads back zeros. */
+	struct { uint64_t sector; uint32_t n, flags; } seg = {100, 16, 0};
+	memcpy(mem.base + DATA, &seg, sizeof(seg));
+	assert_int_equal(request(&b, VIRTIO_BLK_T_DISCARD, 0, sizeof(seg), false), VIRTIO_BLK_S_OK);
+	assert_int_equal(request(&b, VIRTIO_BLK_T_IN, 100, 8192, true), VIRTIO_BLK_S_OK);
+	for (int i = 0; i < 8192; i++)
+		assert_int_equal(mem.base[DATA + i], 0);
+	assert_int_equal(b.stats.writes, 1);
+	virtio_blk_destroy(&b);
+}
+
+static void test_bad_requests(void **state)
+{
+	struct virtio_blk b;
+
+	assert_int_equal(virtio_blk_init(&b, make_disk("bad", false), false, NULL, &mem,
+					 0xd0001000, 6, set_irq, NULL), 0);
+	bring_up(&b);
+	/* Past the end of the disk, straddling it, a sector number that overflows. */
+	assert_int_equal(request(&b, VIRTIO_BLK_T_IN, DISK_BYTES / 512, 512, true), VIRTIO_BLK_S_IOERR);
+	assert_int_equal(request(&b, VIRTIO_BLK_T_OUT, DISK_BYTES / 512 - 1, 1024, false), VIRTIO_BLK_S_IOERR);
+	assert_int_equal(request(&b, VIRTIO_BLK_T_IN, UINT64_MAX / 256, 512, true), VIRTIO_BLK_S_IOERR);
+	/* Not a whole number of sectors. */
+	assert_int_equal(request(&b, VIRTIO_BLK_T_OUT, 0, 100, false), VIRTIO_BLK_S_IOERR);
+	/* Unknown type. */
+	assert_int_equal(request(&b, 0x77, 0, 512, true), VIRTIO_BLK_S_UNSUPP);
+	/* Discard with a bad segment list length. */
+	assert_int_equal(request(&b, VIRTIO_BLK_T_DISCARD, 0, 10, false), VIRTIO_BLK_S_IOERR);
+	assert_true(b.stats.errors >= 5);
+	/* Still alive and serving. */
+	assert_int_equal(request(&b, VIRTIO_BLK_T_IN, 0, 512, true), VIRTIO_BLK_S_OK);
+	/* A chain without a status byte cannot be answered: device needs reset. */
+	put_desc(0, HDR, 16, 0, 0);
+	uint16_t idx = ++next_avail;
+	memcpy(mem.base + AVAIL + 2, &idx, 2);
+	wr32(&b.mmio, VIRTIO_MMIO_QUEUE_NOTIFY, 0);
+	for (int i = 0; i < 5000 && !(rd32(&b.mmio, VIRTIO_MMIO_STATUS) & VIRTIO_CONFIG_S_NEEDS_RESET); i++)
+		usleep(1000);
+	assert_true(rd32(&b.mmio, VIRTIO_MMIO_STATUS) & VIRTIO_CONFIG_S_NEEDS_RESET);
+	virtio_blk_destroy(&b);
+}
+
+static void test_read_only(void **state)
+{
+	struct virtio_blk b;
+
+	disk_close(make_disk("ro2", false));
+	assert_int_equal(virtio_blk_init(&b, make_disk("ro2", true), true, NULL, &mem,
+					 0xd0001000, 6, set_irq, NULL), 0);
+	wr32(&b.mmio, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 0);
+	assert_true(rd32(&b.mmio, VIRTIO_MMIO_DEVICE_FEATURES) & (1u << VIRTIO_BLK_F_RO));
+	bring_up(&b);
+	assert_int_equal(request(&b, VIRTIO_BLK_T_OUT, 0, 512, false), VIRTIO_BLK_S_IOERR);
+	assert_int_equal(request(&b, VIRTIO_BLK_T_IN, 0, 512, true), VIRTIO_BLK_S_OK);
+	virtio_blk_destroy(&b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_write_read_flush),
+		cmocka_unit_test(test_bad_requests),
+		cmocka_unit_test(test_read_only),
+	};
+	return cmocka_run_group_tests_name("virtio_blk", tests, setup, teardown);
+}
