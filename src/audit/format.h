@@ -26,7 +26,7 @@
  * the four fields, then one '\n'. */
 #define AUDIT_REC_MAGIC "K8AR"
 #define AUDIT_REC_FIXED 66        /* bytes before the variable fields */
-#define AUDIT_REC_MIN (AUDIT_REC_FIXED + 1 + 1 + 2) /* a type byte, "{}", '\n' */
+#define AUDIT_REC_MIN (AUDIT_REC_FIXED + 1 + 1 + 2 + 1) /* actor, type, "{}", newline */
 #define AUDIT_REC_MAX (1u << 20)  /* a whole record, bytes */
 #define AUDIT_NAME_MAX 256        /* sandbox, actor, type: bytes */
 

@@ -94,7 +94,7 @@ static int parse_time(const char *s, uint64_t *ns)
 	if (s[0] == '@' || (s[0] >= '0' && s[0] <= '9' && !strchr(s, '-'))) {
 		errno = 0;
 		v = strtoull(s + (s[0] == '@'), &end, 10);
-		if (errno || end == s + (s[0] == '@') || v > 1ULL << 33)
+		if (errno || end == s + (s[0] == '@') || v > 1ULL << 34)
 			return -EINVAL;
 		if (s[0] == '@' && !*end) {
 			*ns = v * 1000000000ULL;

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""An independent verifier of kosa8 audit logs, written from
+docs/audit-format.md alone (hashlib for SHA-256, the openssl command for
+Ed25519).  tests/unit/test_audit_cli.c runs it against logs kosa8 wrote, to
+show that the document is enough and that kosa8 follows it.
+
+    verify_log.py log LOG PUBKEY_PEM        chain, tree, every signed head
+    verify_log.py proof PROOF.json PUBKEY_PEM   an inclusion proof
+
+Prints "OK <records> <heads>" or "BAD <reason>", exits 0 or 1.
+"""
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+
+def sha(b):
+    return hashlib.sha256(b).digest()
+
+
+def leaf_hash(rec):
+    return sha(b"\x00" + rec)
+
+
+def node_hash(l, r):
+    return sha(b"\x01" + l + r)
+
+
+def mth(leaves):
+    """RFC 9162 MTH over leaf hashes."""
+    if not leaves:
+        return sha(b"")
+    if len(leaves) == 1:
+        return leaves[0]
+    k = 1
+    while k * 2 < len(leaves):
+        k *= 2
+    return node_hash(mth(leaves[:k]), mth(leaves[k:]))
+
+
+def ed25519_ok(pub_pem, msg, sig):
+    with tempfile.TemporaryDirectory() as d:
+        m, s = os.path.join(d, "m"), os.path.join(d, "s")
+        open(m, "wb").write(msg)
+        open(s, "wb").write(sig)
+        r = subprocess.run(["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", pub_pem,
+                            "-rawin", "-in", m, "-sigfile", s],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return r.returncode == 0
+
+
+def parse_record(b, off):
+    """Section 3.  Returns (length, seq, prev) or raises ValueError."""
+    if b[off:off + 4] != b"K8AR" or len(b) - off < 66:
+        raise ValueError("no record at %d" % off)
+    L, seq, _t = struct.unpack(">IQQ", b[off + 4:off + 24])
+    prev = b[off + 24:off + 56]
+    a, bb, c, d = struct.unpack(">HHHI", b[off + 56:off + 66])
+    if L != 67 + a + bb + c + d or not 71 <= L <= 1048576 or off + L > len(b):
+        raise ValueError("bad length at %d" % off)
+    if a > 256 or bb > 256 or c > 256 or bb < 1 or c < 1 or d < 2:
+        raise ValueError("bad field lengths at %d" % off)
+    names = b[off + 66:off + 66 + a + bb + c]
+    if any(x < 0x20 or x == 0x7F for x in names):
+        raise ValueError("control byte in a name at %d" % off)
+    det = b[off + 66 + a + bb + c:off + L - 1]
+    if det[:1] != b"{" or det[-1:] != b"}" or b[off + L - 1] != 0x0A:
+        raise ValueError("bad details or end at %d" % off)
+    return L, seq, prev
+
+
+def parse_head(line):
+    f = line.split(" ")
+    if len(f) != 7 or f[0] != "K8AH1":
+        raise ValueError("bad head line")
+    return {"id": bytes.fromhex(f[1]), "size": int(f[2]), "time": int(f[3]),
+            "root": bytes.fromhex(f[4]), "pub": bytes.fromhex(f[5]), "sig": bytes.fromhex(f[6])}
+
+
+def head_msg(h):
+    return (b"KOSA8 AUDIT TREE HEAD V1\n" + h["id"] + struct.pack(">QQ", h["size"], h["time"])
+            + h["root"])
+
+
+def verify_log(path, pub):
+    b = open(path, "rb").read()
+    if b[:4] != b"K8AL" or struct.unpack(">I", b[4:8])[0] != 1:
+        return "BAD header"
+    log_id = b[8:24]
+    leaves, off, prev = [], 32, bytes(32)
+    while off < len(b):
+        try:
+            L, seq, p = parse_record(b, off)
+        except ValueError as e:
+            if b[off:].strip(b"\x00") == b"" or off + 8 > len(b):
+                break  # torn tail
+            return "BAD malformed record %d (%s)" % (len(leaves), e)
+        if seq != len(leaves) or p != prev:
+            return "BAD chain at record %d" % len(leaves)
+        h = leaf_hash(b[off:off + L])
+        leaves.append(h)
+        prev, off = h, off + L
+    heads = []
+    hp = path + ".heads"
+    if os.path.exists(hp):
+        for line in open(hp).read().split("\n")[:-1]:
+            heads.append(parse_head(line))
+    last = 0
+    for i, h in enumerate(heads):
+        if h["id"] != log_id or h["size"] < last:
+            return "BAD head %d order or log id" % i
+        last = h["size"]
+        if not ed25519_ok(pub, head_msg(h), h["sig"]):
+            return "BAD head %d signature" % i
+        if h["size"] > len(leaves):
+            return "BAD truncated: head %d covers %d records" % (i, h["size"])
+        if mth(leaves[:h["size"]]) != h["root"]:
+            return "BAD head %d root" % i
+    return "OK %d %d" % (len(leaves), len(heads))
+
+
+def verify_inclusion(idx, size, lh, path, root):
+    """RFC 9162 2.1.3.2, transcribed."""
+    if idx >= size:
+        return False
+    fn, sn, r = idx, size - 1, lh
+    for p in path:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            r = node_hash(p, r)
+            while not fn & 1 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            r = node_hash(r, p)
+        fn >>= 1
+        sn >>= 1
+    return sn == 0 and r == root
+
+
+def verify_proof(path, pub):
+    d = json.load(open(path))
+    if d.get("type") != "kosa8-audit-inclusion-proof-v1":
+        return "BAD type"
+    h = parse_head(d["head"])
+    if not ed25519_ok(pub, head_msg(h), h["sig"]):
+        return "BAD head signature"
+    leaf = bytes.fromhex(d["leaf"])
+    L, seq, _ = parse_record(leaf, 0)
+    if L != len(leaf) or seq != d["leaf_index"] or h["size"] != d["tree_size"]:
+        return "BAD leaf or size"
+    ap = [bytes.fromhex(x) for x in d["audit_path"]]
+    if not verify_inclusion(seq, h["size"], leaf_hash(leaf), ap, h["root"]):
+        return "BAD path"
+    return "OK %d %d" % (seq, h["size"])
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] not in ("log", "proof"):
+        sys.exit(__doc__)
+    out = (verify_log if sys.argv[1] == "log" else verify_proof)(sys.argv[2], sys.argv[3])
+    print(out)
+    sys.exit(0 if out.startswith("OK") else 1)
+
+
+main()

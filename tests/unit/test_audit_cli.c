@@ -1,0 +1,229 @@
+/* `kosa8 audit` run for real (the kosa8 binary of the same build), and the
+ * logs and proofs it writes checked by tests/audit/verify_log.py, a verifier
+ * written from docs/audit-format.md alone. */
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "common/util.h"
+
+static char kosa8[PATH_MAX];
+static char dir[256];
+static char out[1 << 16];
+
+/* Runs a shell command line with $K (kosa8), $D (the test folder) and
+ * $LOG set; its stdout+stderr land in `out`.  Returns the exit status. */
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int run(const char *fmt, ...)
+{
+	char cmd[4096], full[4096 + PATH_MAX + 512];
+	va_list ap;
+	FILE *p;
+	size_t n;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	snprintf(full, sizeof(full),
+		 "K='%s'; D='%s'; LOG=\"$D/a.log\"; export KOSA8_CONFIG_DIR=\"$D/cfg\"; (%s) 2>&1",
+		 kosa8, dir, cmd);
+	p = popen(full, "r");
+	assert_non_null(p);
+	n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static int lines(const char *s)
+{
+	int n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+static int setup(void **state)
+{
+	char self[PATH_MAX - 16];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	char *slash;
+
+	if (n <= 0)
+		return -1;
+	self[n] = '\0';
+	/* <build>/tests/test_audit_cli -> <build>/kosa8 */
+	slash = strrchr(self, '/');
+	*slash = '\0';
+	slash = strrchr(self, '/');
+	*slash = '\0';
+	snprintf(kosa8, sizeof(kosa8), "%s/kosa8", self);
+	if (access(kosa8, X_OK))
+		return -1;
+	snprintf(dir, sizeof(dir), "/tmp/kosa8-audit-cli-XXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	/* Six records and a head after each (the CLI closes the log each time). */
+	return run("for i in 1 2 3 4; do $K audit append --log $LOG --type exec "
+		   "--sandbox sb-$((i %% 2)) --details \"{\\\"argv\\\":[\\\"ls\\\",\\\"$i\\\"]}\" || exit 1; done; "
+		   "$K audit append --log $LOG --type net.allow --sandbox sb-1 --actor policy "
+		   "--details '{\"host\":\"pypi.org\",\"port\":443}' && "
+		   "$K audit append --log $LOG --type sandbox.stop --sandbox sb-1 --actor supervisor && "
+		   "$K audit pubkey > $D/pub.pem");
+}
+
+static int teardown(void **state)
+{
+	return run("rm -rf $D") ? -1 : 0;
+}
+
+static void test_show_filters(void **state)
+{
+	assert_int_equal(run("$K audit show --log $LOG"), 0);
+	assert_int_equal(lines(out), 6);
+	assert_int_equal(run("$K audit show --log $LOG --type net.allow --json"), 0);
+	assert_int_equal(lines(out), 1);
+	assert_non_null(strstr(out, "\"details\":{\"host\":\"pypi.org\",\"port\":443}"));
+	assert_non_null(strstr(out, "\"seq\":4"));
+	assert_int_equal(run("$K audit show --log $LOG --sandbox sb-0"), 0);
+	assert_int_equal(lines(out), 2);
+	assert_int_equal(run("$K audit show --log $LOG --since 1h --until @9999999999"), 0);
+	assert_int_equal(lines(out), 6);
+	assert_int_equal(run("$K audit show --log $LOG --since @9999999999"), 0);
+	assert_int_equal(lines(out), 0);
+	assert_int_equal(run("$K audit show --log $LOG --since yesterday"), 2);
+	assert_int_equal(run("$K audit show --log $D/missing.log"), 2);
+	assert_non_null(strstr(out, "no audit log"));
+}
+
+static void test_append_rejects(void **state)
+{
+	assert_int_equal(run("$K audit append --log $LOG --type exec --details '[1]'"), 2);
+	assert_non_null(strstr(out, "JSON object"));
+	assert_int_equal(run("$K audit append --log $LOG --sandbox x"), 2);
+	assert_int_equal(run("$K audit frobnicate"), 2);
+	assert_int_equal(run("$K audit show --log $LOG --bogus"), 2);
+}
+
+static void test_verify_and_tamper(void **state)
+{
+	assert_int_equal(run("$K audit verify --log $LOG --pubkey $D/pub.pem"), 0);
+	assert_non_null(strstr(out, "OK: "));
+	assert_non_null(strstr(out, "6 records, 6 signed heads"));
+	/* Edit one byte of record 2's details ("2" -> "7" inside its argv). */
+	assert_int_equal(run("cp $LOG $D/t.log && cp $LOG.heads $D/t.log.heads && "
+			     "python3 -c \"import sys; b=bytearray(open(sys.argv[1],'rb').read()); "
+			     "i=b.index(b'\\\"3\\\"]'); b[i+1]=55; open(sys.argv[1],'wb').write(b)\" $D/t.log"),
+			 0);
+	assert_int_equal(run("$K audit verify --log $D/t.log --pubkey $D/pub.pem"), 1);
+	assert_non_null(strstr(out, "FAILED"));
+	assert_non_null(strstr(out, "edited"));
+	assert_non_null(strstr(out, "first bad record: 2,"));
+	/* Cut the last two records: the heads that covered them remain. */
+	assert_int_equal(run("cp $LOG.heads $D/t.log.heads && head -c $(( $(stat -c %%s $LOG) - 140 )) "
+			     "$LOG > $D/t.log"),
+			 0);
+	assert_int_equal(run("$K audit verify --log $D/t.log --pubkey $D/pub.pem"), 1);
+	assert_non_null(strstr(out, "truncated"));
+}
+
+static void test_prove_and_check(void **state)
+{
+	assert_int_equal(run("$K audit prove 3 --log $LOG > $D/p.json"), 0);
+	assert_int_equal(run("$K audit check-proof $D/p.json --pubkey $D/pub.pem"), 0);
+	assert_non_null(strstr(out, "OK: record 3 (exec, sandbox sb-0)"));
+	/* Against an older head (size 4) too. */
+	assert_int_equal(run("$K audit prove 3 --size 4 --log $LOG > $D/p4.json && "
+			     "$K audit check-proof $D/p4.json --pubkey $D/pub.pem"),
+			 0);
+	assert_int_equal(run("$K audit prove 4 --size 4 --log $LOG"), 1);
+	/* A proof whose record was changed does not check. */
+	assert_int_equal(run("sed 's/226c73222c2234/226c73222c2239/' $D/p.json > $D/bad.json && "
+			     "! cmp -s $D/p.json $D/bad.json"),
+			 0);
+	assert_int_equal(run("$K audit check-proof $D/bad.json --pubkey $D/pub.pem"), 1);
+	assert_non_null(strstr(out, "FAILED"));
+	assert_int_equal(run("echo '{\"type\":1}' > $D/junk.json && "
+			     "$K audit check-proof $D/junk.json --pubkey $D/pub.pem"),
+			 2);
+}
+
+static void test_export_bundle(void **state)
+{
+	assert_int_equal(run("rm -f $D/b.bundle; $K audit export --log $LOG -o $D/b.bundle"), 0);
+	assert_int_equal(run("$K audit verify --bundle $D/b.bundle --pubkey $D/pub.pem"), 0);
+	assert_non_null(strstr(out, "6 records"));
+	/* Another user's key does not vouch for it. */
+	assert_int_equal(run("KOSA8_CONFIG_DIR=$D/other $K audit pubkey > $D/other.pem && "
+			     "$K audit verify --bundle $D/b.bundle --pubkey $D/other.pem"),
+			 1);
+	assert_non_null(strstr(out, "head signature invalid"));
+	assert_int_equal(run("head -c 100 $D/b.bundle > $D/short.bundle; "
+			     "$K audit verify --bundle $D/short.bundle --pubkey $D/pub.pem"),
+			 2);
+	assert_non_null(strstr(out, "not a kosa8 audit bundle"));
+}
+
+static void test_consistency(void **state)
+{
+	assert_int_equal(run("$K audit consistency 2 latest --log $LOG"), 0);
+	assert_non_null(strstr(out, "is a prefix of"));
+	assert_int_equal(run("$K audit head --log $LOG > $D/saved.head && "
+			     "$K audit append --log $LOG --type exec --details '{}' >/dev/null && "
+			     "$K audit consistency $D/saved.head latest --log $LOG --json"),
+			 0);
+	assert_non_null(strstr(out, "kosa8-audit-consistency-proof-v1"));
+	assert_int_equal(run("$K audit consistency 3 2 --log $LOG"), 1);
+	assert_int_equal(run("$K audit consistency 999 latest --log $LOG"), 2);
+}
+
+static bool have_python(void)
+{
+	return system("command -v python3 >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1") == 0;
+}
+
+/* The independent verifier accepts what kosa8 writes and refuses edits. */
+static void test_independent_verifier(void **state)
+{
+	if (!have_python()) {
+		fprintf(stderr, "python3 or openssl missing: independent verifier not run\n");
+		skip();
+	}
+	assert_int_equal(run("python3 tests/audit/verify_log.py log $LOG $D/pub.pem"), 0);
+	assert_non_null(strstr(out, "OK "));
+	assert_int_equal(run("$K audit prove 5 --log $LOG > $D/p5.json && "
+			     "python3 tests/audit/verify_log.py proof $D/p5.json $D/pub.pem"),
+			 0);
+	assert_int_equal(run("cp $LOG $D/u.log && cp $LOG.heads $D/u.log.heads && "
+			     "printf 'X' | dd of=$D/u.log bs=1 seek=120 conv=notrunc 2>/dev/null && "
+			     "python3 tests/audit/verify_log.py log $D/u.log $D/pub.pem"),
+			 1);
+	assert_int_equal(run("python3 tests/audit/verify_log.py log $LOG $D/other.pem"), 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_show_filters),
+		cmocka_unit_test(test_append_rejects),
+		cmocka_unit_test(test_verify_and_tamper),
+		cmocka_unit_test(test_prove_and_check),
+		cmocka_unit_test(test_export_bundle),
+		cmocka_unit_test(test_consistency),
+		cmocka_unit_test(test_independent_verifier),
+	};
+	return cmocka_run_group_tests_name("audit_cli", tests, setup, teardown);
+}
