@@ -67,6 +67,11 @@ unsigned disk_layer_count(const struct disk *d)
 	return d->n;
 }
 
+const char *disk_layer_path(const struct disk *d, unsigned i)
+{
+	return i < d->n ? d->layers[i]->path : NULL;
+}
+
 void disk_get_stats(const struct disk *d, struct disk_stats *st)
 {
 	*st = d->st;

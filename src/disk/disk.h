@@ -61,6 +61,11 @@ int disk_close(struct disk *d);
 
 uint64_t disk_size(const struct disk *d);
 unsigned disk_layer_count(const struct disk *d);
+/* Resolved path of layer i, 0 being the bottom (the base image, if any) and
+ * disk_layer_count()-1 the top; NULL if out of range.  Valid until
+ * disk_close().  A checkpoint records the top's path before disk_snapshot():
+ * that file is the frozen layer afterwards. */
+const char *disk_layer_path(const struct disk *d, unsigned i);
 
 /* Byte-granular I/O; the device will use 512-byte sectors.  A request that
  * does not fit inside the disk gets -ERANGE, a NULL buffer -EINVAL. */

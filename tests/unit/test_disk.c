@@ -137,6 +137,9 @@ static void test_read_through(void **state)
 	d = open_ok(P("top"), 0);
 	assert_int_equal(disk_size(d), MiB + 1024);
 	assert_int_equal(disk_layer_count(d), 2);
+	assert_non_null(strstr(disk_layer_path(d, 0), "/base.img"));
+	assert_non_null(strstr(disk_layer_path(d, 1), "/top"));
+	assert_null(disk_layer_path(d, 2));
 	expect_pattern(d, 0, MiB + 1000, 7);
 	expect_pattern(d, MiB + 1000, 24, 0); /* past the base: zeros */
 	expect_pattern(d, 12345, 3, 7);
