@@ -1,9 +1,14 @@
 /* Audit log benchmark driver (bench/audit/run.sh builds and runs it).
  *
- *   bench_audit append DIR THREADS RECORDS sync|nosync
+ *   bench_audit append DIR THREADS RECORDS sync|nosync [GROUP]
  *       RECORDS appends spread over THREADS threads of one process on one
  *       handle; prints "records/s".  sync: each append returns only after
  *       fdatasync (group commit batches the threads); nosync: no fdatasync.
+ *       GROUP > 1: each thread hands GROUP events at a time to
+ *       audit_log_append_many(), which returns once all are durable.
+ *   bench_audit fsync DIR
+ *       the disk's own latency for reference: 200 x (write 256 bytes at the
+ *       end of a file + fdatasync); prints microseconds per round.
  *   bench_audit gen LOG MEGABYTES
  *       writes a log of about that size (no fsync), heads every 1000 records.
  *   bench_audit verify LOG ROUNDS
@@ -12,6 +17,8 @@
  *
  * Records look like what the supervisor writes for an exec: ~250 bytes. */
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,18 +50,25 @@ struct worker {
 	struct audit_log *l;
 	int id;
 	long n;
+	int group;
 	int err;
 };
+
+#define MAX_GROUP 1024
 
 static void *work(void *p)
 {
 	struct worker *w = p;
-	char det[256];
-	struct audit_event ev = {"sb-7f3a2c", "agent", "exec", det};
+	static __thread char det[MAX_GROUP][256];
+	static __thread struct audit_event ev[MAX_GROUP];
 
-	for (long i = 0; i < w->n && !w->err; i++) {
-		event(det, sizeof(det), w->id, i);
-		w->err = audit_log_append(w->l, &ev, NULL);
+	for (long i = 0; i < w->n && !w->err; i += w->group) {
+		for (int g = 0; g < w->group; g++) {
+			event(det[g], sizeof(det[g]), w->id, i + g);
+			ev[g] = (struct audit_event){"sb-7f3a2c", "agent", "exec", det[g]};
+		}
+		w->err = w->group == 1 ? audit_log_append(w->l, &ev[0], NULL)
+				       : audit_log_append_many(w->l, ev, (size_t)w->group, NULL);
 	}
 	return NULL;
 }
@@ -69,7 +83,7 @@ static int open_log(const char *path, bool sync, struct audit_log **l)
 	return err;
 }
 
-static int bench_append(const char *dir, int threads, long records, bool sync)
+static int bench_append(const char *dir, int threads, long records, bool sync, int group)
 {
 	char path[4096];
 	struct audit_log *l;
@@ -78,14 +92,15 @@ static int bench_append(const char *dir, int threads, long records, bool sync)
 	double t0, t1;
 	int err = 0;
 
-	if (threads < 1 || threads > 512)
+	if (threads < 1 || threads > 512 || group < 1 || group > MAX_GROUP)
 		return 2;
-	snprintf(path, sizeof(path), "%s/append-%d-%s.log", dir, threads, sync ? "sync" : "nosync");
+	snprintf(path, sizeof(path), "%s/append-%d-%d-%s.log", dir, threads, group,
+		 sync ? "sync" : "nosync");
 	if (open_log(path, sync, &l))
 		return 1;
 	t0 = now();
 	for (int i = 0; i < threads; i++) {
-		w[i] = (struct worker){l, i, records / threads, 0};
+		w[i] = (struct worker){l, i, records / threads / group * group, group, 0};
 		pthread_create(&th[i], NULL, work, &w[i]);
 	}
 	for (int i = 0; i < threads; i++) {
@@ -96,7 +111,27 @@ static int bench_append(const char *dir, int threads, long records, bool sync)
 	audit_log_close(l);
 	if (err)
 		return 1;
-	printf("%.0f\n", (double)(records / threads * threads) / (t1 - t0));
+	printf("%.0f\n", (double)(records / threads / group * group * threads) / (t1 - t0));
+	return 0;
+}
+
+static int fsync_latency(const char *dir)
+{
+	char path[4096], buf[256] = {0};
+	double t0;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/fsync-probe", dir);
+	fd = open(path, O_CREAT | O_WRONLY | O_APPEND | O_TRUNC, 0600);
+	if (fd < 0)
+		return 1;
+	t0 = now();
+	for (int i = 0; i < 200; i++)
+		if (write(fd, buf, sizeof(buf)) != sizeof(buf) || fdatasync(fd))
+			return 1;
+	printf("%.0f\n", (now() - t0) / 200 * 1e6);
+	close(fd);
+	unlink(path);
 	return 0;
 }
 
@@ -156,8 +191,11 @@ static int verify(const char *path, int rounds)
 
 int main(int argc, char **argv)
 {
-	if (argc == 6 && !strcmp(argv[1], "append"))
-		return bench_append(argv[2], atoi(argv[3]), atol(argv[4]), !strcmp(argv[5], "sync"));
+	if ((argc == 6 || argc == 7) && !strcmp(argv[1], "append"))
+		return bench_append(argv[2], atoi(argv[3]), atol(argv[4]), !strcmp(argv[5], "sync"),
+				    argc == 7 ? atoi(argv[6]) : 1);
+	if (argc == 3 && !strcmp(argv[1], "fsync"))
+		return fsync_latency(argv[2]);
 	if (argc == 4 && !strcmp(argv[1], "gen"))
 		return gen(argv[2], atol(argv[3]));
 	if (argc == 4 && !strcmp(argv[1], "verify"))

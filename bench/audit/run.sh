@@ -37,18 +37,27 @@ echo "- CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'
 echo "- work folder: $(df -T "$work" | awk 'NR==2 {print $2 " on " $1}')"
 echo "- records: ~250 bytes each (an exec event); a signed head every 1000 records"
 echo
-echo "| appends | threads | records | records/s |"
-echo "|---|---:|---:|---:|"
+echo "- the disk's own latency, write + fdatasync of 256 bytes: $("$bin" fsync "$work") µs (before), see also after"
+echo
+echo "| appends | threads | events per call | records | records/s |"
+echo "|---|---:|---:|---:|---:|"
 # One thread alone cannot batch: every append waits for its own fdatasync.
-"$bin" append "$work" 1 2000 sync >"$work/r" && echo "| durable (fdatasync before ack) | 1 | 2000 | $(cat "$work/r") |"
+"$bin" append "$work" 1 1000 sync >"$work/r" && echo "| durable (fdatasync before ack) | 1 | 1 | 1000 | $(cat "$work/r") |"
 for t in 16 64 256; do
 	"$bin" append "$work" "$t" "$durable_n" sync >"$work/r"
-	echo "| durable, group commit | $t | $durable_n | $(cat "$work/r") |"
+	echo "| durable, group commit across threads | $t | 1 | $durable_n | $(cat "$work/r") |"
+done
+for tg in "1 64" "1 256" "4 256"; do
+	set -- $tg
+	"$bin" append "$work" "$1" "$durable_n" sync "$2" >"$work/r"
+	echo "| durable, group commit, audit_log_append_many | $1 | $2 | $durable_n | $(cat "$work/r") |"
 done
 for t in 1 8; do
 	"$bin" append "$work" "$t" "$nosync_n" nosync >"$work/r"
-	echo "| not durable (no fdatasync) | $t | $nosync_n | $(cat "$work/r") |"
+	echo "| not durable (no fdatasync) | $t | 1 | $nosync_n | $(cat "$work/r") |"
 done
+echo
+echo "- write + fdatasync of 256 bytes, after: $("$bin" fsync "$work") µs"
 echo
 
 "$bin" gen "$work/v.log" "$verify_mb"

@@ -20,13 +20,23 @@
 #include "common/log.h"
 #include "common/util.h"
 
-/* An append waiting for its batch; lives on the waiting thread's stack. */
+/* A thread waiting for its records to be written; on its own stack.  Each
+ * has its own condition variable, so that finishing a batch wakes the
+ * threads whose records it held and no others, and handing the lead on
+ * wakes exactly one. */
+struct waiter {
+	pthread_cond_t cv;
+	size_t left; /* its records not yet written */
+	int err;     /* the first error among them */
+	bool lead;   /* it is to write the next batch */
+};
+
+/* One queued record. */
 struct pending {
 	const struct audit_event *ev;
 	size_t size;
 	uint64_t seq;
-	int err;
-	bool done;
+	struct waiter *w;
 	struct pending *next;
 };
 
@@ -53,8 +63,9 @@ struct audit_log {
 
 	/* Group commit: one leader at a time does the I/O for the queue. */
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool busy;
+	pthread_cond_t cv; /* for threads that want the lead without a record */
+	bool busy;         /* some thread holds the lead */
+	unsigned others;   /* how many of those wait */
 	struct pending *qhead, **qtail;
 	uint8_t *buf;
 	size_t cap;
@@ -522,47 +533,117 @@ static struct pending *take_batch(struct audit_log *l)
 	return first;
 }
 
+/* With l->mu held and the lead taken: passes the lead on, to a thread that
+ * wants it without records first (sign, count), else to the thread of the
+ * first queued record, else drops it. */
+static void pass_lead(struct audit_log *l)
+{
+	if (!l->others && l->qhead) {
+		l->qhead->w->lead = true;
+		pthread_cond_signal(&l->qhead->w->cv);
+		return;
+	}
+	l->busy = false;
+	if (l->others)
+		pthread_cond_broadcast(&l->cv);
+}
+
+/* With l->mu held and the lead: writes one batch from the queue, wakes the
+ * threads it completes, passes the lead on. */
+static void lead_batch(struct audit_log *l)
+{
+	struct pending *batch = take_batch(l), *p, *next;
+	int err;
+
+	pthread_mutex_unlock(&l->mu);
+	err = write_batch(l, batch);
+	pthread_mutex_lock(&l->mu);
+	for (p = batch; p; p = next) {
+		struct waiter *w = p->w;
+		next = p->next; /* p may be gone once w wakes */
+		if (err && !w->err)
+			w->err = err;
+		if (--w->left == 0)
+			pthread_cond_signal(&w->cv);
+	}
+	pass_lead(l);
+}
+
+/* Queues items (checked already) and returns once all are written. */
+static int append_items(struct audit_log *l, struct pending *items, size_t n)
+{
+	struct waiter w = {.left = n};
+
+	pthread_cond_init(&w.cv, NULL);
+	pthread_mutex_lock(&l->mu);
+	for (size_t i = 0; i < n; i++) {
+		items[i].w = &w;
+		*l->qtail = &items[i];
+		l->qtail = &items[i].next;
+	}
+	if (!l->busy) {
+		l->busy = true;
+		w.lead = true;
+	}
+	while (w.left) {
+		if (w.lead) {
+			w.lead = false;
+			lead_batch(l);
+		} else {
+			pthread_cond_wait(&w.cv, &l->mu);
+		}
+	}
+	pthread_mutex_unlock(&l->mu);
+	pthread_cond_destroy(&w.cv);
+	return w.err;
+}
+
 int audit_log_append(struct audit_log *l, const struct audit_event *ev, uint64_t *seq)
 {
 	struct pending me = {.ev = ev};
-	struct pending *batch, *p, *next;
 	int n = audit_event_check(ev), err;
 
 	if (n < 0)
 		return n;
 	me.size = (size_t)n;
-	pthread_mutex_lock(&l->mu);
-	*l->qtail = &me;
-	l->qtail = &me.next;
-	while (!me.done) {
-		if (l->busy) {
-			pthread_cond_wait(&l->cv, &l->mu);
-			continue;
-		}
-		l->busy = true;
-		batch = take_batch(l);
-		pthread_mutex_unlock(&l->mu);
-		err = write_batch(l, batch);
-		pthread_mutex_lock(&l->mu);
-		for (p = batch; p; p = next) {
-			next = p->next;
-			p->err = err;
-			p->done = true;
-		}
-		l->busy = false;
-		pthread_cond_broadcast(&l->cv);
-	}
-	pthread_mutex_unlock(&l->mu);
-	if (!me.err && seq)
+	err = append_items(l, &me, 1);
+	if (!err && seq)
 		*seq = me.seq;
-	return me.err;
+	return err;
+}
+
+int audit_log_append_many(struct audit_log *l, const struct audit_event *evs, size_t n,
+			  uint64_t *first_seq)
+{
+	struct pending *items;
+	int err = 0, size;
+
+	if (n == 0)
+		return 0;
+	items = calloc(n, sizeof(*items));
+	if (!items)
+		return -ENOMEM;
+	for (size_t i = 0; i < n && !err; i++) {
+		size = audit_event_check(&evs[i]);
+		err = size < 0 ? size : 0;
+		items[i].ev = &evs[i];
+		items[i].size = (size_t)size;
+	}
+	if (!err)
+		err = append_items(l, items, n);
+	if (!err && first_seq)
+		*first_seq = items[0].seq;
+	free(items);
+	return err;
 }
 
 static void leader_enter(struct audit_log *l)
 {
 	pthread_mutex_lock(&l->mu);
+	l->others++;
 	while (l->busy)
 		pthread_cond_wait(&l->cv, &l->mu);
+	l->others--;
 	l->busy = true;
 	pthread_mutex_unlock(&l->mu);
 }
@@ -570,8 +651,7 @@ static void leader_enter(struct audit_log *l)
 static void leader_leave(struct audit_log *l)
 {
 	pthread_mutex_lock(&l->mu);
-	l->busy = false;
-	pthread_cond_broadcast(&l->cv);
+	pass_lead(l);
 	pthread_mutex_unlock(&l->mu);
 }
 

@@ -52,6 +52,16 @@ int audit_log_open(const struct audit_opts *o, struct audit_log **out);
  * -EIO when the disk refused (nothing was added), -EBADMSG (see open). */
 int audit_log_append(struct audit_log *l, const struct audit_event *ev, uint64_t *seq);
 
+/* Appends n events as one group: they get consecutive sequence numbers
+ * (*first_seq the first; another process may slip in between only where a
+ * group spans more than one 4 MiB batch), and the call returns once all
+ * are durable.  For a caller that gathers
+ * events, e.g. a supervisor's event loop handing them to a log thread: one
+ * fdatasync for the lot instead of one wake-up per record.  If any event is
+ * invalid, none is written. */
+int audit_log_append_many(struct audit_log *l, const struct audit_event *evs, size_t n,
+			  uint64_t *first_seq);
+
 /* Signs a head over every record now in the log (unless the newest head
  * already covers them all) and makes it durable: the supervisor calls this
  * when a sandbox stops.  *head (optional) receives the newest head. */

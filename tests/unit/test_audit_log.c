@@ -499,6 +499,77 @@ static void test_concurrent_threads(void **state)
 	fx_done(&f);
 }
 
+struct group_arg {
+	struct audit_log *l;
+	int id, groups, per, err;
+};
+
+static void *group_appender(void *p)
+{
+	struct group_arg *a = p;
+	struct audit_event ev[64];
+	char det[64][96];
+	uint64_t first;
+
+	for (int g = 0; g < a->groups && !a->err; g++) {
+		for (int i = 0; i < a->per; i++) {
+			snprintf(det[i], sizeof(det[i]), "{\"tag\":\"c%d\",\"i\":%d}", a->id,
+				 g * a->per + i);
+			ev[i] = (struct audit_event){"sb", "agent", "exec", det[i]};
+		}
+		a->err = audit_log_append_many(a->l, ev, (size_t)a->per, &first);
+	}
+	return NULL;
+}
+
+/* Groups from several threads: one valid log, every record once, each
+ * group's records consecutive; a group with one bad event writes nothing. */
+static void test_append_many(void **state)
+{
+	enum { T = 4, NG = 10, PER = 25 };
+	struct fx f;
+	struct audit_log *l;
+	pthread_t th[T];
+	struct group_arg a[T];
+	struct audit_verify_result res;
+	struct audit_event bad[2] = {{"sb", "agent", "exec", "{}"}, {"sb", "agent", "exec", "[]"}};
+	uint64_t first;
+
+	fx_init(&f);
+	l = fx_open(&f, 100);
+	for (int i = 0; i < T; i++) {
+		a[i] = (struct group_arg){l, i, NG, PER, 0};
+		assert_int_equal(pthread_create(&th[i], NULL, group_appender, &a[i]), 0);
+	}
+	for (int i = 0; i < T; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(a[i].err, 0);
+	}
+	assert_int_equal(audit_log_append_many(l, bad, 2, &first), -EINVAL);
+	assert_int_equal(audit_log_count(l), T * NG * PER);
+	audit_log_close(l);
+	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+	assert_int_equal(res.records, T * NG * PER);
+	check_all_once(f.log, T, NG * PER);
+	{
+		uint8_t *b;
+		size_t len, off = AUDIT_HDR_LEN;
+		struct audit_record r;
+		int pt = -1, pi = -1, t, i, n;
+		assert_int_equal(read_file(f.log, 1 << 24, &b, &len), 0);
+		while (off < len && (n = audit_record_parse(b + off, len - off, &r)) > 0) {
+			assert_int_equal(sscanf(r.details, "{\"tag\":\"c%d\",\"i\":%d", &t, &i), 2);
+			if (i % PER)
+				assert_true(t == pt && i == pi + 1);
+			pt = t;
+			pi = i;
+			off += (size_t)n;
+		}
+		free(b);
+	}
+	fx_done(&f);
+}
+
 static void test_concurrent_processes(void **state)
 {
 	enum { P = 4, TH = 2, PER = 60 };
@@ -704,6 +775,7 @@ int main(void)
 		cmocka_unit_test(test_writer_refuses_tampered),
 		cmocka_unit_test(test_torn_every_offset),
 		cmocka_unit_test(test_concurrent_threads),
+		cmocka_unit_test(test_append_many),
 		cmocka_unit_test(test_concurrent_processes),
 		cmocka_unit_test(test_full_disk),
 		cmocka_unit_test(test_killed_writer),
