@@ -1,0 +1,48 @@
+/* kosa8-agent: the guest agent (see docs/agent-protocol.md).
+ *
+ * main.c    arguments, PID 1 duties (mounts, reaping, power-off), listening
+ * session.c one accepted connection: hello, then one request at a time
+ * exec.c    running a command with streamed stdio, pty, signals, exit status
+ * user.c    /etc/passwd and /etc/group lookups (no NSS in a static binary) */
+#ifndef KOSA8_AGENT_H
+#define KOSA8_AGENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "agentproto/conn.h"
+
+struct agent_cfg {
+	const char *default_user;
+	pid_t main_pid;          /* the listening process, told about power requests */
+	uint64_t start_ms;       /* CLOCK_BOOTTIME at start */
+};
+extern struct agent_cfg agent_cfg;
+
+struct agent_user {
+	uid_t uid;
+	gid_t gid;
+	char name[64];
+	char home[512];
+	char shell[256];
+	gid_t groups[64];        /* supplementary groups from /etc/group */
+	int ngroups;
+};
+
+/* Resolves a user name or decimal uid (NULL: the default user).  A numeric
+ * uid without a passwd line is allowed (gid = uid, home "/"); an unknown
+ * name is -ENOENT with err set. */
+int user_lookup(const char *spec, struct agent_user *u, char *err, size_t errsz);
+
+/* Runs one AP_EXEC request to completion.  0 when the session can go on
+ * (including requests answered with AP_ERROR), -errno when it must close. */
+int exec_run(struct ap_conn *c, uint32_t chan, const uint8_t *p, size_t len);
+
+/* Serves one connection until it closes; owns fd. */
+void session_run(int fd);
+
+uint64_t boottime_ms(void);
+
+#endif

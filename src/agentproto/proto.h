@@ -1,0 +1,168 @@
+/* kosa8 agent protocol: frame layout, message types and the bounds-checked
+ * codec shared by the guest agent and the host client library.
+ *
+ * Everything here parses bytes a peer controls (the guest, for the host; the
+ * host, for the guest), so every decoder checks every length before it reads
+ * and fails with -EBADMSG instead of reading past the end.  The wire format is
+ * documented in docs/agent-protocol.md; keep the two in step. */
+#ifndef KOSA8_AGENTPROTO_PROTO_H
+#define KOSA8_AGENTPROTO_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define AP_VERSION_MAJOR 1
+#define AP_VERSION_MINOR 0
+#define AP_AGENT_VERSION "kosa8-agent 0.1"
+
+#define AP_HDR_SIZE 12
+/* Hard limit on one frame's payload: bounds every buffer on both sides. */
+#define AP_MAX_PAYLOAD (64 * 1024)
+/* Bytes of stdin (agent side) and of stdout+stderr (host side) a peer may
+ * send before it has been granted more with AP_WINDOW. */
+#define AP_INITIAL_WINDOW (256 * 1024)
+/* A peer may never hold more credit than this: a larger grant is malformed. */
+#define AP_MAX_WINDOW (64 * 1024 * 1024)
+#define AP_MAX_ARGS 1024
+#define AP_MAX_PATH 4096
+
+enum ap_type {
+	AP_HELLO = 1,       /* both ways, first frame: u16 major, u16 minor, text */
+	AP_ERROR = 2,       /* agent->host: i32 errno, text */
+	AP_OK = 3,          /* agent->host: request accepted/done, optional body */
+	AP_PING = 4,        /* host->agent: empty */
+	AP_PONG = 5,        /* agent->host: u64 sys uptime ms, u64 agent uptime ms, text */
+	AP_EXEC = 6,        /* host->agent: TLV request (argv, env, cwd, user, pty) */
+	AP_STARTED = 7,     /* agent->host: u32 pid */
+	AP_STDIN = 8,       /* host->agent: bytes */
+	AP_STDOUT = 9,      /* agent->host: bytes (pty output too) */
+	AP_STDERR = 10,     /* agent->host: bytes */
+	AP_STDIN_EOF = 11,  /* host->agent: empty */
+	AP_WINDOW = 12,     /* both: u32 more bytes the sender may receive */
+	AP_RESIZE = 13,     /* host->agent: u16 rows, u16 cols */
+	AP_SIGNAL = 14,     /* host->agent: u32 signal number */
+	AP_EXIT = 15,       /* agent->host: u8 kind, u8 core, u16 0, i32 code */
+	AP_PUT = 16,        /* host->agent: TLV request (path, user) */
+	AP_GET = 17,        /* host->agent: TLV request (path) */
+	AP_ENTRY = 18,      /* tree stream: one entry header */
+	AP_DATA = 19,       /* tree stream: file bytes */
+	AP_FILE_END = 20,   /* tree stream: u64 length, u32 crc32 */
+	AP_TREE_END = 21,   /* tree stream: u32 entries, u64 bytes */
+	AP_SHUTDOWN = 22,   /* host->agent: empty */
+	AP_REBOOT = 23,     /* host->agent: empty */
+	AP_TYPE_MAX = 23,
+};
+
+/* TLV tags inside AP_EXEC / AP_PUT / AP_GET. */
+enum ap_tag {
+	AP_T_ARG = 1,     /* one argv element, in order */
+	AP_T_ENV = 2,     /* one NAME=value */
+	AP_T_CWD = 3,
+	AP_T_USER = 4,    /* name or decimal uid */
+	AP_T_PTY = 5,     /* u16 rows, u16 cols */
+	AP_T_TERM = 6,
+	AP_T_PATH = 7,
+};
+
+enum ap_exit_kind { AP_EXITED = 0, AP_KILLED = 1 };
+enum ap_entry_kind { AP_E_FILE = 1, AP_E_DIR = 2, AP_E_SYMLINK = 3 };
+
+struct ap_hdr {
+	uint32_t len;
+	uint16_t type;
+	uint16_t flags;
+	uint32_t chan;
+};
+
+/* Decodes a header from at least AP_HDR_SIZE bytes; -EBADMSG if the length
+ * exceeds AP_MAX_PAYLOAD, the flags are not zero or the type is unknown. */
+int ap_hdr_decode(const uint8_t *buf, struct ap_hdr *h);
+void ap_hdr_encode(uint8_t *buf, uint16_t type, uint32_t chan, uint32_t len);
+
+/* A reading cursor over a payload.  Every get fails once past the end. */
+struct ap_rd {
+	const uint8_t *p;
+	size_t len, off;
+};
+void ap_rd_init(struct ap_rd *r, const void *p, size_t len);
+int ap_get_u8(struct ap_rd *r, uint8_t *v);
+int ap_get_u16(struct ap_rd *r, uint16_t *v);
+int ap_get_u32(struct ap_rd *r, uint32_t *v);
+int ap_get_u64(struct ap_rd *r, uint64_t *v);
+int ap_get_bytes(struct ap_rd *r, size_t n, const uint8_t **v);
+/* Next TLV (u16 tag, u32 len, value): 1 if one was read, 0 at the end. */
+int ap_get_tlv(struct ap_rd *r, uint16_t *tag, const uint8_t **v, uint32_t *len);
+
+/* A growable writing buffer; alloc failures are sticky and reported by
+ * ap_wr_status(). */
+struct ap_wr {
+	uint8_t *p;
+	size_t len, cap;
+	int err;
+};
+void ap_wr_init(struct ap_wr *w);
+void ap_wr_free(struct ap_wr *w);
+void ap_put_u8(struct ap_wr *w, uint8_t v);
+void ap_put_u16(struct ap_wr *w, uint16_t v);
+void ap_put_u32(struct ap_wr *w, uint32_t v);
+void ap_put_u64(struct ap_wr *w, uint64_t v);
+void ap_put_bytes(struct ap_wr *w, const void *v, size_t n);
+void ap_put_tlv(struct ap_wr *w, uint16_t tag, const void *v, size_t n);
+void ap_put_tlv_str(struct ap_wr *w, uint16_t tag, const char *s);
+int ap_wr_status(const struct ap_wr *w);
+
+/* Decoded AP_EXEC request.  Strings are NUL-terminated copies owned by the
+ * struct (ap_exec_req_free); argv and env end with NULL. */
+struct ap_exec_req {
+	char **argv;
+	char **env;
+	size_t argc, envc;
+	char *cwd, *user, *term;
+	bool pty;
+	uint16_t rows, cols;
+};
+int ap_exec_req_decode(const uint8_t *p, size_t len, struct ap_exec_req *req);
+void ap_exec_req_free(struct ap_exec_req *req);
+
+/* Decoded AP_PUT / AP_GET: path (required) and user (optional). */
+struct ap_path_req {
+	char *path, *user;
+};
+int ap_path_req_decode(const uint8_t *p, size_t len, struct ap_path_req *req);
+void ap_path_req_free(struct ap_path_req *req);
+
+/* AP_ENTRY: u8 kind, u8 0, u16 0, u32 mode, u64 size, u16 path len, path,
+ * u16 target len, target.  path and target point into the payload and are
+ * NUL-free; path_len/target_len give their lengths. */
+struct ap_entry {
+	uint8_t kind;
+	uint32_t mode;
+	uint64_t size;
+	const char *path, *target;
+	uint16_t path_len, target_len;
+};
+int ap_entry_decode(const uint8_t *p, size_t len, struct ap_entry *e);
+void ap_entry_encode(struct ap_wr *w, const struct ap_entry *e);
+
+struct ap_exit {
+	uint8_t kind, core;
+	int32_t code;
+};
+int ap_exit_decode(const uint8_t *p, size_t len, struct ap_exit *x);
+
+/* Checks a relative tree path: '/'-separated, no empty, "." or ".."
+ * component, no leading '/', no NUL.  0 or -EBADMSG. */
+int ap_path_check(const char *path, size_t len);
+/* Checks a symlink target stored at tree path `path`: relative, and never
+ * climbing above the tree root when resolved lexically.  0 or -EXDEV. */
+int ap_symlink_check(const char *path, size_t plen, const char *target, size_t tlen);
+
+/* CRC-32 (IEEE 802.3, as zlib), incremental: start with crc = 0. */
+uint32_t ap_crc32(uint32_t crc, const void *buf, size_t len);
+
+/* A bounded copy of a payload's text into buf (NUL-terminated, control
+ * characters replaced) for error messages. */
+void ap_text(const uint8_t *p, size_t len, char *buf, size_t bufsz);
+
+#endif

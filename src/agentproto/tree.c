@@ -1,0 +1,426 @@
+/* Tree streams: a safe extractor and a recursive sender (see tree.h). */
+#include "agentproto/tree.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define FAIL(w, e, ...) (snprintf((w)->err, sizeof((w)->err), __VA_ARGS__), (e))
+
+static int mkdir_parents(const char *dir)
+{
+	char p[AP_MAX_PATH + 1];
+	size_t n = strlen(dir);
+	if (n == 0 || n > AP_MAX_PATH)
+		return -ENAMETOOLONG;
+	memcpy(p, dir, n + 1);
+	for (size_t i = 1; i <= n; i++) {
+		if (p[i] != '/' && p[i] != 0)
+			continue;
+		char c = p[i];
+		p[i] = 0;
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		p[i] = c;
+	}
+	return 0;
+}
+
+int ap_tw_open(struct ap_tree_writer *w, const char *dir, bool chown, uid_t uid, gid_t gid)
+{
+	memset(w, 0, sizeof(*w));
+	w->fd = -1;
+	w->chown = chown;
+	w->uid = uid;
+	w->gid = gid;
+	int rc = mkdir_parents(dir);
+	if (rc)
+		return FAIL(w, rc, "cannot create %s: %s", dir, strerror(-rc));
+	w->rootfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (w->rootfd < 0)
+		return FAIL(w, -errno, "cannot open %s: %s", dir, strerror(errno));
+	return 0;
+}
+
+void ap_tw_close(struct ap_tree_writer *w)
+{
+	if (w->fd >= 0)
+		close(w->fd);
+	if (w->rootfd >= 0)
+		close(w->rootfd);
+	w->fd = w->rootfd = -1;
+}
+
+/* Opens the directory holding entry path (relative) beneath the root; the
+ * kernel refuses any resolution that leaves it, symlinks included. */
+static int open_parent(struct ap_tree_writer *w, const struct ap_entry *e, char *base, size_t basesz)
+{
+	char dir[AP_MAX_PATH + 1];
+	size_t cut = e->path_len;
+	while (cut > 0 && e->path[cut - 1] != '/')
+		cut--;
+	size_t blen = e->path_len - cut;
+	if (blen >= basesz)
+		return -ENAMETOOLONG;
+	memcpy(base, e->path + cut, blen);
+	base[blen] = 0;
+	if (cut == 0) {
+		strcpy(dir, ".");
+	} else {
+		memcpy(dir, e->path, cut - 1);
+		dir[cut - 1] = 0;
+	}
+	struct open_how how = {
+		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+	};
+	long fd = syscall(SYS_openat2, w->rootfd, dir, &how, sizeof(how));
+	return fd < 0 ? -errno : (int)fd;
+}
+
+static int own(struct ap_tree_writer *w, int fd)
+{
+	if (w->chown && fchown(fd, w->uid, w->gid) < 0)
+		return -errno;
+	return 0;
+}
+
+static int make_dir(struct ap_tree_writer *w, int pfd, const char *base, uint32_t mode)
+{
+	if (mkdirat(pfd, base, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	int fd = openat(pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ELOOP ? -ENOTDIR : -errno;
+	int rc = own(w, fd);
+	if (rc == 0 && fchmod(fd, mode) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+/* Removes a non-directory already at base so that a new entry replaces it
+ * (never following a symlink that is there). */
+static int clear_slot(int pfd, const char *base)
+{
+	if (unlinkat(pfd, base, 0) < 0 && errno != ENOENT)
+		return errno == EISDIR ? -EISDIR : -errno;
+	return 0;
+}
+
+static int make_symlink(struct ap_tree_writer *w, int pfd, const char *base, const struct ap_entry *e)
+{
+	char target[AP_MAX_PATH + 1];
+	if (ap_symlink_check(e->path, e->path_len, e->target, e->target_len))
+		return -EXDEV;
+	memcpy(target, e->target, e->target_len);
+	target[e->target_len] = 0;
+	int rc = clear_slot(pfd, base);
+	if (rc)
+		return rc;
+	if (symlinkat(target, pfd, base) < 0)
+		return -errno;
+	if (w->chown && fchownat(pfd, base, w->uid, w->gid, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	return 0;
+}
+
+static int make_file(struct ap_tree_writer *w, int pfd, const char *base, const struct ap_entry *e)
+{
+	int rc = clear_slot(pfd, base);
+	if (rc)
+		return rc;
+	int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	rc = own(w, fd);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	w->fd = fd;
+	w->mode = e->mode;
+	w->want = e->size;
+	w->got = 0;
+	w->crc = 0;
+	return 0;
+}
+
+static int on_entry(struct ap_tree_writer *w, const struct ap_frame *f)
+{
+	struct ap_entry e;
+	char base[256];
+	if (w->fd >= 0)
+		return FAIL(w, -EBADMSG, "entry before the previous file ended");
+	if (ap_entry_decode(f->p, f->h.len, &e))
+		return FAIL(w, -EBADMSG, "malformed or unsafe entry (path with '..', '.', '//' or leading '/')");
+	int pfd = open_parent(w, &e, base, sizeof(base));
+	if (pfd < 0)
+		return FAIL(w, pfd, "%.*s: parent directory: %s%s", e.path_len, e.path, strerror(-pfd),
+			    pfd == -EXDEV ? " (it would leave the target directory)" : "");
+	int rc;
+	if (e.kind == AP_E_DIR)
+		rc = make_dir(w, pfd, base, e.mode);
+	else if (e.kind == AP_E_SYMLINK)
+		rc = make_symlink(w, pfd, base, &e);
+	else
+		rc = make_file(w, pfd, base, &e);
+	close(pfd);
+	if (rc == -EXDEV)
+		return FAIL(w, rc, "%.*s: symlink target %.*s leaves the target directory",
+			    e.path_len, e.path, e.target_len, e.target);
+	if (rc)
+		return FAIL(w, rc, "%.*s: %s", e.path_len, e.path, strerror(-rc));
+	w->st.entries++;
+	return 0;
+}
+
+static int on_data(struct ap_tree_writer *w, const struct ap_frame *f)
+{
+	if (w->fd < 0)
+		return FAIL(w, -EBADMSG, "file data outside a file");
+	if (f->h.len > w->want - w->got)
+		return FAIL(w, -EBADMSG, "more file data than the entry announced");
+	size_t off = 0;
+	while (off < f->h.len) {
+		ssize_t n = write(w->fd, f->p + off, f->h.len - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return FAIL(w, n < 0 ? -errno : -EIO, "write: %s", strerror(n < 0 ? errno : EIO));
+		off += (size_t)n;
+	}
+	w->crc = ap_crc32(w->crc, f->p, f->h.len);
+	w->got += f->h.len;
+	w->st.bytes += f->h.len;
+	return 0;
+}
+
+static int on_file_end(struct ap_tree_writer *w, const struct ap_frame *f)
+{
+	struct ap_rd r;
+	uint64_t len;
+	uint32_t crc;
+	ap_rd_init(&r, f->p, f->h.len);
+	if (w->fd < 0 || f->h.len != 12 || ap_get_u64(&r, &len) || ap_get_u32(&r, &crc))
+		return FAIL(w, -EBADMSG, "malformed file end");
+	if (len != w->want || w->got != w->want)
+		return FAIL(w, -EIO, "file length mismatch: got %llu of %llu bytes",
+			    (unsigned long long)w->got, (unsigned long long)w->want);
+	if (crc != w->crc)
+		return FAIL(w, -EIO, "file checksum mismatch (crc32 %08x, expected %08x)", w->crc, crc);
+	int rc = fchmod(w->fd, w->mode) < 0 ? -errno : 0;
+	close(w->fd);
+	w->fd = -1;
+	return rc ? FAIL(w, rc, "chmod: %s", strerror(-rc)) : 0;
+}
+
+static int on_tree_end(struct ap_tree_writer *w, const struct ap_frame *f)
+{
+	struct ap_rd r;
+	uint32_t entries;
+	uint64_t bytes;
+	ap_rd_init(&r, f->p, f->h.len);
+	if (w->fd >= 0 || f->h.len != 12 || ap_get_u32(&r, &entries) || ap_get_u64(&r, &bytes))
+		return FAIL(w, -EBADMSG, "malformed tree end");
+	if (entries != w->st.entries || bytes != w->st.bytes)
+		return FAIL(w, -EIO, "tree mismatch: got %u entries/%llu bytes, sender says %u/%llu",
+			    w->st.entries, (unsigned long long)w->st.bytes, entries,
+			    (unsigned long long)bytes);
+	return 1;
+}
+
+int ap_tw_frame(struct ap_tree_writer *w, const struct ap_frame *f)
+{
+	switch (f->h.type) {
+	case AP_ENTRY:
+		return on_entry(w, f);
+	case AP_DATA:
+		return on_data(w, f);
+	case AP_FILE_END:
+		return on_file_end(w, f);
+	case AP_TREE_END:
+		return on_tree_end(w, f);
+	default:
+		return FAIL(w, -EBADMSG, "unexpected frame type %u in a tree stream", f->h.type);
+	}
+}
+
+/* ---- sending ---- */
+
+struct sender {
+	struct ap_conn *c;
+	uint32_t chan;
+	struct ap_tree_stats *st;
+	char *err;
+	size_t errsz;
+	char path[AP_MAX_PATH + 1];   /* relative path of the current entry */
+};
+
+#define SFAIL(s, e, ...) (snprintf((s)->err, (s)->errsz, __VA_ARGS__), (e))
+
+static int send_frame(struct sender *s, uint16_t type, const void *p, size_t len)
+{
+	int rc = ap_conn_send(s->c, type, s->chan, p, len);
+	if (rc == 0 && ap_conn_pending(s->c) >= 256 * 1024)
+		rc = ap_conn_flush_all(s->c);
+	return rc ? SFAIL(s, rc, "send: %s", strerror(-rc)) : 0;
+}
+
+static int send_entry(struct sender *s, uint8_t kind, const struct stat *sb, const char *target)
+{
+	struct ap_entry e = {
+		.kind = kind,
+		.mode = sb->st_mode & 07777,
+		.size = kind == AP_E_FILE ? (uint64_t)sb->st_size : 0,
+		.path = s->path,
+		.path_len = (uint16_t)strlen(s->path),
+		.target = target ? target : "",
+		.target_len = target ? (uint16_t)strlen(target) : 0,
+	};
+	struct ap_wr w;
+	ap_wr_init(&w);
+	ap_entry_encode(&w, &e);
+	int rc = ap_wr_status(&w) ? SFAIL(s, -ENOMEM, "out of memory") :
+		 send_frame(s, AP_ENTRY, w.p, w.len);
+	ap_wr_free(&w);
+	if (rc == 0)
+		s->st->entries++;
+	return rc;
+}
+
+static int send_file(struct sender *s, int dfd, const char *name, const struct stat *sb)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return SFAIL(s, -errno, "%s: %s", s->path, strerror(errno));
+	uint8_t *buf = malloc(AP_MAX_PAYLOAD);
+	if (!buf) {
+		close(fd);
+		return SFAIL(s, -ENOMEM, "out of memory");
+	}
+	int rc = send_entry(s, AP_E_FILE, sb, NULL);
+	uint64_t left = (uint64_t)sb->st_size;
+	uint32_t crc = 0;
+	while (rc == 0 && left > 0) {
+		ssize_t n = read(fd, buf, left < AP_MAX_PAYLOAD ? left : AP_MAX_PAYLOAD);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rc = SFAIL(s, n < 0 ? -errno : -EIO, "%s: %s", s->path,
+				   n < 0 ? strerror(errno) : "file shrank while being read");
+			break;
+		}
+		crc = ap_crc32(crc, buf, (size_t)n);
+		left -= (uint64_t)n;
+		s->st->bytes += (uint64_t)n;
+		rc = send_frame(s, AP_DATA, buf, (size_t)n);
+	}
+	close(fd);
+	free(buf);
+	if (rc == 0) {
+		uint8_t end[12];
+		struct ap_wr w = { .p = end, .cap = sizeof(end) };
+		ap_put_u64(&w, (uint64_t)sb->st_size);
+		ap_put_u32(&w, crc);
+		rc = send_frame(s, AP_FILE_END, end, sizeof(end));
+	}
+	return rc;
+}
+
+static int send_node(struct sender *s, int dfd, const char *name, int depth);
+
+static int send_dir_contents(struct sender *s, int fd, int depth)
+{
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return SFAIL(s, -errno, "%s: %s", s->path, strerror(errno));
+	}
+	size_t plen = strlen(s->path);
+	int rc = 0;
+	struct dirent *de;
+	while (rc == 0 && (de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		size_t nlen = strlen(de->d_name);
+		if (plen + 1 + nlen > AP_MAX_PATH) {
+			rc = SFAIL(s, -ENAMETOOLONG, "%s/%s: path too long", s->path, de->d_name);
+			break;
+		}
+		if (plen)
+			s->path[plen] = '/';
+		memcpy(s->path + plen + (plen ? 1 : 0), de->d_name, nlen + 1);
+		rc = send_node(s, dirfd(d), de->d_name, depth + 1);
+		s->path[plen] = 0;
+	}
+	closedir(d);
+	return rc;
+}
+
+static int send_node(struct sender *s, int dfd, const char *name, int depth)
+{
+	struct stat sb;
+	char target[AP_MAX_PATH + 1];
+	if (depth > 256)
+		return SFAIL(s, -ELOOP, "%s: tree deeper than 256 levels", s->path);
+	if (fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+		return SFAIL(s, -errno, "%s: %s", s->path, strerror(errno));
+	if (S_ISREG(sb.st_mode))
+		return send_file(s, dfd, name, &sb);
+	if (S_ISLNK(sb.st_mode)) {
+		ssize_t n = readlinkat(dfd, name, target, sizeof(target) - 1);
+		if (n <= 0)
+			return SFAIL(s, -errno, "%s: readlink: %s", s->path, strerror(errno));
+		target[n] = 0;
+		return send_entry(s, AP_E_SYMLINK, &sb, target);
+	}
+	if (!S_ISDIR(sb.st_mode))
+		return 0;   /* sockets, fifos, devices: not part of a tree copy */
+	if (s->path[0]) {
+		int rc = send_entry(s, AP_E_DIR, &sb, NULL);
+		if (rc)
+			return rc;
+	}
+	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return SFAIL(s, -errno, "%s: %s", s->path, strerror(errno));
+	return send_dir_contents(s, fd, depth);
+}
+
+int ap_tree_send(struct ap_conn *c, uint32_t chan, const char *path,
+		 struct ap_tree_stats *st, char *err, size_t errsz)
+{
+	struct sender s = { .c = c, .chan = chan, .st = st, .err = err, .errsz = errsz };
+	struct stat sb;
+	memset(st, 0, sizeof(*st));
+	if (lstat(path, &sb) < 0)
+		return SFAIL(&s, -errno, "%s: %s", path, strerror(errno));
+	int rc;
+	if (S_ISDIR(sb.st_mode)) {
+		s.path[0] = 0;
+		rc = send_node(&s, AT_FDCWD, path, 0);
+	} else {
+		const char *base = strrchr(path, '/');
+		base = base ? base + 1 : path;
+		if (!*base || strlen(base) > 255)
+			return SFAIL(&s, -EINVAL, "%s: no usable file name", path);
+		strcpy(s.path, base);
+		rc = send_node(&s, AT_FDCWD, path, 0);
+	}
+	if (rc)
+		return rc;
+	uint8_t end[12];
+	struct ap_wr w = { .p = end, .cap = sizeof(end) };
+	ap_put_u32(&w, st->entries);
+	ap_put_u64(&w, st->bytes);
+	rc = send_frame(&s, AP_TREE_END, end, sizeof(end));
+	return rc ? rc : ap_conn_flush_all(c);
+}
