@@ -516,11 +516,21 @@ int disk_freeze(const char *path, char *err, size_t errlen)
 		disk_seterr(err, errlen, "%s: %s", path, strerror(errno));
 		return rc;
 	}
+	/* Already frozen: done, even while chains read it (shared locks). */
+	rc = (int)pread(fd, buf, sizeof(buf), 0);
+	rc = disk_header_decode(buf, rc < 0 ? 0 : (size_t)rc, &h, why, sizeof(why));
+	if (rc) {
+		disk_seterr(err, errlen, "%s: %s", path, why);
+		goto out;
+	}
+	if (h.flags & DISK_FLAG_FROZEN)
+		goto out;
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
 		disk_seterr(err, errlen, "%s: in use, cannot freeze it", path);
 		goto out;
 	}
+	/* Read again under the lock: a writer may have changed it meanwhile. */
 	rc = (int)pread(fd, buf, sizeof(buf), 0);
 	rc = disk_header_decode(buf, rc < 0 ? 0 : (size_t)rc, &h, why, sizeof(why));
 	if (rc) {

@@ -47,8 +47,8 @@ struct disk_create_opts {
 int disk_create(const char *path, const char *parent, const struct disk_create_opts *opts,
 		char *err, size_t errlen);
 
-/* Marks a delta read-only for ever (header flag).  Fails with -EBUSY if some
- * process has it open. */
+/* Marks a delta read-only for ever (header flag).  A no-op on a frozen
+ * delta; -EBUSY if it is not frozen and some process has it open. */
 int disk_freeze(const char *path, char *err, size_t errlen);
 
 /* Opens the chain whose top is the delta at path.  Each parent is found

@@ -432,9 +432,10 @@ static void test_locking(void **state)
 	assert_int_equal(disk_freeze(P("top"), err, sizeof(err)), 0);
 	assert_int_equal(disk_freeze(P("top"), err, sizeof(err)), 0);
 	create_ok(P("child"), P("top"), 0, 0);
-	/* Two chains may share frozen layers. */
+	/* Two chains may share frozen layers; freezing again is a no-op. */
 	a = open_ok(P("child"), 0);
 	b = open_ok(P("top"), DISK_RDONLY);
+	assert_int_equal(disk_freeze(P("top"), err, sizeof(err)), 0);
 	assert_int_equal(disk_close(b), 0);
 	assert_int_equal(disk_close(a), 0);
 }
@@ -498,6 +499,38 @@ static void test_unfrozen_lower_refused(void **state)
 	close(fd);
 	assert_int_equal(disk_open(&d, P("c"), 0, err, sizeof(err)), -EUCLEAN);
 	assert_non_null(strstr(err, "not frozen"));
+}
+
+/* A chain that loops back on itself (only a hand-edited header can do
+ * that) stops at the layer limit with a clear error. */
+static void test_chain_loop(void **state)
+{
+	uint8_t hdr[DISK_HDR_SIZE];
+	struct disk_header hp, hc;
+	struct disk *d;
+	int fd;
+
+	create_ok(P("p"), NULL, MiB, 0);
+	assert_int_equal(disk_freeze(P("p"), err, sizeof(err)), 0);
+	create_ok(P("c"), P("p"), 0, 0);
+	assert_int_equal(disk_freeze(P("c"), err, sizeof(err)), 0);
+	fd = open(P("c"), O_RDONLY);
+	assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), sizeof(hdr));
+	close(fd);
+	assert_int_equal(disk_header_decode(hdr, sizeof(hdr), &hc, err, sizeof(err)), 0);
+	fd = open(P("p"), O_RDWR);
+	assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), sizeof(hdr));
+	assert_int_equal(disk_header_decode(hdr, sizeof(hdr), &hp, err, sizeof(err)), 0);
+	hp.parent_kind = DISK_PARENT_DELTA;
+	hp.parent_size = hc.size;
+	memcpy(hp.parent_id, hc.uuid, 16);
+	strcpy(hp.parent_path, "c");
+	hp.parent_path_len = 1;
+	disk_header_encode(&hp, hdr);
+	assert_int_equal(pwrite(fd, hdr, sizeof(hdr), 0), sizeof(hdr));
+	close(fd);
+	assert_int_equal(disk_open(&d, P("c"), DISK_RDONLY, err, sizeof(err)), -ELOOP);
+	assert_non_null(strstr(err, "deeper than"));
 }
 
 static void test_parent_path_rules(void **state)
@@ -675,6 +708,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_locking, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wrong_parent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unfrozen_lower_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_chain_loop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_parent_path_rules, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_base_id, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_header_every_byte, setup, teardown),
