@@ -362,7 +362,18 @@ static int open_delta(struct disk_layer *l, const uint8_t *hdr, size_t got,
 		disk_seterr(err, errlen, "%s: %s", l->path, why);
 		return rc;
 	}
-	return l->writable ? build_free_list(l, err, errlen) : 0;
+	if (!l->writable)
+		return 0;
+	/* A process killed inside a flush may have left map sectors in the
+	 * page cache only.  Space is about to be reused on the strength of
+	 * that map, so make it durable first. */
+	st->syncs++;
+	if (fdatasync(l->fd) < 0) {
+		rc = -errno;
+		disk_seterr(err, errlen, "%s: %s", l->path, strerror(errno));
+		return rc;
+	}
+	return build_free_list(l, err, errlen);
 }
 
 int disk_layer_open_fd(struct disk_layer **out, int fd, const char *name, bool writable,

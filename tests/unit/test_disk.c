@@ -300,6 +300,7 @@ static void test_snapshot_o1(void **state)
 	assert_int_equal(small.map_writes, 0);
 	assert_int_equal(small.map_bytes_loaded, 0);
 	assert_int_equal(small.header_writes, 2); /* new header, frozen flag */
+	assert_int_equal(small.syncs, 4);         /* new file, folder, freeze, open */
 	/* After one 4 KiB write and close: header, one map sector, one cluster. */
 	assert_int_equal(small_blocks, big_blocks);
 	assert_true(big_blocks <= 4096 + 4096 + 64 * KiB);
