@@ -707,6 +707,46 @@ static void test_killed_writer(void **state)
 	fx_done(&f);
 }
 
+/* Big enough for several windows of the verifier's helper threads: the
+ * result must be the same with helpers as without, tampering included. */
+static void test_verify_with_helpers(void **state)
+{
+	enum { RECS = 9000 };
+	struct fx f;
+	struct audit_opts o = {.head_every = 700, .head_secs = 3600, .no_sync = true};
+	struct audit_log *l;
+	struct audit_verify_result res;
+	uint8_t *b, *h;
+	size_t len, hlen, off = AUDIT_HDR_LEN;
+	struct audit_record r;
+
+	fx_init(&f);
+	o.path = f.log;
+	o.key_dir = f.keys;
+	assert_int_equal(audit_log_open(&o, &l), 0);
+	assert_int_equal(audit_log_public_key(l, f.pub), 0);
+	append_n(l, RECS, "w");
+	audit_log_close(l);
+	assert_int_equal(read_file(f.log, 1 << 26, &b, &len), 0);
+	assert_int_equal(read_file(f.heads, 1 << 26, &h, &hlen), 0);
+	for (int i = 0; i < 6123; i++)
+		off += (size_t)audit_record_parse(b + off, len - off, &r);
+	b[off + 80] ^= 0x20; /* inside record 6123's names or details */
+	for (int threads = 1; threads <= 3; threads++) {
+		char v[16];
+		snprintf(v, sizeof(v), "%d", threads);
+		setenv("KOSA8_VERIFY_THREADS", v, 1);
+		assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+		assert_int_equal(res.records, RECS);
+		assert_int_equal(res.unsigned_records, 0);
+		expect(b, len, h, hlen, f.pub, AUDIT_EDITED, 6123);
+	}
+	unsetenv("KOSA8_VERIFY_THREADS");
+	free(b);
+	free(h);
+	fx_done(&f);
+}
+
 static void test_key_mode(void **state)
 {
 	struct fx f;
@@ -779,6 +819,7 @@ int main(void)
 		cmocka_unit_test(test_concurrent_processes),
 		cmocka_unit_test(test_full_disk),
 		cmocka_unit_test(test_killed_writer),
+		cmocka_unit_test(test_verify_with_helpers),
 		cmocka_unit_test(test_key_mode),
 		cmocka_unit_test(test_sign_head_on_demand),
 	};
