@@ -4,20 +4,48 @@
 
 #include "vmm/acpi.h"
 
-static void pm_read(void *opaque, uint64_t off, uint8_t *data, uint32_t size)
-{
-	memset(data, 0, size); /* never "woken", nothing pending */
-}
-
-static void pm_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t size)
+static void evt_read(void *opaque, uint64_t off, uint8_t *data, uint32_t size)
 {
 	struct acpi_pm *pm = opaque;
-	uint8_t v = data[0];
+	uint8_t regs[4] = {0, 0, (uint8_t)pm->pm1_enable, (uint8_t)(pm->pm1_enable >> 8)};
 
-	if (off != 0)
-		return; /* the status register: writes clear bits we never set */
-	if ((v & ACPI_SLP_EN) &&
-	    ((v & ACPI_SLP_TYP_MASK) >> ACPI_SLP_TYP_SHIFT) == ACPI_S5_SLEEP_TYPE && pm->poweroff)
+	/* Status (0-1) never has an event; enable (2-3) reads back. */
+	for (uint32_t i = 0; i < size; i++)
+		data[i] = off + i < sizeof(regs) ? regs[off + i] : 0;
+}
+
+static void evt_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t size)
+{
+	struct acpi_pm *pm = opaque;
+
+	for (uint32_t i = 0; i < size; i++) {
+		if (off + i == 2)
+			pm->pm1_enable = (uint16_t)((pm->pm1_enable & 0xff00) | data[i]);
+		else if (off + i == 3)
+			pm->pm1_enable = (uint16_t)((pm->pm1_enable & 0x00ff) | (data[i] << 8));
+	}
+}
+
+static void cnt_read(void *opaque, uint64_t off, uint8_t *data, uint32_t size)
+{
+	uint8_t regs[2] = {ACPI_PM1_SCI_EN, 0}; /* always in ACPI mode */
+
+	for (uint32_t i = 0; i < size; i++)
+		data[i] = off + i < sizeof(regs) ? regs[off + i] : 0;
+}
+
+static void cnt_write(void *opaque, uint64_t off, const uint8_t *data, uint32_t size)
+{
+	struct acpi_pm *pm = opaque;
+	uint16_t v;
+
+	/* Linux writes the whole 16-bit register: SLP_TYP first, then with SLP_EN. */
+	if (off != 0 || size < 2)
+		return;
+	v = (uint16_t)(data[0] | (data[1] << 8));
+	if ((v & ACPI_PM1_SLP_EN) &&
+	    ((v & ACPI_PM1_SLP_TYP_MASK) >> ACPI_PM1_SLP_TYP_SHIFT) == ACPI_S5_SLEEP_TYPE &&
+	    pm->poweroff)
 		pm->poweroff(pm->ctx);
 }
 
@@ -26,6 +54,10 @@ void acpi_pm_init(struct acpi_pm *pm, void (*poweroff)(void *ctx), void *ctx)
 	memset(pm, 0, sizeof(*pm));
 	pm->poweroff = poweroff;
 	pm->ctx = ctx;
-	pm->bus = (struct bus_dev){.name = "acpi-pm", .base = ACPI_SLEEP_CONTROL_PORT, .len = 2,
-				   .opaque = pm, .read = pm_read, .write = pm_write};
+	pm->evt_bus = (struct bus_dev){.name = "acpi-pm1-evt", .base = ACPI_PM1_EVT_PORT,
+				       .len = ACPI_PM1_EVT_LEN, .opaque = pm,
+				       .read = evt_read, .write = evt_write};
+	pm->cnt_bus = (struct bus_dev){.name = "acpi-pm1-cnt", .base = ACPI_PM1_CNT_PORT,
+				       .len = ACPI_PM1_CNT_LEN, .opaque = pm,
+				       .read = cnt_read, .write = cnt_write};
 }

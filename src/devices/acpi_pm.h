@@ -1,13 +1,16 @@
-/* The ACPI sleep control and status registers (hardware-reduced ACPI): the
- * guest powers off by writing SLP_TYP=S5 with SLP_EN, which ends the VM.
- * No state to save: the registers are write-to-act. */
+/* The ACPI PM1a event and control registers: the guest powers off by
+ * writing SLP_TYP=S5 with SLP_EN to PM1a_CNT, which ends the VM.  The event
+ * block never reports an event.  Its only state is the enable register,
+ * which Linux writes and never needs back across a checkpoint: nothing to
+ * save. */
 #ifndef KOSA8_ACPI_PM_H
 #define KOSA8_ACPI_PM_H
 
 #include "vmm/bus.h"
 
 struct acpi_pm {
-	struct bus_dev bus;
+	struct bus_dev evt_bus, cnt_bus;
+	uint16_t pm1_enable;
 	void (*poweroff)(void *ctx);
 	void *ctx;
 };

@@ -12,26 +12,33 @@
 #define OEM_TABLE_ID "KOSA8VM "
 
 /* FADT field offsets (ACPI 6.4, table 5.9). */
+#define FADT_FIRMWARE_CTRL 36
 #define FADT_DSDT 40
 #define FADT_SCI_INT 46
+#define FADT_PM1A_EVT_BLK 56
+#define FADT_PM1A_CNT_BLK 64
+#define FADT_PM1_EVT_LEN 88
+#define FADT_PM1_CNT_LEN 89
 #define FADT_IAPC_BOOT_ARCH 109
 #define FADT_FLAGS 112
 #define FADT_MINOR_VERSION 131
+#define FADT_X_FIRMWARE_CTRL 132
 #define FADT_X_DSDT 140
-#define FADT_SLEEP_CONTROL 244
-#define FADT_SLEEP_STATUS 256
+#define FADT_X_PM1A_EVT_BLK 148
+#define FADT_X_PM1A_CNT_BLK 172
 #define FADT_HYPERVISOR_ID 268
+#define FACS_LEN 64
 
 #define FADT_F_WBINVD (1u << 0)
 #define FADT_F_PWR_BUTTON (1u << 4)   /* set: no fixed power button */
 #define FADT_F_SLP_BUTTON (1u << 5)   /* set: no fixed sleep button */
-#define FADT_F_HW_REDUCED (1u << 20)
+#define IAPC_LEGACY_DEVICES (1u << 0)
 #define IAPC_VGA_NOT_PRESENT (1u << 2)
 #define IAPC_MSI_NOT_SUPPORTED (1u << 3)
 #define IAPC_CMOS_RTC_NOT_PRESENT (1u << 5)
 
 #define GAS_SYSTEM_IO 1
-#define GAS_ACCESS_BYTE 1
+#define GAS_ACCESS_WORD 2
 
 #define MADT_PCAT_COMPAT 1u
 #define MADT_LAPIC 0
@@ -68,14 +75,25 @@ static void table_seal(uint8_t *t, uint32_t len)
 	t[9] = (uint8_t)-acpi_checksum(t, len);
 }
 
-/* A Generic Address Structure for one byte in I/O port space. */
-static void gas_io8(uint8_t *g, uint16_t port)
+/* A Generic Address Structure for a register block in I/O port space. */
+static void gas_io(uint8_t *g, uint16_t port, uint8_t bytes)
 {
 	g[0] = GAS_SYSTEM_IO;
-	g[1] = 8;  /* bit width */
-	g[2] = 0;  /* bit offset */
-	g[3] = GAS_ACCESS_BYTE;
+	g[1] = (uint8_t)(bytes * 8); /* bit width */
+	g[2] = 0;                    /* bit offset */
+	g[3] = GAS_ACCESS_WORD;
 	put64(g + 4, port);
+}
+
+/* The FACS: required outside hardware-reduced mode (global lock, waking
+ * vector); ours is all zeros but its header. */
+static uint32_t build_facs(uint8_t *t)
+{
+	memset(t, 0, FACS_LEN);
+	memcpy(t, "FACS", 4);
+	put32(t + 4, FACS_LEN);
+	t[32] = 2; /* version */
+	return FACS_LEN;
 }
 
 static uint32_t build_dsdt(uint8_t *t)
@@ -93,20 +111,26 @@ static uint32_t build_dsdt(uint8_t *t)
 	return len;
 }
 
-static uint32_t build_fadt(uint8_t *t, uint64_t dsdt)
+static uint32_t build_fadt(uint8_t *t, uint64_t dsdt, uint64_t facs)
 {
 	memset(t, 0, FADT_LEN);
 	table_header(t, "FACP", FADT_LEN, 6);
+	put32(t + FADT_FIRMWARE_CTRL, (uint32_t)facs);
 	put32(t + FADT_DSDT, (uint32_t)dsdt);
 	put16(t + FADT_SCI_INT, ACPI_SCI_IRQ);
-	put16(t + FADT_IAPC_BOOT_ARCH,
-	      IAPC_VGA_NOT_PRESENT | IAPC_MSI_NOT_SUPPORTED | IAPC_CMOS_RTC_NOT_PRESENT);
-	put32(t + FADT_FLAGS, FADT_F_WBINVD | FADT_F_PWR_BUTTON | FADT_F_SLP_BUTTON |
-				      FADT_F_HW_REDUCED);
+	/* No SMI command port: the machine is always in ACPI mode. */
+	put32(t + FADT_PM1A_EVT_BLK, ACPI_PM1_EVT_PORT);
+	put32(t + FADT_PM1A_CNT_BLK, ACPI_PM1_CNT_PORT);
+	t[FADT_PM1_EVT_LEN] = ACPI_PM1_EVT_LEN;
+	t[FADT_PM1_CNT_LEN] = ACPI_PM1_CNT_LEN;
+	put16(t + FADT_IAPC_BOOT_ARCH, IAPC_LEGACY_DEVICES | IAPC_VGA_NOT_PRESENT |
+					       IAPC_MSI_NOT_SUPPORTED | IAPC_CMOS_RTC_NOT_PRESENT);
+	put32(t + FADT_FLAGS, FADT_F_WBINVD | FADT_F_PWR_BUTTON | FADT_F_SLP_BUTTON);
 	t[FADT_MINOR_VERSION] = 4;
+	put64(t + FADT_X_FIRMWARE_CTRL, facs);
 	put64(t + FADT_X_DSDT, dsdt);
-	gas_io8(t + FADT_SLEEP_CONTROL, ACPI_SLEEP_CONTROL_PORT);
-	gas_io8(t + FADT_SLEEP_STATUS, ACPI_SLEEP_STATUS_PORT);
+	gas_io(t + FADT_X_PM1A_EVT_BLK, ACPI_PM1_EVT_PORT, ACPI_PM1_EVT_LEN);
+	gas_io(t + FADT_X_PM1A_CNT_BLK, ACPI_PM1_CNT_PORT, ACPI_PM1_CNT_LEN);
 	memcpy(t + FADT_HYPERVISOR_ID, "KOSA8VM ", 8);
 	table_seal(t, FADT_LEN);
 	return FADT_LEN;
@@ -164,9 +188,10 @@ static void build_rsdp(uint8_t *r, uint64_t xsdt)
 
 int acpi_build(uint8_t *buf, uint64_t gpa, size_t space, int ncpus, uint64_t *rsdp_gpa)
 {
-	/* Layout: RSDP, XSDT, FADT, DSDT, MADT, each 16-byte aligned. */
+	/* Layout: RSDP, XSDT, FACS (64-byte aligned), FADT, DSDT, MADT. */
 	size_t off_xsdt = ALIGN_UP((size_t)RSDP_LEN, 16);
-	size_t off_fadt = ALIGN_UP(off_xsdt + ACPI_HDR_LEN + 16, 16);
+	size_t off_facs = ALIGN_UP(off_xsdt + ACPI_HDR_LEN + 16, 64);
+	size_t off_fadt = ALIGN_UP(off_facs + FACS_LEN, 16);
 	size_t off_dsdt = ALIGN_UP(off_fadt + FADT_LEN, 16);
 	size_t off_madt = ALIGN_UP(off_dsdt + ACPI_HDR_LEN + 64, 16);
 	size_t end = off_madt + madt_len(ncpus);
@@ -175,7 +200,8 @@ int acpi_build(uint8_t *buf, uint64_t gpa, size_t space, int ncpus, uint64_t *rs
 		return -ENOSPC;
 	memset(buf, 0, end);
 	build_dsdt(buf + off_dsdt);
-	build_fadt(buf + off_fadt, gpa + off_dsdt);
+	build_facs(buf + off_facs);
+	build_fadt(buf + off_fadt, gpa + off_dsdt, gpa + off_facs);
 	build_madt(buf + off_madt, ncpus);
 	build_xsdt(buf + off_xsdt, gpa + off_fadt, gpa + off_madt);
 	build_rsdp(buf, gpa + off_xsdt);

@@ -1,21 +1,30 @@
-/* Minimal hardware-reduced ACPI: RSDP, XSDT, FADT, MADT and a DSDT holding
- * only \_S5.  It tells the guest how many CPUs there are (MADT) and how to
- * power off (the FADT's sleep control register, an I/O port the VMM owns).
- * Chosen over an MP table because an MP table cannot express poweroff, and
- * because ACPI is also the route to describing virtio-mmio devices to a stock
- * distribution kernel later. */
+/* Minimal ACPI: RSDP, XSDT, FADT, FACS, MADT and a DSDT holding only \_S5.
+ * It tells the guest how many CPUs there are (MADT) and how to power off (the
+ * PM1a control register, an I/O port the VMM owns).  Chosen over an MP table
+ * because an MP table cannot express poweroff.
+ *
+ * Not hardware-reduced ACPI, on purpose: Linux treats a hardware-reduced
+ * machine as one without a legacy PIC and leaves the ISA interrupts 0-15
+ * unmapped, so the UART (IRQ 4) and the command-line virtio-mmio devices could
+ * not request their interrupts unless every device were also described in
+ * AML.  With a PM1 block instead, ISA interrupts map one to one onto the
+ * IOAPIC, as on a PC (seen: a hardware-reduced FADT left ttyS0 unable to open). */
 #ifndef KOSA8_ACPI_H
 #define KOSA8_ACPI_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define ACPI_SLEEP_CONTROL_PORT 0x600
-#define ACPI_SLEEP_STATUS_PORT  0x601
+/* PM1a event block (status, enable: 2 bytes each) and control block. */
+#define ACPI_PM1_EVT_PORT       0x600
+#define ACPI_PM1_EVT_LEN        4
+#define ACPI_PM1_CNT_PORT       0x604
+#define ACPI_PM1_CNT_LEN        2
 #define ACPI_S5_SLEEP_TYPE      5    /* the value our \_S5 package announces */
-#define ACPI_SLP_TYP_SHIFT      2    /* ACPI 6.x, 4.8.3.7: sleep control register */
-#define ACPI_SLP_TYP_MASK       0x1c
-#define ACPI_SLP_EN             0x20
+#define ACPI_PM1_SCI_EN         0x0001 /* ACPI 6.4, 4.8.3.2.1: PM1 control bits */
+#define ACPI_PM1_SLP_TYP_SHIFT  10
+#define ACPI_PM1_SLP_TYP_MASK   0x1c00
+#define ACPI_PM1_SLP_EN         0x2000
 #define ACPI_SCI_IRQ            9
 
 #define IOAPIC_ADDR 0xfec00000u

@@ -53,8 +53,11 @@ static void on_poweroff(void *ctx) { vm_request_stop(ctx, VM_STOP_POWEROFF); }
 static void serial_irq(void *ctx, int level)
 {
 	struct vm *vm = ctx;
+	int err = accel_irq_line(vm->accel, SERIAL_COM1_IRQ, level);
 
-	accel_irq_line(vm->accel, SERIAL_COM1_IRQ, level);
+	if (err)
+		log_once(0x495251, SERIAL_COM1_IRQ, "cannot raise IRQ %d: %s", SERIAL_COM1_IRQ,
+			 strerror(-err));
 }
 
 int host_available_memory(uint64_t *bytes)
@@ -119,7 +122,8 @@ static int setup_devices(struct vm *vm, const char **why)
 	if ((err = bus_register(&vm->pio, &vm->serial.bus)) ||
 	    (err = bus_register(&vm->pio, &vm->i8042.data_bus)) ||
 	    (err = bus_register(&vm->pio, &vm->i8042.cmd_bus)) ||
-	    (err = bus_register(&vm->pio, &vm->acpi_pm.bus)))
+	    (err = bus_register(&vm->pio, &vm->acpi_pm.evt_bus)) ||
+	    (err = bus_register(&vm->pio, &vm->acpi_pm.cnt_bus)))
 		return err;
 	virtio_rng_init(&vm->rng, &vm->mem, VM_VIRTIO_MMIO_BASE, VM_VIRTIO_RNG_GSI,
 			virtio_irq, vm);

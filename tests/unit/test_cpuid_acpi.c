@@ -91,10 +91,20 @@ static void test_acpi_tables(void **state)
 	madt = table_at(buf, get64(xsdt + 44), "APIC");
 	dsdt = table_at(buf, get64(fadt + 140), "DSDT");
 	assert_int_equal(get32(fadt + 40), get64(fadt + 140));
-	/* Hardware-reduced, sleep control register is a byte at our port. */
-	assert_true(get32(fadt + 112) & (1u << 20));
-	assert_int_equal(fadt[244], 1);
-	assert_int_equal(get64(fadt + 248), ACPI_SLEEP_CONTROL_PORT);
+	/* Not hardware-reduced (Linux would drop the legacy IRQs); a PM1a
+	 * control block of 2 bytes at our port, in both the 32- and 64-bit fields. */
+	assert_false(get32(fadt + 112) & (1u << 20));
+	assert_int_equal(get32(fadt + 64), ACPI_PM1_CNT_PORT);
+	assert_int_equal(fadt[89], 2);
+	assert_int_equal(fadt[172], 1);                 /* system I/O */
+	assert_int_equal(get64(fadt + 176), ACPI_PM1_CNT_PORT);
+	assert_int_equal(get32(fadt + 56), ACPI_PM1_EVT_PORT);
+	assert_int_equal(fadt[88], 4);
+	/* The FACS both fields point to is there. */
+	const uint8_t *facs = buf + (get64(fadt + 132) - BASE);
+	assert_memory_equal(facs, "FACS", 4);
+	assert_int_equal(get32(fadt + 36), get64(fadt + 132));
+	assert_int_equal(get64(fadt + 132) % 64, 0);
 	/* The DSDT announces \_S5 with sleep type 5. */
 	assert_non_null(memmem(dsdt + 36, get32(dsdt + 4) - 36, "_S5_", 4));
 

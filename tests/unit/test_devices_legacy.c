@@ -150,23 +150,37 @@ static void test_i8042_and_acpi_pm(void **state)
 	acpi_pm_init(&pm, on_poweroff, NULL);
 	assert_int_equal(bus_register(&pio, &k.data_bus), 0);
 	assert_int_equal(bus_register(&pio, &k.cmd_bus), 0);
-	assert_int_equal(bus_register(&pio, &pm.bus), 0);
-	assert_int_equal(bus_register(&pio, &pm.bus), -EEXIST);
+	assert_int_equal(bus_register(&pio, &pm.evt_bus), 0);
+	assert_int_equal(bus_register(&pio, &pm.cnt_bus), 0);
+	assert_int_equal(bus_register(&pio, &pm.cnt_bus), -EEXIST);
 	/* Linux's kb_wait: status must say the input buffer is empty. */
 	assert_true(bus_access(&pio, 0x64, &v, 1, false));
 	assert_int_equal(v & 0x02, 0);
 	v = 0xfe;
 	bus_access(&pio, 0x64, &v, 1, true);
 	assert_int_equal(resets, 1);
-	/* Sleep type 3 is not S5; S5 without SLP_EN is not a request. */
-	v = (3 << 2) | 0x20;
-	bus_access(&pio, ACPI_SLEEP_CONTROL_PORT, &v, 1, true);
-	v = 5 << 2;
-	bus_access(&pio, ACPI_SLEEP_CONTROL_PORT, &v, 1, true);
+	/* The control register reads SCI_EN: always in ACPI mode. */
+	uint16_t c = 0;
+	bus_access(&pio, ACPI_PM1_CNT_PORT, (uint8_t *)&c, 2, false);
+	assert_int_equal(c & 1, 1);
+	/* Sleep type 3 is not S5; S5 without SLP_EN is not a request (Linux
+	 * writes SLP_TYP first, then SLP_TYP with SLP_EN). */
+	c = (3 << 10) | 0x2000;
+	bus_access(&pio, ACPI_PM1_CNT_PORT, (uint8_t *)&c, 2, true);
+	c = 5 << 10;
+	bus_access(&pio, ACPI_PM1_CNT_PORT, (uint8_t *)&c, 2, true);
 	assert_int_equal(poweroffs, 0);
-	v = (5 << 2) | 0x20;
-	bus_access(&pio, ACPI_SLEEP_CONTROL_PORT, &v, 1, true);
+	c = (5 << 10) | 0x2000;
+	bus_access(&pio, ACPI_PM1_CNT_PORT, (uint8_t *)&c, 2, true);
 	assert_int_equal(poweroffs, 1);
+	/* The enable register reads back what was written; status stays clear. */
+	uint16_t e = 0x0120, st = 0xffff;
+	bus_access(&pio, ACPI_PM1_EVT_PORT + 2, (uint8_t *)&e, 2, true);
+	e = 0;
+	bus_access(&pio, ACPI_PM1_EVT_PORT + 2, (uint8_t *)&e, 2, false);
+	assert_int_equal(e, 0x0120);
+	bus_access(&pio, ACPI_PM1_EVT_PORT, (uint8_t *)&st, 2, false);
+	assert_int_equal(st, 0);
 	/* Nobody at 0x80: reads as all ones, not claimed. */
 	uint8_t w[4] = {0};
 	assert_false(bus_access(&pio, 0x80, w, 4, false));
