@@ -794,6 +794,39 @@ static void test_sign_head_on_demand(void **state)
 	fx_done(&f);
 }
 
+/* A head every T seconds: due at the first append T seconds after the last
+ * head, or at a tick of a quiet log. */
+static void test_head_every_t_seconds(void **state)
+{
+	struct fx f;
+	struct audit_opts o = {.head_every = 1000, .head_secs = 1};
+	struct audit_log *l;
+	struct audit_verify_result res;
+
+	fx_init(&f);
+	o.path = f.log;
+	o.key_dir = f.keys;
+	assert_int_equal(audit_log_open(&o, &l), 0);
+	assert_int_equal(audit_log_public_key(l, f.pub), 0);
+	append_n(l, 2, "t"); /* the first append of a new log signs at once */
+	assert_int_equal(audit_log_tick(l), 0);
+	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+	assert_int_equal(res.heads, 1);
+	assert_int_equal(res.unsigned_records, 1);
+	usleep(1100 * 1000);
+	assert_int_equal(audit_log_tick(l), 0);
+	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+	assert_int_equal(res.heads, 2);
+	assert_int_equal(res.unsigned_records, 0);
+	usleep(1100 * 1000);
+	append_n(l, 1, "t2"); /* T passed: this append brings a head with it */
+	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+	assert_int_equal(res.heads, 3);
+	assert_int_equal(res.unsigned_records, 0);
+	audit_log_close(l);
+	fx_done(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -822,6 +855,7 @@ int main(void)
 		cmocka_unit_test(test_verify_with_helpers),
 		cmocka_unit_test(test_key_mode),
 		cmocka_unit_test(test_sign_head_on_demand),
+		cmocka_unit_test(test_head_every_t_seconds),
 	};
 	log_set_level(LOG_ERR); /* the torn-write test cuts ~100 tails on purpose */
 	return cmocka_run_group_tests_name("audit_log", tests, group_setup, group_teardown);
