@@ -1,6 +1,6 @@
-/* The chain: reads fall through the layers, writes allocate in the top,
- * flush orders data before map, snapshot freezes the top and stacks a new
- * one.  Format and guarantees: docs/disk-format.md. */
+/* Building chains: creating, freezing and opening deltas, and snapshots
+ * (freeze the top, stack a new one).  The I/O paths are in io.c.  Format
+ * and guarantees: docs/disk-format.md. */
 #include "disk/disk.h"
 
 #include <errno.h>
@@ -18,48 +18,9 @@
 #include "disk/format.h"
 #include "disk/layer.h"
 
-struct disk {
-	struct disk_layer *layers[DISK_MAX_LAYERS]; /* [0] is the bottom */
-	unsigned n;
-	bool writable;
-	bool broken;   /* a sync failed: the kernel may have dropped dirty pages */
-	bool unsynced; /* data written or holes punched since the last sync */
-	uint8_t *bounce; /* one cluster, for copy-up */
-	uint8_t *zeros;  /* one cluster of zeros, for partial discards */
-	struct disk_stats st;
-};
-
-/* New mappings waiting for their data to reach the file: written in one
- * pwrite, entered in the map only if it succeeded. */
-#define RUN_MAX 256
-struct wrun {
-	uint64_t foff;
-	const uint8_t *src;
-	size_t len;
-	unsigned nmap;
-	uint64_t cluster[RUN_MAX];
-	uint64_t off[RUN_MAX];
-};
-
-static struct disk_layer *top_of(struct disk *d)
-{
-	return d->layers[d->n - 1];
-}
-
-static uint64_t min_u64(uint64_t a, uint64_t b)
-{
-	return a < b ? a : b;
-}
-
-/* Bytes of the disk cluster c covers (the last one may be short). */
-static uint64_t cluster_len(const struct disk_layer *l, uint64_t c)
-{
-	return min_u64(disk_layer_csz(l), l->h.size - (c << l->h.cluster_bits));
-}
-
 uint64_t disk_size(const struct disk *d)
 {
-	return top_of((struct disk *)d)->h.size;
+	return disk_top(d)->h.size;
 }
 
 unsigned disk_layer_count(const struct disk *d)
@@ -77,336 +38,6 @@ void disk_get_stats(const struct disk *d, struct disk_stats *st)
 	*st = d->st;
 }
 
-static int check_range(const struct disk *d, const void *buf, uint64_t len, uint64_t off)
-{
-	uint64_t size;
-
-	if (!d || (!buf && len))
-		return -EINVAL;
-	size = disk_size(d);
-	if (off > size || len > size - off)
-		return -ERANGE;
-	return 0;
-}
-
-/* ---- reads ---- */
-
-/* How many bytes from off share one kind of entry in l (and, for present
- * clusters, sit back to back in the file): one pread or memset for all. */
-static uint64_t run_length(const struct disk_layer *l, uint64_t off, uint64_t len, uint64_t *ent)
-{
-	uint64_t csz = disk_layer_csz(l), c = off >> l->h.cluster_bits;
-	uint64_t e = disk_layer_get(l, c), run = min_u64(len, csz - (off & (csz - 1)));
-	uint64_t next = DISK_ENT_IS_PRESENT(e) ? e + csz : e;
-
-	while (run < len && disk_layer_get(l, ++c) == next) {
-		run += min_u64(len - run, csz);
-		if (DISK_ENT_IS_PRESENT(e))
-			next += csz;
-	}
-	*ent = e;
-	return run;
-}
-
-static int raw_read(const struct disk_layer *l, uint8_t *buf, uint64_t len, uint64_t off)
-{
-	uint64_t have = off < l->file_size ? min_u64(len, l->file_size - off) : 0;
-	int rc = have ? disk_pread_full(l->fd, buf, have, off) : 0;
-
-	memset(buf + have, 0, len - have); /* a base shorter than the disk reads as zeros */
-	return rc;
-}
-
-/* Reads [off, off+len) as layer lvl and those below it see it. */
-static int layer_read(struct disk *d, int lvl, uint8_t *buf, uint64_t len, uint64_t off)
-{
-	const struct disk_layer *l;
-	int rc = 0;
-
-	if (lvl < 0) {
-		memset(buf, 0, len);
-		return 0;
-	}
-	l = d->layers[lvl];
-	if (l->raw)
-		return raw_read(l, buf, len, off);
-	if (off >= l->h.size) { /* a lower layer may be smaller than the disk */
-		memset(buf, 0, len);
-		return 0;
-	}
-	if (len > l->h.size - off) {
-		memset(buf + (l->h.size - off), 0, len - (l->h.size - off));
-		len = l->h.size - off;
-	}
-	while (len && !rc) {
-		uint64_t e, run = run_length(l, off, len, &e);
-		if (DISK_ENT_IS_PRESENT(e))
-			rc = disk_pread_full(l->fd, buf, run,
-					     DISK_ENT_OFFSET(e) + (off & (disk_layer_csz(l) - 1)));
-		else if (e == DISK_ENT_ZERO)
-			memset(buf, 0, run);
-		else
-			rc = layer_read(d, lvl - 1, buf, run, off);
-		buf += run;
-		off += run;
-		len -= run;
-	}
-	return rc;
-}
-
-int disk_read(struct disk *d, void *buf, size_t len, uint64_t off)
-{
-	int rc = check_range(d, buf, len, off);
-
-	return rc ? rc : layer_read(d, (int)d->n - 1, buf, len, off);
-}
-
-/* ---- writes ---- */
-
-static int run_flush(struct disk *d, struct wrun *r)
-{
-	struct disk_layer *top = top_of(d);
-	int rc;
-
-	if (!r->len)
-		return 0;
-	rc = disk_pwrite_full(top->fd, r->src, r->len, r->foff);
-	d->st.data_writes++;
-	d->st.data_bytes += r->len;
-	d->unsynced = true;
-	for (unsigned i = r->nmap; i-- > 0;) {
-		/* Cannot fail: the map sector was made ready in run_add(). */
-		if (rc)
-			disk_layer_release(top, r->off[i], true);
-		else
-			disk_layer_set(top, r->cluster[i], r->off[i] | DISK_ENT_PRESENT);
-	}
-	r->len = 0;
-	r->nmap = 0;
-	return rc;
-}
-
-/* Makes sure setting cluster c later cannot fail for lack of memory. */
-static int map_ready(struct disk_layer *l, uint64_t c)
-{
-	return disk_layer_set(l, c, disk_layer_get(l, c));
-}
-
-static int run_add(struct disk *d, struct wrun *r, uint64_t foff, const uint8_t *src,
-		   size_t len, bool map, uint64_t c)
-{
-	int rc = 0;
-
-	if (!r->len || r->foff + r->len != foff || r->src + r->len != src || r->nmap == RUN_MAX) {
-		rc = run_flush(d, r);
-		if (rc)
-			return rc;
-		r->foff = foff;
-		r->src = src;
-	}
-	r->len += len;
-	if (map) {
-		r->cluster[r->nmap] = c;
-		r->off[r->nmap++] = foff;
-	}
-	return 0;
-}
-
-/* A write that covers part of a cluster the top does not hold: the rest of
- * the cluster comes from below (or is zero), then the whole cluster goes to
- * a fresh place in the top. */
-static int copy_up(struct disk *d, uint64_t c, uint64_t e, uint64_t in,
-		   const uint8_t *src, uint64_t chunk)
-{
-	struct disk_layer *top = top_of(d);
-	uint64_t csz = disk_layer_csz(top), clen = cluster_len(top, c), off;
-	int rc;
-
-	memset(d->bounce, 0, csz);
-	if (e != DISK_ENT_ZERO) {
-		rc = layer_read(d, (int)d->n - 2, d->bounce, clen, c << top->h.cluster_bits);
-		if (rc)
-			return rc;
-		d->st.copy_ups++;
-	}
-	memcpy(d->bounce + in, src, chunk);
-	rc = map_ready(top, c);
-	if (!rc)
-		rc = disk_layer_alloc(top, &off);
-	if (rc)
-		return rc;
-	d->st.clusters_alloc++;
-	rc = disk_pwrite_full(top->fd, d->bounce, csz, off);
-	d->st.data_writes++;
-	d->st.data_bytes += csz;
-	d->unsynced = true;
-	if (rc) {
-		disk_layer_release(top, off, true);
-		return rc;
-	}
-	return disk_layer_set(top, c, off | DISK_ENT_PRESENT);
-}
-
-static int write_cluster(struct disk *d, struct wrun *r, const uint8_t *src, uint64_t off,
-			 uint64_t chunk)
-{
-	struct disk_layer *top = top_of(d);
-	uint64_t c = off >> top->h.cluster_bits, in = off & (disk_layer_csz(top) - 1);
-	uint64_t e = disk_layer_get(top, c), noff;
-	int rc;
-
-	if (DISK_ENT_IS_PRESENT(e))
-		return run_add(d, r, DISK_ENT_OFFSET(e) + in, src, chunk, false, 0);
-	if (in || chunk != disk_layer_csz(top)) { /* includes a short last cluster */
-		rc = run_flush(d, r);
-		return rc ? rc : copy_up(d, c, e, in, src, chunk);
-	}
-	rc = map_ready(top, c);
-	if (!rc)
-		rc = disk_layer_alloc(top, &noff);
-	if (rc)
-		return rc;
-	d->st.clusters_alloc++;
-	rc = run_add(d, r, noff, src, chunk, true, c);
-	if (rc)
-		disk_layer_release(top, noff, true);
-	return rc;
-}
-
-static int write_range(struct disk *d, const uint8_t *src, uint64_t len, uint64_t off)
-{
-	struct disk_layer *top = top_of(d);
-	struct wrun *r = calloc(1, sizeof(*r));
-	int rc = 0, rc2;
-
-	if (!r)
-		return -ENOMEM;
-	while (len && !rc) {
-		uint64_t c = off >> top->h.cluster_bits;
-		uint64_t chunk = min_u64(len, cluster_len(top, c) - (off & (disk_layer_csz(top) - 1)));
-		rc = write_cluster(d, r, src, off, chunk);
-		src += chunk;
-		off += chunk;
-		len -= chunk;
-	}
-	rc2 = run_flush(d, r);
-	free(r);
-	return rc ? rc : rc2;
-}
-
-static int check_writable(const struct disk *d)
-{
-	if (!d->writable)
-		return -EROFS;
-	return d->broken ? -EIO : 0;
-}
-
-int disk_write(struct disk *d, const void *buf, size_t len, uint64_t off)
-{
-	int rc = check_range(d, buf, len, off);
-
-	if (!rc)
-		rc = check_writable(d);
-	return rc ? rc : write_range(d, buf, len, off);
-}
-
-/* ---- discard ---- */
-
-static int discard_cluster(struct disk *d, uint64_t c)
-{
-	struct disk_layer *top = top_of(d);
-	bool nothing_below = d->n == 1 && top->h.parent_kind == DISK_PARENT_NONE;
-	uint64_t e = disk_layer_get(top, c), want = nothing_below ? DISK_ENT_ABSENT : DISK_ENT_ZERO;
-	int rc;
-
-	if (e == want)
-		return 0;
-	rc = map_ready(top, c);
-	if (rc)
-		return rc;
-	if (DISK_ENT_IS_PRESENT(e)) {
-		/* The map may still name this cluster after a crash: it then
-		 * reads as the zeros the discard asked for.  It is reused only
-		 * once a flush has made the new entry durable. */
-		if (fallocate(top->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-			      (off_t)DISK_ENT_OFFSET(e), (off_t)disk_layer_csz(top)) == 0)
-			d->st.punches++;
-		else if (errno != EOPNOTSUPP)
-			return -errno;
-		d->unsynced = true;
-		rc = disk_layer_release(top, DISK_ENT_OFFSET(e), false);
-		if (rc)
-			return rc;
-	}
-	return disk_layer_set(top, c, want);
-}
-
-int disk_discard(struct disk *d, uint64_t off, uint64_t len)
-{
-	struct disk_layer *top;
-	int rc = check_range(d, d, len, off);
-
-	if (!rc)
-		rc = check_writable(d);
-	if (rc)
-		return rc;
-	top = top_of(d);
-	while (len && !rc) {
-		uint64_t c = off >> top->h.cluster_bits, clen = cluster_len(top, c);
-		uint64_t in = off & (disk_layer_csz(top) - 1), chunk = min_u64(len, clen - in);
-		if (!in && chunk == clen)
-			rc = discard_cluster(d, c);
-		else
-			rc = write_range(d, d->zeros, chunk, off);
-		off += chunk;
-		len -= chunk;
-	}
-	return rc;
-}
-
-/* ---- flush ---- */
-
-static int sync_fd(struct disk *d, int fd)
-{
-	d->st.syncs++;
-	return fdatasync(fd) < 0 ? -errno : 0;
-}
-
-/* Data first, then the map that points at it: after a crash the map never
- * names a cluster whose contents did not reach the disk. */
-int disk_flush(struct disk *d)
-{
-	struct disk_layer *top;
-	int rc;
-
-	if (!d)
-		return -EINVAL;
-	if (!d->writable)
-		return 0;
-	if (d->broken)
-		return -EIO;
-	top = top_of(d);
-	if (!d->unsynced && !top->dirty.n)
-		return 0;
-	rc = sync_fd(d, top->fd);
-	if (!rc && top->dirty.n) {
-		rc = disk_layer_write_map(top, &d->st);
-		if (!rc)
-			rc = sync_fd(d, top->fd);
-	}
-	if (!rc)
-		rc = disk_layer_commit_frees(top);
-	if (rc) {
-		/* After a failed fsync Linux may have dropped the dirty pages
-		 * and would report the next fsync as a success: stop here. */
-		d->broken = true;
-		log_err("disk %s: flush failed (%s); refusing further writes", top->path, strerror(-rc));
-		return rc;
-	}
-	d->unsynced = false;
-	return 0;
-}
-
 /* ---- creating and freezing deltas ---- */
 
 /* The parent is recorded by name when it sits in the child's folder (a
@@ -422,7 +53,7 @@ static int parent_ref(const char *child, const char *parent_real, char *out, siz
 		return -ENAMETOOLONG;
 	if (!realpath(dirname(c), cdir))
 		return -errno;
-	name = basename(p); /* GNU basename: leaves p intact */
+	name = basename(p); /* before dirname(), which cuts p at the last slash */
 	pdir = dirname(p);
 	if (!strcmp(cdir, pdir))
 		n = snprintf(out, len, "%s", name);
@@ -748,7 +379,7 @@ int disk_open(struct disk **out, const char *top, unsigned flags, char *err, siz
 		free(d);
 		return rc;
 	}
-	csz = disk_layer_csz(top_of(d));
+	csz = disk_layer_csz(disk_top(d));
 	d->bounce = aligned_alloc(4096, csz);
 	d->zeros = calloc(1, csz);
 	if (!d->bounce || !d->zeros) {
@@ -795,7 +426,7 @@ int disk_close(struct disk *d)
 
 static int snapshot_file(struct disk *d, const char *new_top, char *err, size_t errlen)
 {
-	struct disk_layer *top = top_of(d);
+	struct disk_layer *top = disk_top(d);
 	struct disk_header h = {
 		.version = DISK_VERSION,
 		.cluster_bits = top->h.cluster_bits,
@@ -826,7 +457,7 @@ int disk_snapshot(struct disk *d, const char *new_top, char *err, size_t errlen)
 
 	if (!d || !new_top)
 		return -EINVAL;
-	rc = check_writable(d);
+	rc = !d->writable ? -EROFS : d->broken ? -EIO : 0;
 	if (!rc && d->n >= DISK_MAX_LAYERS)
 		rc = -E2BIG;
 	if (!rc)
@@ -835,7 +466,7 @@ int disk_snapshot(struct disk *d, const char *new_top, char *err, size_t errlen)
 		disk_seterr(err, errlen, "cannot snapshot: %s", strerror(-rc));
 		return rc;
 	}
-	top = top_of(d);
+	top = disk_top(d);
 	rc = snapshot_file(d, new_top, err, errlen);
 	if (rc)
 		return rc;

@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #define DISK_SECTOR_SIZE 512
 #define DISK_DEFAULT_CLUSTER (64 * 1024)
@@ -71,6 +72,11 @@ const char *disk_layer_path(const struct disk *d, unsigned i);
  * does not fit inside the disk gets -ERANGE, a NULL buffer -EINVAL. */
 int disk_read(struct disk *d, void *buf, size_t len, uint64_t off);
 int disk_write(struct disk *d, const void *buf, size_t len, uint64_t off);
+/* The same for a buffer in pieces (at most IOV_MAX), e.g. a virtqueue
+ * chain: the bytes go to the disk back to back from off, and reach the
+ * kernel as one preadv/pwritev per run of file-contiguous clusters. */
+int disk_readv(struct disk *d, const struct iovec *iov, int iovcnt, uint64_t off);
+int disk_writev(struct disk *d, const struct iovec *iov, int iovcnt, uint64_t off);
 /* The range reads as zeros afterwards, whatever lower layers hold; whole
  * clusters of the top delta are freed (holes punched). */
 int disk_discard(struct disk *d, uint64_t off, uint64_t len);

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 
 #include "disk/disk.h"
 #include "disk/format.h"
@@ -69,6 +70,40 @@ int disk_layer_release(struct disk_layer *l, uint64_t off, bool now);
 int disk_layer_write_map(struct disk_layer *l, struct disk_stats *st);
 /* After a flush made the map durable, freed clusters become reusable. */
 int disk_layer_commit_frees(struct disk_layer *l);
+
+/* Pieces per preadv/pwritev (Linux's IOV_MAX) and new clusters per run. */
+#define DISK_RUN_IOV 1024
+#define DISK_RUN_MAP 256
+
+/* Bytes waiting to go to the top in one pwritev, and the new mappings that
+ * enter the map only once it succeeded. */
+struct disk_run {
+	uint64_t foff;
+	uint64_t len;
+	int niov;
+	unsigned nmap;
+	struct iovec iov[DISK_RUN_IOV];
+	uint64_t cluster[DISK_RUN_MAP];
+	uint64_t off[DISK_RUN_MAP];
+};
+
+struct disk {
+	struct disk_layer *layers[DISK_MAX_LAYERS]; /* [0] is the bottom */
+	unsigned n;
+	bool writable;
+	bool broken;   /* a sync failed: the kernel may have dropped dirty pages */
+	bool unsynced; /* data written or holes punched since the last sync */
+	uint8_t *bounce; /* one cluster, for copy-up */
+	uint8_t *zeros;  /* one cluster of zeros, for partial discards */
+	struct disk_stats st;
+	struct disk_run run;
+	struct iovec iov[DISK_RUN_IOV]; /* for reads */
+};
+
+static inline struct disk_layer *disk_top(const struct disk *d)
+{
+	return d->layers[d->n - 1];
+}
 
 /* A disk made of l alone (taken over), its parent ignored: reads below it
  * are zeros.  For the fuzz target and tests of a single file. */
