@@ -206,6 +206,7 @@ static int spawn(struct xs *x, const struct ap_exec_req *q, const struct agent_u
 		ap_conn_send_error(x->c, x->chan, msg[1], "%s %s: %s", stage_name(msg[0]), what, strerror(msg[1]));
 		return 1;
 	}
+	x->pty = q->pty;
 	if (q->pty) {
 		x->out_fd = master;
 		x->in_fd = fcntl(master, F_DUPFD_CLOEXEC, 0);

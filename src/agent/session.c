@@ -149,13 +149,27 @@ static int power(struct ap_conn *c, const struct ap_frame *f)
 	return rc ? rc : -ESHUTDOWN;
 }
 
-static int dispatch(struct ap_conn *c, const struct ap_frame *f)
+/* Stream frames the host sent before it learnt that its command had ended
+ * (or never started) are late, not malformed. */
+static bool late_stream_frame(const struct ap_frame *f, uint32_t done_chan)
 {
+	uint16_t t = f->h.type;
+	return f->h.chan == done_chan && done_chan != 0 &&
+	       (t == AP_STDIN || t == AP_STDIN_EOF || t == AP_WINDOW || t == AP_RESIZE || t == AP_SIGNAL);
+}
+
+static int dispatch(struct ap_conn *c, const struct ap_frame *f, uint32_t *done_chan)
+{
+	if (late_stream_frame(f, *done_chan))
+		return 0;
 	switch (f->h.type) {
 	case AP_PING:
 		return ping(c, f);
 	case AP_EXEC:
-		return f->h.chan ? exec_run(c, f->h.chan, f->p, f->h.len) : -EBADMSG;
+		if (!f->h.chan)
+			return -EBADMSG;
+		*done_chan = f->h.chan;
+		return exec_run(c, f->h.chan, f->p, f->h.len);
 	case AP_PUT:
 		return f->h.chan ? put(c, f) : -EBADMSG;
 	case AP_GET:
@@ -176,6 +190,7 @@ void session_run(int fd)
 		close(fd);
 		return;
 	}
+	uint32_t done_chan = 0;
 	int rc = hello(c);
 	while (rc == 0) {
 		rc = ap_conn_recv(c, &f, -1);
@@ -184,7 +199,7 @@ void session_run(int fd)
 		if (rc)
 			break;
 		uint16_t type = f.h.type;
-		rc = dispatch(c, &f);
+		rc = dispatch(c, &f, &done_chan);
 		if (rc == -EBADMSG && type != AP_EXEC)
 			ap_conn_send_error(c, 0, EBADMSG, "unexpected or malformed frame (type %u)", type);
 		if (rc == 0)
