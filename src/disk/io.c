@@ -299,8 +299,8 @@ static int map_ready(struct disk_layer *l, uint64_t c)
 	return disk_layer_set(l, c, disk_layer_get(l, c));
 }
 
-/* Writes the whole top cluster c at file offset foff from d->bounce. */
-static int write_bounce(struct disk *d, uint64_t c, uint64_t foff, bool map)
+/* Writes d->bounce as the whole new top cluster c at file offset foff. */
+static int write_bounce(struct disk *d, uint64_t c, uint64_t foff)
 {
 	struct disk_layer *top = disk_top(d);
 	uint64_t csz = disk_layer_csz(top);
@@ -309,8 +309,6 @@ static int write_bounce(struct disk *d, uint64_t c, uint64_t foff, bool map)
 	d->st.data_writes++;
 	d->st.data_bytes += csz;
 	d->unsynced = true;
-	if (!map)
-		return rc;
 	if (rc) {
 		disk_layer_release(top, foff, true);
 		return rc;
@@ -318,27 +316,14 @@ static int write_bounce(struct disk *d, uint64_t c, uint64_t foff, bool map)
 	return disk_layer_set(top, c, foff | DISK_ENT_PRESENT);
 }
 
-/* Adds len bytes from the cursor, to land at file offset foff, to the run. */
+/* Adds len bytes from the cursor, to land at file offset foff, to the run.
+ * A request has at most IOV_MAX pieces, so they always fit an empty run. */
 static int run_add(struct disk *d, struct iocur *src, uint64_t foff, uint64_t len, bool map,
 		   uint64_t c)
 {
 	struct disk_run *r = &d->run;
 	int need = cur_pieces(src, len, DISK_RUN_IOV), rc = 0;
 
-	if (need > DISK_RUN_IOV) {
-		/* Pathologically fragmented (more pieces than pwritev takes for
-		 * one cluster): gather it.  Only whole clusters or in-place
-		 * pieces get here, and in-place ones go through copy-in. */
-		uint64_t in = foff & (disk_layer_csz(disk_top(d)) - 1);
-		rc = run_flush(d);
-		if (!rc && len < disk_layer_csz(disk_top(d)))
-			rc = disk_pread_full(disk_top(d)->fd, d->bounce, disk_layer_csz(disk_top(d)),
-					     foff - in);
-		if (rc)
-			return rc;
-		cur_copy_out(src, d->bounce + in, len);
-		return write_bounce(d, c, foff - in, map);
-	}
 	if (!r->len || r->foff + r->len != foff || r->niov + need > DISK_RUN_IOV ||
 	    r->nmap == DISK_RUN_MAP) {
 		rc = run_flush(d);
@@ -381,7 +366,7 @@ static int copy_up(struct disk *d, struct iocur *src, uint64_t c, uint64_t e, ui
 	if (rc)
 		return rc;
 	d->st.clusters_alloc++;
-	return write_bounce(d, c, off, true);
+	return write_bounce(d, c, off);
 }
 
 static int write_cluster(struct disk *d, struct iocur *src, uint64_t off, uint64_t chunk)
