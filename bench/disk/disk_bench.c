@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -28,6 +29,11 @@
 static char dir[512];
 static uint64_t size;
 static uint8_t *buf;
+/* 1 MiB as 256 guest pages that are not next to each other in memory, as a
+ * virtqueue chain hands them over. */
+#define PAGES (CHUNK / 4096)
+static uint8_t *scatter;
+static struct iovec pages[PAGES];
 
 static double now(void)
 {
@@ -165,6 +171,37 @@ static double disk_seq_read(const char *name, const char *cached_file)
 	return t0;
 }
 
+/* Page-cache-only overwrites and hot reads in 4 KiB pieces: plain
+ * pwritev/preadv, the disk's vectored calls, and one disk call per piece. */
+enum piece_mode { PLAIN_V, DISK_V, DISK_EACH };
+
+static double pieces(enum piece_mode m, bool write)
+{
+	struct disk *d = m == PLAIN_V ? NULL : open_disk("delta");
+	int fd = m == PLAIN_V ? open(path("raw.img"), O_RDWR) : -1;
+	double t0 = now();
+	int rc = 0;
+
+	for (uint64_t off = 0; off < size && !rc; off += CHUNK) {
+		if (m == PLAIN_V)
+			rc = (write ? pwritev(fd, pages, PAGES, (off_t)off)
+				    : preadv(fd, pages, PAGES, (off_t)off)) == CHUNK ? 0 : -EIO;
+		else if (m == DISK_V)
+			rc = write ? disk_writev(d, pages, PAGES, off) : disk_readv(d, pages, PAGES, off);
+		for (unsigned i = 0; m == DISK_EACH && i < PAGES && !rc; i++)
+			rc = write ? disk_write(d, pages[i].iov_base, 4096, off + 4096 * i)
+				   : disk_read(d, pages[i].iov_base, 4096, off + 4096 * i);
+	}
+	t0 = now() - t0;
+	if (rc)
+		die("pieces", rc);
+	if (fd >= 0)
+		close(fd);
+	if (d)
+		disk_close(d);
+	return t0;
+}
+
 /* Reads of a fresh delta over a raw base: every byte falls through. */
 static void make_over_base(void)
 {
@@ -192,7 +229,8 @@ static double median(double *v, int n)
 enum {
 	RAW_W_NEW, DISK_W_NEW, RAW_W_OVER, DISK_W_OVER,
 	RAW_C_NEW, DISK_C_NEW, RAW_C_OVER, DISK_C_OVER,
-	RAW_R_HOT, DISK_R_HOT, DISK_R_BASE_HOT, RAW_R_COLD, DISK_R_COLD, DISK_R_BASE_COLD, NCASES
+	RAW_R_HOT, DISK_R_HOT, DISK_R_BASE_HOT, RAW_R_COLD, DISK_R_COLD, DISK_R_BASE_COLD,
+	RAW_PW, DISK_PW, EACH_PW, RAW_PR, DISK_PR, EACH_PR, NCASES
 };
 static const char *const names[NCASES] = {
 	"plain file: write a new file + fdatasync",
@@ -209,12 +247,19 @@ static const char *const names[NCASES] = {
 	"plain file: read, page cache dropped",
 	"disk: read the top delta, page cache dropped",
 	"disk: read through an empty delta to a raw base, page cache dropped",
+	"plain file: pwritev of 256 scattered 4 KiB pieces, in place, page cache only",
+	"disk: disk_writev of the same pieces, in place, page cache only",
+	"disk: one disk_write per 4 KiB piece, in place, page cache only",
+	"plain file: preadv of 256 scattered 4 KiB pieces, page cache hot",
+	"disk: disk_readv of the same pieces, page cache hot",
+	"disk: one disk_read per 4 KiB piece, page cache hot",
 };
 /* The plain-file case each one is compared with. */
 static const int baseline[NCASES] = {
 	RAW_W_NEW, RAW_W_NEW, RAW_W_OVER, RAW_W_OVER,
 	RAW_C_NEW, RAW_C_NEW, RAW_C_OVER, RAW_C_OVER,
 	RAW_R_HOT, RAW_R_HOT, RAW_R_HOT, RAW_R_COLD, RAW_R_COLD, RAW_R_COLD,
+	RAW_PW, RAW_PW, RAW_PW, RAW_PR, RAW_PR, RAW_PR,
 };
 
 /* Pairs run in alternating order from round to round, so that neither side
@@ -270,6 +315,14 @@ static void one_round(double t[NCASES][MAX_REP], int r)
 	pair(t, r, RAW_R_COLD, r_raw_cold, DISK_R_COLD, r_disk_cold);
 	disk_seq_read("over", "raw.img");
 	t[DISK_R_BASE_COLD][r] = disk_seq_read("over", "raw.img");
+	settle();
+	pieces(PLAIN_V, false); /* warm both files */
+	pieces(DISK_V, false);
+	for (int k = 0; k < 3; k++) {
+		int c = (k + r) % 3; /* rotate who goes first */
+		t[RAW_PW + c][r] = pieces((enum piece_mode)c, true);
+		t[RAW_PR + c][r] = pieces((enum piece_mode)c, false);
+	}
 }
 
 int main(int argc, char **argv)
@@ -285,8 +338,12 @@ int main(int argc, char **argv)
 		die("usage: disk_bench [DIR] [SIZE_MIB] [REPEATS<=15]", EINVAL);
 	size = mib * MiB;
 	buf = aligned_alloc(4096, CHUNK);
+	scatter = aligned_alloc(4096, 2 * CHUNK);
 	for (unsigned i = 0; i < CHUNK; i++)
 		buf[i] = (uint8_t)(i * 131 + 7);
+	for (unsigned i = 0; i < PAGES; i++)
+		pages[i] = (struct iovec){scatter + 8192 * i, 4096};
+	memset(scatter, 0x3c, 2 * CHUNK);
 	for (int r = 0; r < reps; r++)
 		one_round(t, r);
 	printf("%llu MiB in 1 MiB requests, median of %d runs, folder %s\n\n",
