@@ -17,7 +17,7 @@
 #include "vmm/guest_mem.h"
 
 #define VM_MAX_VCPUS 254 /* xAPIC ids 0..253, the IOAPIC takes the next one */
-#define VM_DEFAULT_CMDLINE "console=ttyS0 reboot=k panic=-1 nomodule"
+#define VM_DEFAULT_CMDLINE "console=ttyS0 reboot=k panic=-1 pci=off nomodule"
 
 /* virtio-mmio devices: one page each from here, in the 32-bit MMIO hole,
  * with ISA interrupt lines that no legacy device of ours uses. */
