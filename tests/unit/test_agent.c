@@ -840,11 +840,19 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[128];
+	char cmd[256];
+	int bad = 0;
 	kill(agent_pid, SIGTERM);
 	waitpid(agent_pid, NULL, 0);
+	/* The sanitizer build's agent reports into its log: any report fails
+	 * the suite, even if the client side happened to cope. */
+	snprintf(cmd, sizeof(cmd), "grep -E 'Sanitizer|runtime error' '%s/agent.log'", dir);
+	if (system(cmd) == 0) {
+		print_error("the agent logged a sanitizer report (above)\n");
+		bad = 1;
+	}
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return system(cmd) == 0 && !bad ? 0 : -1;
 }
 
 int main(void)
