@@ -196,14 +196,6 @@ static int cut_tail(int fd, uint64_t off, const char *path, uint64_t size)
 	return 0;
 }
 
-static bool zeros(const uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
 /* Takes in records other writers appended since this handle last looked. */
 static int scan_records(struct audit_log *l, const uint8_t *m, uint64_t size, uint64_t *cut)
 {
@@ -215,7 +207,7 @@ static int scan_records(struct audit_log *l, const uint8_t *m, uint64_t size, ui
 	*cut = UINT64_MAX;
 	while (off < size) {
 		n = audit_record_parse(m + off, size - off, &r);
-		if (n == -EAGAIN || (n < 0 && zeros(m + off, size - off))) {
+		if (n < 0 && audit_tail_is_torn(m + off, size - off)) {
 			*cut = off; /* holding the lock: its writer is gone */
 			break;
 		}
@@ -235,16 +227,20 @@ static int scan_records(struct audit_log *l, const uint8_t *m, uint64_t size, ui
 	return 0;
 }
 
-static int catch_up_records(struct audit_log *l)
+/* *cut: where a torn tail starts (UINT64_MAX: none); cut by catch_up()
+ * once it knows no signed head covers what lies there. */
+static int catch_up_records(struct audit_log *l, uint64_t *cut, uint64_t *size_out)
 {
 	struct stat st;
-	uint64_t size, cut;
+	uint64_t size;
 	void *m;
 	int err;
 
+	*cut = UINT64_MAX;
 	if (fstat(l->fd, &st) < 0)
 		return -errno;
 	size = (uint64_t)st.st_size;
+	*size_out = size;
 	if (size < l->end) {
 		log_err("audit: %s shrank under us (%llu < %llu bytes)", l->path,
 			(unsigned long long)size, (unsigned long long)l->end);
@@ -255,10 +251,8 @@ static int catch_up_records(struct audit_log *l)
 	m = mmap(NULL, size, PROT_READ, MAP_SHARED, l->fd, 0);
 	if (m == MAP_FAILED)
 		return -errno;
-	err = scan_records(l, m, size, &cut);
+	err = scan_records(l, m, size, cut);
 	munmap(m, size);
-	if (!err && cut != UINT64_MAX)
-		err = cut_tail(l->fd, cut, l->path, size);
 	return err;
 }
 
@@ -320,7 +314,8 @@ static int catch_up_heads(struct audit_log *l)
 
 static int catch_up(struct audit_log *l)
 {
-	int err = catch_up_records(l);
+	uint64_t cut, size;
+	int err = catch_up_records(l, &cut, &size);
 
 	if (!err)
 		err = catch_up_heads(l);
@@ -329,6 +324,8 @@ static int catch_up(struct audit_log *l)
 			l->path, (unsigned long long)l->count, (unsigned long long)l->head.size);
 		err = -EBADMSG;
 	}
+	if (!err && cut != UINT64_MAX)
+		err = cut_tail(l->fd, cut, l->path, size);
 	return err;
 }
 

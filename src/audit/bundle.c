@@ -34,25 +34,54 @@ static int map_fd(int fd, size_t max, const uint8_t **p, size_t *len)
 	return 0;
 }
 
+/* End of the last whole record, by lengths alone; a tail that is not the
+ * start of a record (damage, not a torn write) is kept: no writer cuts it. */
+static size_t complete_end(const uint8_t *p, size_t len, size_t *torn)
+{
+	size_t off = AUDIT_HDR_LEN;
+	uint32_t l;
+
+	*torn = 0;
+	if (len <= AUDIT_HDR_LEN)
+		return len;
+	while (len - off >= 8 && !memcmp(p + off, AUDIT_REC_MAGIC, 4)) {
+		l = (uint32_t)p[off + 4] << 24 | (uint32_t)p[off + 5] << 16 |
+		    (uint32_t)p[off + 6] << 8 | p[off + 7];
+		if (l < AUDIT_REC_MIN || l > AUDIT_REC_MAX || l > len - off)
+			break;
+		off += l;
+	}
+	if (off == len || !audit_tail_is_torn(p + off, len - off))
+		return len;
+	*torn = len - off;
+	return off;
+}
+
+static size_t last_line_end(const uint8_t *p, size_t len)
+{
+	while (len && p[len - 1] != '\n')
+		len--;
+	return len;
+}
+
 int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot *s)
 {
 	char heads_path[4096];
-	int hfd = -1, err;
+	int fd, hfd = -1, err;
 
 	memset(s, 0, sizeof(*s));
-	s->fd = -1;
 	err = audit_heads_path(log_path, heads_path, sizeof(heads_path));
 	if (err)
 		return err;
-	s->fd = open(log_path, O_RDONLY | O_CLOEXEC);
-	if (s->fd < 0)
+	fd = open(log_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
 		return -errno;
-	while (flock(s->fd, LOCK_SH) < 0)
+	while (flock(fd, LOCK_SH) < 0)
 		if (errno != EINTR) {
 			err = -errno;
 			goto out;
 		}
-	err = map_fd(s->fd, max, &s->log, &s->log_len);
+	err = map_fd(fd, max, &s->log, &s->log_map);
 	if (err)
 		goto out;
 	hfd = open(heads_path, O_RDONLY | O_CLOEXEC);
@@ -60,10 +89,15 @@ int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot 
 		err = -errno;
 		goto out;
 	}
-	err = hfd < 0 ? 0 : map_fd(hfd, max, &s->heads, &s->heads_len);
+	err = hfd < 0 ? 0 : map_fd(hfd, max, &s->heads, &s->heads_map);
+	if (err)
+		goto out;
+	s->log_len = complete_end(s->log, s->log_map, &s->torn_bytes);
+	s->heads_len = last_line_end(s->heads, s->heads_map);
 out:
 	if (hfd >= 0)
-		close(hfd); /* the mapping stays */
+		close(hfd);
+	close(fd); /* drops the lock; the mappings stay */
 	if (err)
 		audit_snapshot_free(s);
 	return err;
@@ -72,13 +106,10 @@ out:
 void audit_snapshot_free(struct audit_snapshot *s)
 {
 	if (s->log)
-		munmap((void *)s->log, s->log_len);
+		munmap((void *)s->log, s->log_map);
 	if (s->heads)
-		munmap((void *)s->heads, s->heads_len);
-	if (s->fd >= 0)
-		close(s->fd); /* drops the lock */
+		munmap((void *)s->heads, s->heads_map);
 	memset(s, 0, sizeof(*s));
-	s->fd = -1;
 }
 
 int audit_bundle_write(FILE *f, const struct audit_snapshot *s, const uint8_t pub[AUDIT_PUBKEY_LEN])

@@ -13,18 +13,21 @@
 #define AUDIT_BUNDLE_MAGIC "KOSA8-AUDIT-BUNDLE 1\n"
 
 struct audit_snapshot {
-	const uint8_t *log;
+	const uint8_t *log;   /* the log up to its last complete record */
 	size_t log_len;
-	const uint8_t *heads;
+	const uint8_t *heads; /* the heads up to the last complete line */
 	size_t heads_len;
-	int fd; /* holds the shared lock until audit_snapshot_free() */
+	size_t torn_bytes;    /* an incomplete last record left out */
+	size_t log_map, heads_map; /* mapped lengths */
 };
 
-/* Maps both files while holding a shared lock on the log, so that no writer
- * is half-way between its records and its head, and none cuts a torn tail
- * under the mapping.  Writers wait until audit_snapshot_free(): verifying
- * takes about a second per GB.  A missing heads file reads as empty; a
- * missing log is -ENOENT; a file bigger than max gives -EFBIG. */
+/* Maps both files under a shared lock on the log, so that no writer is
+ * half-way between its records and its head.  Still under the lock it finds
+ * where the last complete record and head line end (a pass over record
+ * lengths, no hashing) and leaves out an incomplete tail: that is all a
+ * writer may ever cut, so once the lock is dropped, appends go on while the
+ * caller reads the snapshot.  A missing heads file reads as empty; a missing
+ * log is -ENOENT; a file bigger than max gives -EFBIG. */
 int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot *s);
 void audit_snapshot_free(struct audit_snapshot *s);
 

@@ -190,6 +190,24 @@ int audit_record_parse(const uint8_t *buf, size_t len, struct audit_record *r)
 	return (int)total;
 }
 
+bool audit_tail_is_torn(const uint8_t *p, size_t len)
+{
+	struct audit_record r;
+	bool zero = true;
+	int n = audit_record_parse(p, len, &r);
+
+	if (n > 0)
+		return false;
+	for (size_t i = 0; i < len && zero; i++)
+		zero = p[i] == 0;
+	if (n != -EAGAIN && !zero)
+		return false;
+	for (size_t q = 1; q + AUDIT_REC_MIN <= len; q++)
+		if (p[q] == 'K' && audit_record_parse(p + q, len - q, &r) > 0)
+			return false;
+	return true;
+}
+
 bool audit_record_details_valid(const struct audit_record *r)
 {
 	return details_ok(r->details, r->details_len);

@@ -94,6 +94,13 @@ int audit_record_encode(uint8_t *buf, size_t cap, uint64_t seq, uint64_t time_ns
  * write), or -EBADMSG when the bytes cannot be a record. */
 int audit_record_parse(const uint8_t *buf, size_t len, struct audit_record *r);
 
+/* True when the len bytes at p (what follows the last whole record) can be
+ * what a crashed write leaves: the start of one record, or zeros, with no
+ * whole record anywhere after.  Only such a tail may be cut; anything else
+ * is damage to report.  (No whole record can hide inside a record's
+ * details: JSON text has no raw bytes below 0x20, record headers do.) */
+bool audit_tail_is_torn(const uint8_t *p, size_t len);
+
 /* True when the details of a parsed record are a JSON object (cJSON). */
 bool audit_record_details_valid(const struct audit_record *r);
 

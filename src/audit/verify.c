@@ -92,14 +92,6 @@ static int fail(struct vctx *c, enum audit_problem p, uint64_t seq, uint64_t off
 	return -EBADMSG;
 }
 
-static bool all_zero(const uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
 /* Scans forward from off for the record numbered seq; its position or -1. */
 static int64_t find_seq(const struct vctx *c, uint64_t off, uint64_t pos, uint64_t seq)
 {
@@ -268,7 +260,7 @@ static int walk(struct vctx *c, bool want_leaves, struct prehash *ph)
 	merkle_frontier_init(&f);
 	for (;; pos++) {
 		n = off < c->len ? audit_record_parse(c->log + off, c->len - off, &r) : 0;
-		if (n == -EAGAIN || (n < 0 && all_zero(c->log + off, c->len - off))) {
+		if (n < 0 && audit_tail_is_torn(c->log + off, c->len - off)) {
 			c->res->torn_tail = true;
 			c->res->torn_offset = off;
 			n = 0;

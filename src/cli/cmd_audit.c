@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,8 +163,22 @@ static int trusted_key(const struct aopts *o, uint8_t pub[AUDIT_PUBKEY_LEN])
 	return err;
 }
 
+/* Mapped logs: if someone truncates the file while we read it (no kosa8
+ * writer does: they only ever cut what the snapshot leaves out), the kernel
+ * sends SIGBUS.  Say what happened instead of dying on a signal. */
+static void on_sigbus(int sig)
+{
+	static const char msg[] = "kosa8 audit: the log file shrank while it was being read: "
+				  "someone truncated it (not kosa8); run verify again\n";
+	ssize_t n = write(2, msg, sizeof(msg) - 1);
+
+	(void)n;
+	_exit(1);
+}
+
 static int load_snapshot(const struct aopts *o, struct audit_snapshot *s)
 {
+	signal(SIGBUS, on_sigbus);
 	int err = audit_snapshot_read(o->log, MAX_LOG, s);
 
 	if (err == -ENOENT)
@@ -430,6 +445,9 @@ static int do_verify(struct aopts *o)
 	if (trusted_key(o, pub) || load_snapshot(o, &s))
 		return 2;
 	rc = verify_bytes(s.log, s.log_len, s.heads, s.heads_len, pub, o->log);
+	if (s.torn_bytes)
+		printf("  note: an incomplete last record (%zu bytes, an interrupted write, never "
+		       "acknowledged) was left out; the next writer cuts it\n", s.torn_bytes);
 	audit_snapshot_free(&s);
 	return rc;
 }
@@ -450,8 +468,7 @@ static void proved_free(struct proved *p)
 {
 	free(p->leaves);
 	free(p->heads);
-	if (p->s.log || p->s.heads || p->s.fd > 0)
-		audit_snapshot_free(&p->s);
+	audit_snapshot_free(&p->s);
 }
 
 static int load_proved(const struct aopts *o, struct proved *p)

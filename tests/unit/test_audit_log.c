@@ -201,6 +201,51 @@ static void test_edit_breaks_framing(void **state)
 	free(b);
 }
 
+static int write_bytes(const char *path, const uint8_t *b, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	int err;
+
+	if (fd < 0)
+		return -errno;
+	err = write_all(fd, b, len);
+	close(fd);
+	return err;
+}
+
+/* A length field made huge looks like a record still being written; with
+ * whole records after it, it is damage: reported, never cut. */
+static void test_huge_length_is_not_torn(void **state)
+{
+	struct fx f;
+	struct audit_opts o = {0};
+	struct audit_log *l = NULL;
+	size_t len;
+	uint8_t *b = copy_log(&len), *after;
+	size_t after_len;
+
+	b[Goff[7] + 5] = 0x0f; /* length ~1 MB: runs past the end of the log */
+	expect_log(b, len, AUDIT_MALFORMED, 7);
+	fx_init(&f);
+	assert_int_equal(write_bytes(f.log, b, len), 0);
+	assert_int_equal(write_bytes(f.heads, Gheads, Gheads_len), 0);
+	o.path = f.log;
+	o.key_dir = G.keys;
+	assert_int_equal(audit_log_open(&o, &l), -EBADMSG);
+	assert_int_equal(read_file(f.log, 1 << 20, &after, &after_len), 0);
+	assert_int_equal(after_len, len);
+	assert_memory_equal(after, b, len);
+	/* The same with no signed head to protect the records after it. */
+	assert_int_equal(write_bytes(f.heads, NULL, 0), 0);
+	assert_int_equal(audit_log_open(&o, &l), -EBADMSG);
+	free(after);
+	assert_int_equal(read_file(f.log, 1 << 20, &after, &after_len), 0);
+	assert_int_equal(after_len, len);
+	free(after);
+	free(b);
+	fx_done(&f);
+}
+
 static void test_edit_first_record(void **state)
 {
 	size_t len;
@@ -342,17 +387,6 @@ static void test_heads_reordered(void **state)
 	free(h);
 }
 
-static int write_bytes(const char *path, const uint8_t *b, size_t len)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	int err;
-
-	if (fd < 0)
-		return -errno;
-	err = write_all(fd, b, len);
-	close(fd);
-	return err;
-}
 
 /* A writer must not extend a chain it cannot continue. */
 static void test_writer_refuses_tampered(void **state)
@@ -835,6 +869,7 @@ int main(void)
 		cmocka_unit_test(test_edit_prev_field),
 		cmocka_unit_test(test_edit_seq_field),
 		cmocka_unit_test(test_edit_breaks_framing),
+		cmocka_unit_test(test_huge_length_is_not_torn),
 		cmocka_unit_test(test_edit_first_record),
 		cmocka_unit_test(test_swap),
 		cmocka_unit_test(test_remove),
