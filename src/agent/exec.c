@@ -24,7 +24,7 @@
 
 extern char **environ;
 
-#define OUT_CHUNK (32 * 1024)
+#define OUT_CHUNK AP_MAX_PAYLOAD
 #define OUT_QUEUE_MAX (256 * 1024)
 /* How long a pty may stay silent after its command exited before the agent
  * stops waiting for output (a background job may hold it open forever). */

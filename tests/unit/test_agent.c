@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <openssl/evp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -811,6 +812,90 @@ static void test_concurrent_sessions(void **state)
 	assert_true(t1.tv_sec - t0.tv_sec < 3);
 }
 
+/* ---- the VMM's vsock socket: "CONNECT <port>" handshake ---- */
+
+struct fake_vsock {
+	int lfd;
+	bool accept_port;   /* answer OK and relay to the agent, or just close */
+	char line[64];
+};
+
+/* Plays the VMM's vsock device: reads the CONNECT line, then relays bytes
+ * between the client and the agent's unix socket. */
+static void *fake_vsock_thread(void *arg)
+{
+	struct fake_vsock *v = arg;
+	int fd = accept(v->lfd, NULL, NULL);
+	size_t n = 0;
+	while (n + 1 < sizeof(v->line) && read(fd, v->line + n, 1) == 1 && v->line[n++] != '\n')
+		;
+	v->line[n] = 0;
+	if (!v->accept_port) {
+		close(fd);
+		return NULL;
+	}
+	const char ok[] = "OK 1073741824\n";
+	if (write(fd, ok, sizeof(ok) - 1) < 0)
+		return NULL;
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	strcpy(a.sun_path, sock_path);
+	int up = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (connect(up, (struct sockaddr *)&a, sizeof(a)) < 0)
+		return NULL;
+	struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = up, .events = POLLIN } };
+	char buf[65536];
+	for (;;) {
+		if (poll(p, 2, -1) < 0)
+			break;
+		int from = p[0].revents ? 0 : 1;
+		ssize_t r = read(p[from].fd, buf, sizeof(buf));
+		if (r <= 0 || write(p[!from].fd, buf, (size_t)r) != r)
+			break;
+	}
+	close(fd);
+	close(up);
+	return NULL;
+}
+
+static void test_vsock_uds(void **state)
+{
+	char path[160];
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(path, sizeof(path), "%s/vsock.sock", dir);
+	strcpy(a.sun_path, path);
+	int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+
+	struct fake_vsock v = { .lfd = lfd, .accept_port = true };
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, fake_vsock_thread, &v), 0);
+	struct agent_client *c;
+	assert_int_equal(agent_client_connect_vsock_uds(path, 1024, &c), 0);
+	struct agent_ping pg;
+	assert_int_equal(agent_ping(c, &pg), 0);
+	struct agent_exit x;
+	struct agent_exec_opts o = AGENT_EXEC_OPTS_INIT;
+	const char *argv[] = { "sh", "-c", "echo through-vsock; exit 5", NULL };
+	char *out;
+	o.argv = argv;
+	assert_int_equal(run(c, &o, &x, &out), 0);
+	assert_int_equal(x.code, 5);
+	assert_string_equal(out, "through-vsock\n");
+	agent_client_close(c);
+	pthread_join(t, NULL);
+	assert_string_equal(v.line, "CONNECT 1024\n");
+
+	/* Nobody listening on the guest port: the device closes. */
+	v = (struct fake_vsock){ .lfd = lfd, .accept_port = false };
+	assert_int_equal(pthread_create(&t, NULL, fake_vsock_thread, &v), 0);
+	assert_int_equal(agent_client_connect_vsock_uds(path, 7, &c), -ECONNREFUSED);
+	assert_null(c);
+	pthread_join(t, NULL);
+	assert_string_equal(v.line, "CONNECT 7\n");
+	close(lfd);
+}
+
 static void test_shutdown(void **state)
 {
 	char sock2[160];
@@ -873,6 +958,7 @@ int main(void)
 		cmocka_unit_test(test_bad_version),
 		cmocka_unit_test(test_malformed_frames),
 		cmocka_unit_test(test_concurrent_sessions),
+		cmocka_unit_test(test_vsock_uds),
 		cmocka_unit_test(test_shutdown),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
