@@ -7,7 +7,7 @@ SUDO=
 PKGS="
   build-essential pkg-config clang libclang-rt-14-dev
   libssl-dev libcjson-dev libcmocka-dev libseccomp-dev
-  linux-source-6.1 bc flex bison libelf-dev cpio xz-utils kmod
+  linux-source-6.1 bc flex bison libelf-dev cpio xz-utils kmod lz4
   busybox-static
   qemu-system-x86 linux-image-amd64
   hyperfine

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Builds the kosa8 guest kernel (bzImage) from Debian's linux-source-6.1:
+# `make tinyconfig`, then config.fragment merged over it, then olddefconfig.
+# The build fails if olddefconfig dropped or changed any option the fragment
+# asks for, naming each one (Kconfig drops an option silently when one of its
+# dependencies is missing).
+#
+#   guest/kernel/build.sh          build if needed; last stdout line is the path
+#   guest/kernel/build.sh --path   print the path of the cached bzImage, or fail
+#
+# Result: <cache>/kernel/<key>/{bzImage,config,System.map}, where <cache> is
+# ${KOSA8_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kosa8} and <key> hashes this
+# script, the fragment and the linux-source package version.  The unpacked
+# source and the object tree stay in <cache>/kernel/work-<version>/ so that a
+# change to the fragment rebuilds only what it touches (about 1.5 GB on disk;
+# delete the folder to reclaim it).  Progress goes to stderr.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+fragment=$here/config.fragment
+tarball=/usr/src/linux-source-6.1.tar.xz
+pkg=linux-source-6.1
+cache=${KOSA8_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kosa8}
+kdir=$cache/kernel
+
+say() { echo "[kernel] $*" >&2; }
+die() { echo "[kernel] error: $*" >&2; exit 1; }
+
+source_version() {
+	local v
+	v=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null) || v=
+	[ -n "$v" ] || die "package $pkg is not installed (run: make deps)"
+	[ -r "$tarball" ] || die "$tarball is missing (reinstall $pkg: make deps)"
+	echo "$v"
+}
+
+version=$(source_version)
+key=$({ echo "$pkg $version"; cat "$fragment" "$0"; } | sha256sum | cut -c1-16)
+out=$kdir/$key
+
+if [ "${1:-}" = "--path" ]; then
+	[ -f "$out/bzImage" ] || die "not built yet for key $key (run: guest/kernel/build.sh or make kernel)"
+	echo "$out/bzImage"
+	exit 0
+fi
+[ $# -eq 0 ] || die "usage: $0 [--path]"
+
+if [ -f "$out/bzImage" ]; then
+	echo "$out/bzImage"
+	exit 0
+fi
+
+check_tools() {
+	local t missing=
+	for t in make gcc ld flex bison bc perl lz4 xz tar flock sha256sum; do
+		command -v "$t" >/dev/null 2>&1 || missing="$missing $t"
+	done
+	[ -f /usr/include/gelf.h ] || missing="$missing libelf-dev(gelf.h)"
+	[ -z "$missing" ] || die "missing build tools:$missing (run: make deps)"
+}
+
+# Unpacks the source once per package version, atomically: a half-unpacked
+# tree from an interrupted run is never mistaken for a complete one.
+unpack_source() {
+	local work=$1 tmp
+	[ -f "$work/.unpacked" ] && return 0
+	say "unpacking $tarball (about 10 s)"
+	rm -rf "$work"
+	tmp=$(mktemp -d "$kdir/unpack.XXXXXX")
+	tar -xf "$tarball" -C "$tmp"
+	mkdir -p "$work"
+	mv "$tmp/linux-source-6.1" "$work/src"
+	rmdir "$tmp"
+	touch "$work/.unpacked"
+}
+
+# Every CONFIG_X=v line and "# CONFIG_X is not set" line of the fragment must
+# be in the final .config exactly; prints each one that is not.
+check_config() {
+	local frag=$1 config=$2 line sym bad=0
+	while IFS= read -r line; do
+		case "$line" in
+		CONFIG_*=*)
+			grep -qxF -- "$line" "$config" && continue
+			sym=${line%%=*}
+			say "  wanted $line, got: $(grep -E "^(# )?$sym[= ]" "$config" || echo "(absent: unknown symbol?)")"
+			bad=$((bad + 1)) ;;
+		"# CONFIG_"*" is not set")
+			sym=${line#\# }
+			sym=${sym%% *}
+			grep -qE "^$sym=" "$config" || continue
+			say "  wanted $line, got: $(grep -E "^$sym=" "$config")"
+			bad=$((bad + 1)) ;;
+		esac
+	done <"$frag"
+	return $bad
+}
+
+configure() {
+	local src=$1 obj=$2 bad=0
+	say "configuring: tinyconfig + $(basename "$fragment") + olddefconfig"
+	make -s -C "$src" O="$obj" tinyconfig >/dev/null
+	# merge_config warns about every choice the fragment overrides (compression,
+	# allocator...): expected, so its output is shown only if it fails.
+	(cd "$src" && scripts/kconfig/merge_config.sh -m -O "$obj" "$obj/.config" "$fragment") \
+		>"$obj/merge.log" 2>&1 || { cat "$obj/merge.log" >&2; die "merge_config.sh failed"; }
+	make -s -C "$src" O="$obj" olddefconfig >/dev/null
+	check_config "$fragment" "$obj/.config" || bad=$?
+	[ "$bad" -eq 0 ] || die "olddefconfig dropped or changed $bad option(s) of $fragment (listed above); fix their dependencies in the fragment"
+}
+
+# Runs make in the background and prints one line every 30 s with the number
+# of objects compiled so far, against the count of the last full build.
+run_make() {
+	local src=$1 obj=$2 log=$3 total_file=$kdir/objects-total pid n total rc start
+	total=$(cat "$total_file" 2>/dev/null || echo "?")
+	start=$(date +%s)
+	say "building bzImage with make -j$(nproc), log in $log"
+	KBUILD_BUILD_USER=kosa8 KBUILD_BUILD_HOST=kosa8 KBUILD_BUILD_TIMESTAMP="kosa8 $version" \
+		make -C "$src" O="$obj" -j"$(nproc)" bzImage >"$log" 2>&1 &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
+		for _ in $(seq 30); do
+			sleep 1
+			kill -0 "$pid" 2>/dev/null || break
+		done
+		n=$(grep -c '^  CC ' "$log" || true)
+		say "$n/$total objects compiled, $(($(date +%s) - start)) s"
+	done
+	rc=0
+	wait "$pid" || rc=$?
+	if [ "$rc" -ne 0 ]; then
+		tail -n 40 "$log" >&2
+		die "make bzImage failed (exit $rc); full log: $log"
+	fi
+	n=$(grep -c '^  CC ' "$log" || true)
+	# Only a full build gives a useful total for the next one.
+	[ "$n" -lt 100 ] || echo "$n" >"$total_file"
+	say "built in $(($(date +%s) - start)) s"
+}
+
+build() {
+	local work=$kdir/work-$version tmp
+	check_tools
+	unpack_source "$work"
+	mkdir -p "$work/obj"
+	configure "$work/src" "$work/obj"
+	run_make "$work/src" "$work/obj" "$work/build.log"
+	tmp=$(mktemp -d "$kdir/$key.XXXXXX")
+	cp "$work/obj/arch/x86/boot/bzImage" "$tmp/bzImage"
+	cp "$work/obj/.config" "$tmp/config"
+	cp "$work/obj/System.map" "$tmp/System.map"
+	chmod 755 "$tmp"
+	mv -T "$tmp" "$out"
+	say "$out/bzImage ($(stat -c %s "$out/bzImage") bytes)"
+}
+
+mkdir -p "$kdir"
+# One build at a time per cache: a second caller waits, then finds the result.
+exec 9>"$kdir/.lock"
+if ! flock -n 9; then
+	say "another build holds $kdir/.lock; waiting"
+	flock 9
+fi
+[ -f "$out/bzImage" ] || build
+echo "$out/bzImage"
