@@ -9,6 +9,7 @@ PKGS="
   libssl-dev libcjson-dev libcmocka-dev libseccomp-dev
   linux-source-6.1 bc flex bison libelf-dev cpio xz-utils kmod lz4
   busybox-static
+  mmdebstrap e2fsprogs
   qemu-system-x86 linux-image-amd64
   hyperfine
 "

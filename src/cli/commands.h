@@ -12,5 +12,6 @@ struct command {
 int cmd_vm(int argc, char **argv);
 int cmd_audit(int argc, char **argv);
 int cmd_disk(int argc, char **argv);
+int cmd_image(int argc, char **argv);
 
 #endif

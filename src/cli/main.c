@@ -8,6 +8,7 @@ static const struct command commands[] = {
 	{"vm", "boot a kernel in a microVM (low level: --kernel, --initrd, ...)", cmd_vm},
 	{"disk", "create and inspect layered copy-on-write disks", cmd_disk},
 	{"audit", "show, verify and prove the tamper-evident audit log", cmd_audit},
+	{"image", "build, list and remove Debian root filesystem images", cmd_image},
 };
 
 static void usage(FILE *f)
