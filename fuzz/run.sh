@@ -40,6 +40,10 @@ fi
 # The library, once: make keeps it incremental (header changes included).
 srcs=$(ls src/*/*.c 2>/dev/null | grep -v -e '^src/cli/' -e '^src/agent/' | tr '\n' ' ')
 mkdir -p "$out"
+# Several runs may share build-fuzz (people fuzzing their own targets at
+# once): one builds the library at a time, the others wait.
+exec 9>"$out/.build-lock"
+flock 9
 make -s -j"${FUZZ_JOBS:-2}" -f - OUT="$out" CC="$CC" CFLAGS="$CFLAGS" SRCS="$srcs" <<'EOF' || exit 1
 OBJS := $(patsubst %.c,$(OUT)/obj/%.o,$(SRCS))
 $(OUT)/libkosa8-fuzz.a: $(OBJS)
@@ -51,21 +55,27 @@ $(OUT)/obj/%.o: %.c
 -include $(OBJS:.o=.d)
 EOF
 
+# Link every target while still holding the lock (the library must not be
+# rebuilt under a link), then run them without it.
 failed=0
 summary=()
+runnable=()
 for t in "$@"; do
 	src=fuzz/fuzz_$t.c
-	bin=$out/fuzz_$t
 	if [ ! -f "$src" ]; then
 		summary+=("$t: no such target ($src)")
 		failed=1
-		continue
-	fi
-	if ! $CC $CFLAGS -fsanitize=fuzzer "$src" "$out/libkosa8-fuzz.a" $LIBS -o "$bin"; then
+	elif ! $CC $CFLAGS -fsanitize=fuzzer "$src" "$out/libkosa8-fuzz.a" $LIBS -o "$out/fuzz_$t"; then
 		summary+=("$t: BUILD FAILED")
 		failed=1
-		continue
+	else
+		runnable+=("$t")
 	fi
+done
+flock -u 9
+
+for t in "${runnable[@]+"${runnable[@]}"}"; do
+	bin=$out/fuzz_$t
 	seeds=fuzz/corpus/$t
 	[ -d "$seeds" ] || echo "fuzz: $t has no seed corpus ($seeds)" >&2
 	mkdir -p "$out/corpus/$t" "$out/artifacts"
