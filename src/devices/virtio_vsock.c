@@ -22,7 +22,7 @@
 #define TXQ 1
 #define EVQ 2
 /* Work per loop turn, so that a busy device lets the vCPUs at the lock. */
-#define TX_BUDGET 64
+#define TX_BUDGET 32
 #define RX_BUDGET 64
 #define ACCEPT_BUDGET 16
 #define LOOP_EVENTS 64

@@ -557,6 +557,49 @@ static void test_credit_to_guest(void **state)
 	virtio_vsock_destroy(&v);
 }
 
+/* The guest sends as its credit allows (the host reading nothing) until
+ * no more credit comes; returns the bytes sent, pattern(i) for byte i. */
+static uint32_t fill_until_stuck(struct virtio_vsock *v, uint32_t peer_alloc)
+{
+	static uint8_t chunk[4096];
+	struct virtio_vsock_hdr h;
+	uint32_t sent = 0, peer_fwd = 0;
+
+	for (;;) {
+		uint32_t credit = peer_alloc - (sent - peer_fwd), n = credit < 4096 ? credit : 4096;
+		if (!credit) {
+			if (!recv_pkt(v, &h, NULL, 300))
+				return sent;
+			assert_int_equal(h.op, VIRTIO_VSOCK_OP_CREDIT_UPDATE);
+			peer_fwd = h.fwd_cnt;
+			peer_alloc = h.buf_alloc;
+			continue;
+		}
+		for (uint32_t i = 0; i < n; i++)
+			chunk[i] = pattern(sent + i);
+		send_pkt(v, VIRTIO_VSOCK_OP_RW, 5000, 1234, chunk, n, 0, 65536, 0);
+		sent += n;
+		assert_true(sent < (64u << 20));
+	}
+}
+
+/* Reads n bytes and checks them against pattern(). */
+static void read_pattern(int fd, uint32_t n)
+{
+	static uint8_t rd[65536];
+	uint32_t received = 0;
+
+	while (received < n) {
+		size_t want = n - received < sizeof(rd) ? n - received : sizeof(rd);
+		size_t got = read_n(fd, rd, want, 2000);
+		assert_true(got > 0);
+		for (size_t i = 0; i < got; i++)
+			if (rd[i] != pattern(received + (uint32_t)i))
+				fail_msg("byte %zu differs", received + i);
+		received += (uint32_t)got;
+	}
+}
+
 /* guest -> host: the device grants only what it can hold, and a guest that
  * sends beyond its credit is reset. */
 static void test_credit_from_guest(void **state)
@@ -564,8 +607,8 @@ static void test_credit_from_guest(void **state)
 	struct virtio_vsock_opts o = {.buf_alloc = 8192};
 	struct virtio_vsock v;
 	struct virtio_vsock_hdr h;
-	static uint8_t chunk[8193], rd[65536];
-	uint32_t sent = 0, peer_fwd = 0, peer_alloc, received = 0;
+	static uint8_t chunk[8193];
+	uint32_t sent, peer_alloc;
 	int lfd, hfd;
 
 	dev_init(&v, &o, false);
@@ -575,36 +618,12 @@ static void test_credit_from_guest(void **state)
 	peer_alloc = h.buf_alloc;
 	assert_int_equal(peer_alloc, 8192);
 	hfd = accept_host(lfd);
-	/* The host does not read: send as the credit allows until it stops. */
-	for (;;) {
-		uint32_t credit = peer_alloc - (sent - peer_fwd), n = credit < 4096 ? credit : 4096;
-		if (!credit) {
-			if (!recv_pkt(&v, &h, NULL, 300))
-				break;
-			assert_int_equal(h.op, VIRTIO_VSOCK_OP_CREDIT_UPDATE);
-			peer_fwd = h.fwd_cnt;
-			peer_alloc = h.buf_alloc;
-			continue;
-		}
-		for (uint32_t i = 0; i < n; i++)
-			chunk[i] = pattern(sent + i);
-		send_pkt(&v, VIRTIO_VSOCK_OP_RW, 5000, 1234, chunk, n, 0, 65536, 0);
-		sent += n;
-		assert_true(sent < (64u << 20));
-	}
+	sent = fill_until_stuck(&v, peer_alloc);
 	/* The host socket filled, then the device's buffer, then credit ran out. */
 	assert_true(sent > 8192);
 	assert_int_equal(stats(&v).bytes_to_host, sent - 8192);
 	/* The host reads it all back, in order; the device refills credit. */
-	while (received < sent) {
-		size_t want = sent - received < sizeof(rd) ? sent - received : sizeof(rd);
-		size_t n = read_n(hfd, rd, want, 2000);
-		assert_true(n > 0);
-		for (size_t i = 0; i < n; i++)
-			if (rd[i] != pattern(received + (uint32_t)i))
-				fail_msg("byte %zu differs", received + i);
-		received += (uint32_t)n;
-	}
+	read_pattern(hfd, sent);
 	while (recv_pkt(&v, &h, NULL, 200))
 		assert_int_equal(h.op, VIRTIO_VSOCK_OP_CREDIT_UPDATE);
 	assert_int_equal(stats(&v).bytes_to_host, sent);
@@ -612,6 +631,73 @@ static void test_credit_from_guest(void **state)
 	send_pkt(&v, VIRTIO_VSOCK_OP_RW, 5000, 1234, chunk, sizeof(chunk), 0, 65536, 0);
 	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RST, 1234, 5000);
 	assert_true(eof_within(hfd, 2000));
+	wait_conns(&v, 0);
+	close(hfd);
+	close(lfd);
+	virtio_vsock_destroy(&v);
+}
+
+/* The guest closes with bytes still buffered in the device: the host gets
+ * every one of them before EOF, and only then does the guest get its RST. */
+static void test_close_flushes(void **state)
+{
+	struct virtio_vsock_opts o = {.buf_alloc = 8192};
+	struct virtio_vsock v;
+	struct virtio_vsock_hdr h;
+	uint32_t sent;
+	int lfd, hfd;
+
+	dev_init(&v, &o, false);
+	lfd = listen_at(1234);
+	send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 65536, 0);
+	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
+	hfd = accept_host(lfd);
+	sent = fill_until_stuck(&v, h.buf_alloc);
+	send_pkt(&v, VIRTIO_VSOCK_OP_SHUTDOWN, 5000, 1234, NULL, 0, 3, 65536, 0);
+	no_pkt(&v, 100); /* not yet: 8 KiB wait for the host */
+	assert_int_equal(stats(&v).conns_open, 1);
+	read_pattern(hfd, sent);
+	assert_true(eof_within(hfd, 2000));
+	for (;;) {
+		assert_true(recv_pkt(&v, &h, NULL, 2000));
+		if (h.op == VIRTIO_VSOCK_OP_RST)
+			break;
+		assert_int_equal(h.op, VIRTIO_VSOCK_OP_CREDIT_UPDATE);
+	}
+	wait_conns(&v, 0);
+	assert_int_equal(stats(&v).bytes_to_host, sent);
+	close(hfd);
+	close(lfd);
+	virtio_vsock_destroy(&v);
+}
+
+/* The guest stops receiving: the host writer gets EPIPE, the guest can
+ * still send. */
+static void test_guest_stops_reading(void **state)
+{
+	struct virtio_vsock v;
+	struct virtio_vsock_hdr h;
+	uint8_t buf[8];
+	int lfd, hfd;
+
+	dev_init(&v, NULL, false);
+	lfd = listen_at(1234);
+	send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 65536, 0);
+	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
+	hfd = accept_host(lfd);
+	send_pkt(&v, VIRTIO_VSOCK_OP_SHUTDOWN, 5000, 1234, NULL, 0, VIRTIO_VSOCK_SHUTDOWN_RCV, 65536, 0);
+	for (int i = 0; i < 2000; i++) {
+		if (send(hfd, "x", 1, MSG_NOSIGNAL) < 0)
+			break;
+		usleep(1000);
+	}
+	assert_int_equal(send(hfd, "x", 1, MSG_NOSIGNAL), -1);
+	assert_int_equal(errno, EPIPE);
+	no_pkt(&v, 50);
+	send_pkt(&v, VIRTIO_VSOCK_OP_RW, 5000, 1234, "still", 5, 0, 65536, 0);
+	assert_int_equal(read_n(hfd, buf, 5, 2000), 5);
+	assert_memory_equal(buf, "still", 5);
+	send_pkt(&v, VIRTIO_VSOCK_OP_RST, 5000, 1234, NULL, 0, 0, 65536, 0);
 	wait_conns(&v, 0);
 	close(hfd);
 	close(lfd);
@@ -914,6 +1000,8 @@ int main(void)
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_credit_to_guest),
 		cmocka_unit_test(test_credit_from_guest),
+		cmocka_unit_test(test_close_flushes),
+		cmocka_unit_test(test_guest_stops_reading),
 		cmocka_unit_test(test_connect_garbage),
 		cmocka_unit_test(test_connection_limit),
 		cmocka_unit_test(test_bad_headers),
