@@ -204,18 +204,18 @@ find_agent() {
 # ---------------------------------------------------------------- cache
 
 # Under sudo, build for the user who asked: their cache, their files.
+# Sets cache (and owner, under sudo).
 owner=
-cache_dir() {
+set_cache_dir() {
+	cache=${KOSA8_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kosa8}
 	if [ -z "${KOSA8_CACHE_DIR:-}" ] && [ "$(id -u)" -eq 0 ] && [ -n "${SUDO_UID:-}" ] && [ "${SUDO_UID}" != 0 ]; then
 		local home
 		home=$(getent passwd "$SUDO_UID" | cut -d: -f6)
-		if [ -n "$home" ]; then
+		if [ -n "$home" ] && [ -d "$home" ]; then
 			owner="$SUDO_UID:${SUDO_GID:-$SUDO_UID}"
-			echo "$home/.cache/kosa8"
-			return
+			cache=$home/.cache/kosa8
 		fi
 	fi
-	echo "${KOSA8_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kosa8}"
 }
 
 # mkdir -p, giving every folder it creates to $owner.
@@ -315,14 +315,21 @@ deb_cache_hooks() {
 	echo "--customize-hook=sync-out /var/cache/apt/archives $d"
 }
 
-# mmdebstrap's own lines, shortened for a readable log; all of it is kept in
-# the log file.
+# mmdebstrap's own I:/W:/E: lines, and every 20 s while packages install a
+# count of those set up so far (apt's own output, --verbose, is in the log).
 show_progress() {
-	local log=$1 line
+	local log=$1 line total=? done=0 last=$SECONDS
 	while IFS= read -r line; do
 		printf '%(%T)T %s\n' -1 "$line" >>"$log"
 		case $line in
 		I:* | W:* | E:* | "$tag"*) echo "$tag   ${line#"$tag   "}" >&2 ;;
+		*" newly installed, "*) [[ $line =~ ([0-9]+)\ newly\ installed ]] && total=${BASH_REMATCH[1]} ;;
+		"Setting up "*)
+			done=$((done + 1))
+			if [ $((SECONDS - last)) -ge 20 ]; then
+				last=$SECONDS
+				echo "$tag   $done/$total packages set up" >&2
+			fi ;;
 		esac
 	done
 }
@@ -344,8 +351,10 @@ verify_tree() {
 
 json_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
 
+# One JSON document; package names and versions are plain Debian tokens,
+# quoted and escaped anyway.
 write_manifest() {
-	local root=$1 out=$2 tree_bytes=$3 alloc=$4 secs=$5 first=1 p v s
+	local root=$1 out=$2 tree_bytes=$3 alloc=$4 secs=$5
 	{
 		printf '{\n'
 		printf '  "name": %s,\n  "key": "%s",\n' "$(json_str "$r_name")" "$key"
@@ -354,11 +363,10 @@ write_manifest() {
 		printf '  "virtual_size": %s,\n  "allocated_size": %s,\n  "tree_bytes": %s,\n' "$r_size_bytes" "$alloc" "$tree_bytes"
 		printf '  "agent_sha256": "%s",\n' "$(sha256sum "$agent" | cut -d' ' -f1)"
 		printf '  "packages": ['
-		while IFS=$'\t' read -r p v s; do
-			[ $first -eq 1 ] || printf ','
-			first=0
-			printf '\n    {"name": %s, "version": %s, "installed_kib": %s}' "$(json_str "$p")" "$(json_str "$v")" "${s:-0}"
-		done < <(dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Package}\t${Version}\t${Installed-Size}\n' | LC_ALL=C sort)
+		dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Package}\t${Version}\t${Installed-Size}\n' |
+			LC_ALL=C sort | awk -F '\t' '
+			function q(s) { gsub(/[\\"]/, "\\\\&", s); return "\"" s "\"" }
+			{ printf "%s\n    {\"name\": %s, \"version\": %s, \"installed_kib\": %d}", (NR > 1 ? "," : ""), q($1), q($2), $3 + 0 }'
 		printf '\n  ]\n}\n'
 	} >"$out"
 }
@@ -381,9 +389,9 @@ build() {
 	[ -z "$owner" ] || chown "$owner" "$log"
 	write_kosa8_hook "$hook"
 
-	say "1/4 bootstrap with mmdebstrap (about a minute or two; full log: $log)"
+	say "1/4 bootstrap with mmdebstrap: download and install the packages, the long part (full log: $log)"
 	t=$(now)
-	local -a mm=(mmdebstrap --mode=root --variant="$r_variant" --include="${r_packages[*]}")
+	local -a mm=(mmdebstrap --verbose --mode=root --variant="$r_variant" --include="${r_packages[*]}")
 	# dpkg's fsync after every file is most of the time, and worthless for a
 	# tree that is copied into an image next: eatmydata drops it.
 	[ ! -d "$EATMYDATA_HOOKS" ] || mm+=(--hook-dir="$EATMYDATA_HOOKS")
@@ -459,64 +467,70 @@ remove_stale() {
 
 # ---------------------------------------------------------------- main
 
-mode=build
-agent_arg=
-recipe_arg=
-while [ $# -gt 0 ]; do
-	case $1 in
-	--path) mode=path ;;
-	--check) mode=check ;;
-	--agent)
-		[ $# -ge 2 ] || usage
-		agent_arg=$2
-		shift ;;
-	--agent=*) agent_arg=${1#--agent=} ;;
-	-h | --help) usage ;;
-	-*) die "unknown option '$1' (see $0 --help)" ;;
-	*)
-		[ -z "$recipe_arg" ] || die "one recipe at a time ('$recipe_arg' and '$1')"
-		recipe_arg=$1 ;;
-	esac
-	shift
-done
+main() {
+	mode=build
+	agent_arg=
+	recipe_arg=
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--path) mode=path ;;
+		--check) mode=check ;;
+		--agent)
+			[ $# -ge 2 ] || usage
+			agent_arg=$2
+			shift ;;
+		--agent=*) agent_arg=${1#--agent=} ;;
+		-h | --help) usage ;;
+		-*) die "unknown option '$1' (see $0 --help)" ;;
+		*)
+			[ -z "$recipe_arg" ] || die "one recipe at a time ('$recipe_arg' and '$1')"
+			recipe_arg=$1 ;;
+		esac
+		shift
+	done
 
-recipe_path=$(find_recipe "${recipe_arg:-default}") || exit 1
-parse_recipe "$recipe_path"
-if [ "$mode" = check ]; then
-	print_recipe
-	exit 0
-fi
+	recipe_path=$(find_recipe "${recipe_arg:-default}") || exit 1
+	parse_recipe "$recipe_path"
+	if [ "$mode" = check ]; then
+		print_recipe
+		exit 0
+	fi
 
-find_agent "$agent_arg"
-key=$({ cat "$recipe_file" "$self"; sha256sum <"$agent"; } | sha256sum | cut -c1-16)
-cache=$(cache_dir)
-imgroot=$cache/images
-out=$imgroot/$r_name/$key
+	find_agent "$agent_arg"
+	key=$({ cat "$recipe_file" "$self"; sha256sum <"$agent"; } | sha256sum | cut -c1-16)
+	set_cache_dir
+	imgroot=$cache/images
+	out=$imgroot/$r_name/$key
 
-if [ "$mode" = path ]; then
-	[ -f "$out/rootfs.ext4" ] || die "image '$r_name' is not built for key $key (run: kosa8 image build $recipe_arg)"
+	if [ "$mode" = path ]; then
+		[ -f "$out/rootfs.ext4" ] || die "image '$r_name' is not built for key $key (run: kosa8 image build $recipe_arg)"
+		echo "$out/rootfs.ext4"
+		exit 0
+	fi
+
+	if [ -f "$out/rootfs.ext4" ]; then
+		say "'$r_name' is up to date (key $key)"
+		echo "$out/rootfs.ext4"
+		exit 0
+	fi
+
+	check_root
+	mkdir_owned "$imgroot/$r_name"
+	# One build at a time per cache: a second caller waits, then finds the result.
+	exec 9>>"$imgroot/.lock"
+	[ -z "$owner" ] || chown "$owner" "$imgroot/.lock"
+	if ! flock -n 9; then
+		say "another build holds $imgroot/.lock; waiting"
+		flock 9
+	fi
+	if [ ! -f "$out/rootfs.ext4" ]; then
+		remove_stale
+		trap cleanup EXIT
+		build
+	fi
 	echo "$out/rootfs.ext4"
-	exit 0
-fi
+}
 
-if [ -f "$out/rootfs.ext4" ]; then
-	say "'$r_name' is up to date (key $key)"
-	echo "$out/rootfs.ext4"
-	exit 0
-fi
-
-check_root
-mkdir_owned "$imgroot/$r_name"
-# One build at a time per cache: a second caller waits, then finds the result.
-exec 9>>"$imgroot/.lock"
-[ -z "$owner" ] || chown "$owner" "$imgroot/.lock"
-if ! flock -n 9; then
-	say "another build holds $imgroot/.lock; waiting"
-	flock 9
-fi
-if [ ! -f "$out/rootfs.ext4" ]; then
-	remove_stale
-	trap cleanup EXIT
-	build
-fi
-echo "$out/rootfs.ext4"
+# One line, parsed whole before it runs: editing this file during a build
+# cannot change what the running build does next.
+main "$@"; exit $?

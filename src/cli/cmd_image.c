@@ -21,6 +21,7 @@
 
 #include "cli/commands.h"
 #include "common/util.h"
+#include "disk/disk.h"
 
 static const char image_usage[] =
 	"usage: kosa8 image build [--agent PATH] [RECIPE|NAME]\n"
@@ -99,12 +100,75 @@ static int find_builder(char *buf, size_t len, char *bindir, size_t bindir_len)
 	return -ENOENT;
 }
 
+/* Runs the builder with its stdout through a pipe: it is passed on, and its
+ * last line (the image's path) kept in path. Returns the exit status. */
+static int run_builder(const char *builder, const char *const *args, char *path, size_t len)
+{
+	char buf[4096];
+	size_t have = 0;
+	int fds[2], st;
+	ssize_t n;
+	pid_t pid;
+
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return 1;
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "kosa8 image: fork: %s\n", strerror(errno));
+		return 1;
+	}
+	if (pid == 0) {
+		dup2(fds[1], STDOUT_FILENO);
+		execv(builder, (char *const *)args);
+		fprintf(stderr, "kosa8 image: cannot run %s: %s\n", builder, strerror(errno));
+		_exit(127);
+	}
+	close(fds[1]);
+	while ((n = read(fds[0], buf, sizeof(buf))) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			break;
+		fwrite(buf, 1, (size_t)n, stdout);
+		for (ssize_t i = 0; i < n; i++) {
+			if (buf[i] == '\n') {
+				path[have] = '\0';
+				have = 0;
+			} else if (have + 1 < len) {
+				path[have++] = buf[i];
+			}
+		}
+	}
+	close(fds[0]);
+	fflush(stdout);
+	while (waitpid(pid, &st, 0) < 0) {
+		if (errno != EINTR)
+			return 1;
+	}
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+/* A sandbox disk identifies its base by a hash of every byte (disk.h);
+ * computing it now, once, spares the first sandbox a long wait. */
+static void identify(const char *path)
+{
+	char err[DISK_ERR_LEN];
+	uint8_t id[16];
+	time_t t = time(NULL);
+
+	fprintf(stderr, "[image] identity for sandbox disks (hash of the image, once per image)\n");
+	if (disk_base_id(path, id, err, sizeof(err)) < 0)
+		fprintf(stderr, "[image] warning: %s (the first sandbox will hash it)\n", err);
+	else
+		fprintf(stderr, "[image] identity done in %ld s\n", (long)(time(NULL) - t));
+}
+
 static int image_build(int argc, char **argv)
 {
-	char builder[PATH_MAX], bindir[PATH_MAX], agent[PATH_MAX + 16];
+	char builder[PATH_MAX], bindir[PATH_MAX], agent[PATH_MAX + 16], path[PATH_MAX] = "";
 	const char *args[8];
-	int n = 0, st;
-	pid_t pid;
+	int n = 0, rc;
 
 	if (find_builder(builder, sizeof(builder), bindir, sizeof(bindir)) < 0) {
 		fprintf(stderr, "kosa8 image: the image builder (guest/image/build.sh) is not installed next to kosa8\n");
@@ -127,22 +191,10 @@ static int image_build(int argc, char **argv)
 	snprintf(agent, sizeof(agent), "%s/kosa8-agent", bindir);
 	if (!getenv("KOSA8_AGENT") && access(agent, F_OK) == 0)
 		setenv("KOSA8_AGENT", agent, 1);
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0) {
-		fprintf(stderr, "kosa8 image: fork: %s\n", strerror(errno));
-		return 1;
-	}
-	if (pid == 0) {
-		execv(builder, (char *const *)args);
-		fprintf(stderr, "kosa8 image: cannot run %s: %s\n", builder, strerror(errno));
-		_exit(127);
-	}
-	while (waitpid(pid, &st, 0) < 0) {
-		if (errno != EINTR)
-			return 1;
-	}
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+	rc = run_builder(builder, args, path, sizeof(path));
+	if (rc == 0 && path[0] == '/')
+		identify(path);
+	return rc;
 }
 
 static int image_stat(struct image *im, const char *dir, const char *name, const char *key)
