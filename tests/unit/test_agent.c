@@ -30,6 +30,9 @@
 static char dir[64];
 static char sock_path[128];
 static pid_t agent_pid;
+/* unshare running the PID-1 agent; its namespace dies with it on SIGKILL
+ * only if we kill the agent too, so the test tracks both. */
+static pid_t pid1_unshare;
 
 /* ---- harness ---- */
 
@@ -155,6 +158,29 @@ static void test_signal_death(void **state)
 	assert_true(x.signaled);
 	assert_int_equal(x.code, SIGSEGV);
 	assert_false(x.core);
+	/* With core_pattern "core", a core file lands in the working directory
+	 * and the status says so. */
+	char pat[64] = "";
+	FILE *f = fopen("/proc/sys/kernel/core_pattern", "r");
+	if (f && fgets(pat, sizeof(pat), f) && !strcmp(pat, "core\n")) {
+		struct agent_client *cc = connect_agent();
+		struct agent_exec_opts co = AGENT_EXEC_OPTS_INIT;
+		const char *cargv[] = { "sh", "-c", "ulimit -c unlimited; kill -ABRT $$", NULL };
+		co.argv = cargv;
+		co.cwd = dir;
+		assert_int_equal(run(cc, &co, &x, NULL), 0);
+		assert_true(x.signaled);
+		assert_int_equal(x.code, SIGABRT);
+		assert_true(x.core);
+		agent_client_close(cc);
+		char cmd[128];
+		snprintf(cmd, sizeof(cmd), "rm -f %s/core*", dir);
+		assert_int_equal(system(cmd), 0);
+	} else {
+		print_message("core_pattern is not \"core\": core flag not checked\n");
+	}
+	if (f)
+		fclose(f);
 
 	/* A signal sent from the host reaches the process group. */
 	struct agent_client *c = connect_agent();
@@ -896,6 +922,90 @@ static void test_vsock_uds(void **state)
 	close(lfd);
 }
 
+/* ---- PID 1 duties, in a new PID and mount namespace ---- */
+
+static void test_pid1(void **state)
+{
+	if (geteuid() != 0) {
+		print_message("not root: cannot make the agent PID 1 of a namespace\n");
+		skip();
+	}
+	/* Not under /tmp: as PID 1 the agent mounts a fresh tmpfs there. */
+	char bin[PATH_MAX + 32], base[PATH_MAX + 32], sdir[PATH_MAX + 48], sock[PATH_MAX + 64], spec[PATH_MAX + 80];
+	agent_bin(bin, sizeof(bin));
+	snprintf(base, sizeof(base), "%s", bin);
+	*strrchr(base, '/') = 0;
+	snprintf(sdir, sizeof(sdir), "%s/pid1-XXXXXX", base);
+	assert_non_null(mkdtemp(sdir));
+	snprintf(sock, sizeof(sock), "%s/a.sock", sdir);
+	if (strlen(sock) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		rmdir(sdir);
+		print_message("build path too long for a unix socket\n");
+		skip();
+	}
+	snprintf(spec, sizeof(spec), "unix:%s", sock);
+	pid_t pid = fork();
+	if (pid == 0) {
+		/* Nothing of ours stays open in it (a pipe reader would wait). */
+		int fd = open("/dev/null", O_RDWR);
+		dup2(fd, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execlp("unshare", "unshare", "--pid", "--fork", "--mount", "--uts", "--propagation", "private",
+		       bin, "--listen", spec, "--default-user", "root", (char *)NULL);
+		_exit(127);
+	}
+	pid1_unshare = pid;
+	struct agent_client *c = NULL;
+	for (int i = 0; i < 500; i++) {
+		if (agent_client_connect_unix(sock, &c) == 0)
+			break;
+		agent_client_close(c);
+		c = NULL;
+		usleep(10000);
+	}
+	assert_non_null(c);
+	struct agent_exit x;
+	struct agent_exec_opts o = AGENT_EXEC_OPTS_INIT;
+	char *out;
+	/* An orphan that dies: only PID 1 can reap it. */
+	const char *orphan[] = { "sh", "-c", "sleep 0.1 & exit 0", NULL };
+	o.argv = orphan;
+	assert_int_equal(run(c, &o, &x, NULL), 0);
+	usleep(600000);
+	const char *look[] = { "sh", "-c",
+		"for f in /proc/[0-9]*/stat; do read -r l < $f; set -- $l; [ \"$3\" = Z ] && echo zombie $1; done; "
+		"echo pid1=$(cat /proc/1/comm); "
+		"for m in '/proc proc' '/sys sysfs' '/dev devtmpfs' '/dev/pts devpts' '/dev/shm tmpfs' "
+		"'/tmp tmpfs' '/run tmpfs'; do grep -q \" $m \" /proc/mounts || echo missing $m; done; "
+		"test -c /dev/null && test -L /dev/fd && echo devok", NULL };
+	o.argv = look;
+	assert_int_equal(run(c, &o, &x, &out), 0);
+	assert_string_equal(out, "pid1=kosa8-agent\ndevok\n");
+	/* A pty needs the devpts it mounted. */
+	const char *tty[] = { "sh", "-c", "test -t 0 && echo tty", NULL };
+	o.argv = tty;
+	o.pty = true;
+	assert_int_equal(run(c, &o, &x, &out), 0);
+	assert_string_equal(out, "tty\r\n");
+	/* Power-off: everything stopped, then reboot(2), which in a PID
+	 * namespace ends the namespace's init. */
+	assert_int_equal(agent_shutdown(c), 0);
+	agent_client_close(c);
+	int status = 0;
+	pid_t r = 0;
+	for (int i = 0; i < 1000 && (r = waitpid(pid, &status, WNOHANG)) == 0; i++)
+		usleep(10000);
+	if (r == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+	pid1_unshare = 0;
+	unlink(sock);
+	rmdir(sdir);
+	assert_int_equal(r, pid);
+}
+
 static void test_shutdown(void **state)
 {
 	char sock2[160];
@@ -923,10 +1033,30 @@ static int setup(void **state)
 	return agent_pid > 0 ? 0 : -1;
 }
 
+/* After a failed PID-1 test: kill the namespace's init (the unshare's only
+ * child), which ends the whole namespace, then the unshare itself. */
+static void kill_pid1_agent(void)
+{
+	char p[64];
+	int child;
+	if (!pid1_unshare)
+		return;
+	snprintf(p, sizeof(p), "/proc/%d/task/%d/children", pid1_unshare, pid1_unshare);
+	FILE *f = fopen(p, "r");
+	while (f && fscanf(f, "%d", &child) == 1)
+		kill(child, SIGKILL);
+	if (f)
+		fclose(f);
+	kill(pid1_unshare, SIGKILL);
+	waitpid(pid1_unshare, NULL, 0);
+	pid1_unshare = 0;
+}
+
 static int teardown(void **state)
 {
 	char cmd[256];
 	int bad = 0;
+	kill_pid1_agent();
 	kill(agent_pid, SIGTERM);
 	waitpid(agent_pid, NULL, 0);
 	/* The sanitizer build's agent reports into its log: any report fails
@@ -959,6 +1089,7 @@ int main(void)
 		cmocka_unit_test(test_malformed_frames),
 		cmocka_unit_test(test_concurrent_sessions),
 		cmocka_unit_test(test_vsock_uds),
+		cmocka_unit_test(test_pid1),
 		cmocka_unit_test(test_shutdown),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
