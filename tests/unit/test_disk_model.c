@@ -328,7 +328,7 @@ static void op_reopen(struct mstate *s)
 static void run_model(uint64_t size, uint32_t csz, bool with_base)
 {
 	uint64_t seed = env_u64("KOSA8_DISK_SEED", 0x6b6f736138ULL ^ size ^ csz);
-	unsigned ops = (unsigned)env_u64("KOSA8_DISK_OPS", 1500);
+	unsigned ops = (unsigned)env_u64("KOSA8_DISK_OPS", 1000);
 	struct mstate s = {.size = (size + 511) & ~511ULL, .csz = csz};
 
 	print_message("seed 0x%llx, %u ops, size %llu, cluster %u%s\n", (unsigned long long)seed,
