@@ -145,7 +145,7 @@ static bool guest_knows(const struct vsock_conn *c)
 
 static struct vsock_conn *conn_find(struct virtio_vsock *v, uint32_t peer, uint32_t local)
 {
-	for (uint32_t s = 0; s < v->opts.max_conns; s++) {
+	for (uint32_t s = 0; s < v->nslots; s++) {
 		struct vsock_conn *c = v->conns[s];
 		if (c && c->state != C_HOST_LINE && c->peer_port == peer && c->local_port == local)
 			return c;
@@ -183,6 +183,8 @@ static struct vsock_conn *conn_new(struct virtio_vsock *v, int fd)
 		return NULL;
 	}
 	v->conns[s] = c;
+	if (s >= v->nslots)
+		v->nslots = s + 1;
 	v->stats.conns_open = ++v->nconns;
 	return c;
 }
@@ -194,6 +196,8 @@ static void conn_free(struct virtio_vsock *v, struct vsock_conn *c, bool rst)
 		queue_rst(v, VSOCK_HOST_CID, c->local_port, c->peer_port);
 	close(c->fd); /* also leaves the epoll set */
 	v->conns[c->slot] = NULL;
+	while (v->nslots && !v->conns[v->nslots - 1])
+		v->nslots--;
 	v->stats.conns_open = --v->nconns;
 	free(c->buf);
 	free(c);
@@ -208,7 +212,7 @@ static void conn_error(struct virtio_vsock *v, struct vsock_conn *c, const char 
 
 static void drop_all(struct virtio_vsock *v)
 {
-	for (uint32_t s = 0; s < v->opts.max_conns; s++)
+	for (uint32_t s = 0; s < v->nslots; s++)
 		if (v->conns[s])
 			conn_free(v, v->conns[s], false);
 	v->rst_count = 0;
@@ -658,8 +662,8 @@ static void rx_pump(struct virtio_vsock *v)
 	 * starves the others of receive buffers. */
 	while (progress && budget > 0) {
 		progress = false;
-		for (uint32_t k = 0; k < v->opts.max_conns && budget > 0; k++) {
-			struct vsock_conn *c = v->conns[(v->rr + k) % v->opts.max_conns];
+		for (uint32_t k = 0; k < v->nslots && budget > 0; k++) {
+			struct vsock_conn *c = v->conns[(v->rr + k) % v->nslots];
 			int r = c ? conn_rx_one(v, c) : 0;
 			if (r < 0)
 				return;
@@ -668,7 +672,7 @@ static void rx_pump(struct virtio_vsock *v)
 				budget--;
 			}
 		}
-		v->rr = (v->rr + 1) % v->opts.max_conns;
+		v->rr = v->nslots ? (v->rr + 1) % v->nslots : 0;
 	}
 	if (!budget)
 		v->more_work = true;
@@ -808,7 +812,7 @@ static int check_deadlines(struct virtio_vsock *v)
 	}
 	if (v->listen_paused_until)
 		next = v->listen_paused_until;
-	for (uint32_t s = 0; s < v->opts.max_conns; s++) {
+	for (uint32_t s = 0; s < v->nslots; s++) {
 		struct vsock_conn *c = v->conns[s];
 		if (!c || !c->deadline)
 			continue;

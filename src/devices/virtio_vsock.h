@@ -84,8 +84,8 @@ struct virtio_vsock {
 	pthread_cond_t resumed;
 	uint64_t generation, seen_generation; /* bumped by reset and restore */
 	bool event_pending;                   /* a TRANSPORT_RESET is owed */
-	struct vsock_conn **conns;            /* max_conns slots */
-	uint32_t nconns, rr;
+	struct vsock_conn **conns;            /* max_conns slots, lowest free first */
+	uint32_t nconns, nslots, rr;          /* nslots: highest used slot + 1 */
 	uint64_t next_serial;
 	uint32_t next_host_port;
 	struct vsock_rst *rsts;               /* RSTs owed for connections already gone */
