@@ -30,6 +30,10 @@ static const char vm_usage[] =
 	"                  '" VM_DEFAULT_CMDLINE "'\n"
 	"  --disk DELTA    layered disk (top delta, see 'kosa8 disk') as /dev/vda\n"
 	"  --disk-ro DELTA the same, read-only\n"
+	"  --vsock PATH    virtio-vsock; host side on unix sockets PATH (host to\n"
+	"                  guest: connect, send 'CONNECT <port>') and PATH_<port>\n"
+	"                  (guest to host port)\n"
+	"  --cid N         the guest's vsock CID (default 3)\n"
 	"  --emulate       run in a helper VM under software emulation (slow; for\n"
 	"                  hosts without /dev/kvm; automatic there, with a warning)\n"
 	"  --no-emulate    fail instead when /dev/kvm is missing\n"
@@ -48,6 +52,8 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		{"cmdline", required_argument, NULL, 'a'},
 		{"disk", required_argument, NULL, 'd'},
 		{"disk-ro", required_argument, NULL, 'D'},
+		{"vsock", required_argument, NULL, 'v'},
+		{"cid", required_argument, NULL, 'C'},
 		{"emulate", no_argument, NULL, 'E'},
 		{"no-emulate", no_argument, NULL, 'N'},
 		{"help", no_argument, NULL, 'h'},
@@ -60,6 +66,7 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 	memset(a, 0, sizeof(*a));
 	a->mem = DEFAULT_MEM;
 	a->cpus = 1;
+	a->cid = VM_DEFAULT_VSOCK_CID;
 	optind = 0; /* reset getopt: it may have run before in this process */
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
@@ -69,6 +76,15 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		case 'a': a->cmdline = optarg; break;
 		case 'd': a->disk = optarg; a->disk_ro = false; break;
 		case 'D': a->disk = optarg; a->disk_ro = true; break;
+		case 'v': a->vsock = optarg; break;
+		case 'C':
+			errno = 0;
+			a->cid = strtoull(optarg, &end, 10);
+			if (errno || *end || end == optarg || a->cid < 3 || a->cid > 0xfffffffeULL) {
+				*why = "--cid takes a number from 3 to 4294967294";
+				return -EINVAL;
+			}
+			break;
 		case 'E': a->emulate = EMULATE_ALWAYS; break;
 		case 'N': a->emulate = EMULATE_NEVER; break;
 		case 'h': a->help = true; return 0;
@@ -190,8 +206,8 @@ static int find_testbed(char *buf, size_t len)
 static int run_emulated(const struct vm_args *a)
 {
 	char testbed[PATH_MAX], self[PATH_MAX], kernel[PATH_MAX], initrd[PATH_MAX], disk[PATH_MAX];
-	char mem[32], cpus[16];
-	const char *argv[20];
+	char mem[32], cpus[16], cid[24];
+	const char *argv[24];
 	int n = 0;
 
 	if (find_testbed(testbed, sizeof(testbed)) < 0) {
@@ -225,6 +241,14 @@ static int run_emulated(const struct vm_args *a)
 	if (a->disk) {
 		argv[n++] = a->disk_ro ? "--disk-ro" : "--disk";
 		argv[n++] = disk;
+	}
+	if (a->vsock) {
+		/* The socket lives inside the helper VM: only commands run there reach it. */
+		snprintf(cid, sizeof(cid), "%llu", (unsigned long long)a->cid);
+		argv[n++] = "--vsock";
+		argv[n++] = a->vsock;
+		argv[n++] = "--cid";
+		argv[n++] = cid;
 	}
 	if (a->cmdline) {
 		argv[n++] = "--cmdline";
@@ -269,6 +293,7 @@ int cmd_vm(int argc, char **argv)
 		.console_in = STDIN_FILENO, .console_out = STDOUT_FILENO,
 		.console_escape = isatty(STDIN_FILENO),
 		.disk_path = a.disk, .disk_read_only = a.disk_ro,
+		.vsock_uds = a.vsock, .vsock_cid = a.cid,
 	};
 	if (vm_check_config(&cfg, &why) < 0) {
 		fprintf(stderr, "kosa8 vm: %s\n", why);

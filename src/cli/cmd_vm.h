@@ -9,7 +9,8 @@
 enum emulate_mode { EMULATE_AUTO, EMULATE_ALWAYS, EMULATE_NEVER };
 
 struct vm_args {
-	const char *kernel, *initrd, *cmdline, *disk;
+	const char *kernel, *initrd, *cmdline, *disk, *vsock;
+	uint64_t cid;
 	bool disk_ro;
 	uint64_t mem;
 	int cpus;

