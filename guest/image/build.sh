@@ -121,7 +121,7 @@ parse_line() {
 		r_mirrors+=("$val") ;;
 	path-exclude | path-include)
 		[[ $val =~ ^/[^[:space:]]*$ ]] || bad "$key '$val': expected an absolute path or glob without spaces"
-		r_dpkgopts+=("--dpkgopt=$key=$val") ;;
+		r_dpkgopts+=("$key=$val") ;;
 	run) r_runs+=("$val") ;;
 	*) bad "unknown key '$key' (known: name suite variant size hostname packages mirror path-exclude path-include run)" ;;
 	esac
@@ -162,7 +162,7 @@ print_recipe() {
 	echo "hostname=$r_hostname"
 	echo "packages=${r_packages[*]}"
 	for p in "${r_mirrors[@]}"; do echo "mirror=$p"; done
-	for p in "${r_dpkgopts[@]}"; do echo "dpkgopt=${p#--dpkgopt=}"; done
+	for p in "${r_dpkgopts[@]}"; do echo "dpkgopt=$p"; done
 	for p in "${r_runs[@]}"; do echo "run=$p"; done
 }
 
@@ -300,6 +300,25 @@ write_kosa8_hook() {
 	chmod 0755 "$hook"
 }
 
+# The recipe's path-exclude/path-include go into dpkg's configuration once
+# the essential packages are in: mmdebstrap would otherwise push every file
+# of those through a Python filter while extracting them (minutes here).
+# dpkg then applies them itself to every later package, in the sandbox too;
+# the essential set's own few MiB of documentation stay.
+write_filter_hook() {
+	local hook=$1 f
+	[ ${#r_dpkgopts[@]} -gt 0 ] || return 0
+	{
+		echo '#!/bin/sh'
+		echo 'set -e'
+		echo 'cat >"$1/etc/dpkg/dpkg.cfg.d/90kosa8-paths" <<'"'EOF'"
+		echo '# From the kosa8 image recipe: files dpkg leaves out.'
+		for f in "${r_dpkgopts[@]}"; do echo "$f"; done
+		echo 'EOF'
+	} >"$hook"
+	chmod 0755 "$hook"
+}
+
 EATMYDATA_HOOKS=/usr/share/mmdebstrap/hooks/eatmydata
 
 # Downloaded packages are kept in <cache>/images/.debs between builds (apt
@@ -318,19 +337,22 @@ deb_cache_hooks() {
 # mmdebstrap's own I:/W:/E: lines, and every 20 s while packages install a
 # count of those set up so far (apt's own output, --verbose, is in the log).
 show_progress() {
-	local log=$1 line total=? done=0 last=$SECONDS
+	local log=$1 line total=? unpacked=0 done=0 last=$SECONDS
 	while IFS= read -r line; do
 		printf '%(%T)T %s\n' -1 "$line" >>"$log"
 		case $line in
 		I:* | W:* | E:* | "$tag"*) echo "$tag   ${line#"$tag   "}" >&2 ;;
-		*" newly installed, "*) [[ $line =~ ([0-9]+)\ newly\ installed ]] && total=${BASH_REMATCH[1]} ;;
-		"Setting up "*)
-			done=$((done + 1))
-			if [ $((SECONDS - last)) -ge 20 ]; then
-				last=$SECONDS
-				echo "$tag   $done/$total packages set up" >&2
-			fi ;;
+		*" newly installed, "*)
+			[[ $line =~ ([0-9]+)\ newly\ installed ]] && total=${BASH_REMATCH[1]}
+			unpacked=0 done=0 ;;
+		"Unpacking "*) unpacked=$((unpacked + 1)) ;;
+		"Setting up "*) done=$((done + 1)) ;;
+		*) continue ;;
 		esac
+		if [ $((SECONDS - last)) -ge 20 ]; then
+			last=$SECONDS
+			echo "$tag   packages: $unpacked/$total unpacked, $done/$total set up" >&2
+		fi
 	done
 }
 
@@ -388,6 +410,7 @@ build() {
 	: >"$log"
 	[ -z "$owner" ] || chown "$owner" "$log"
 	write_kosa8_hook "$hook"
+	write_filter_hook "$tmp/hooks/essential50-kosa8-filters"
 
 	say "1/4 bootstrap with mmdebstrap: download and install the packages, the long part (full log: $log)"
 	t=$(now)
@@ -398,7 +421,7 @@ build() {
 	local -a debs
 	mapfile -t debs < <(deb_cache_hooks)
 	mm+=("${debs[@]}")
-	mm+=(--hook-dir="$tmp/hooks" "${r_dpkgopts[@]}" "$r_suite" "$root" "${r_mirrors[@]}")
+	mm+=(--hook-dir="$tmp/hooks" "$r_suite" "$root" "${r_mirrors[@]}")
 	if ! "${mm[@]}" </dev/null 2>&1 | show_progress "$log"; then
 		space_hint "mmdebstrap"
 		tail -n 20 "$log" >&2
