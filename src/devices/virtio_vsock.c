@@ -942,8 +942,14 @@ static int open_listener(struct virtio_vsock *v)
 
 	memcpy(a.sun_path, v->uds_path, strlen(v->uds_path) + 1);
 	if (lstat(a.sun_path, &st) == 0) {
+		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		bool live = probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0;
+		if (probe >= 0)
+			close(probe);
 		if (!S_ISSOCK(st.st_mode))
 			return -EEXIST;
+		if (live) /* another device listens there: never steal its path */
+			return -EADDRINUSE;
 		unlink(a.sun_path); /* left by a VMM that died */
 	}
 	v->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

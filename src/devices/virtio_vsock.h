@@ -98,7 +98,8 @@ struct virtio_vsock {
 };
 
 /* Creates the device and its listening socket at uds_path (a stale socket
- * there is replaced; anything else is -EEXIST) and starts its thread.
+ * there is replaced; a live one is -EADDRINUSE, anything else -EEXIST) and
+ * starts its thread.
  * guest_cid must be 3 .. 0xfffffffe.  opts may be NULL.  Returns 0 or a
  * negative errno, having cleaned up after itself. */
 int virtio_vsock_init(struct virtio_vsock *v, uint64_t guest_cid, const char *uds_path,

@@ -953,7 +953,9 @@ static void test_save_restore(void **state)
 
 static void test_init_errors(void **state)
 {
-	struct virtio_vsock v;
+	struct virtio_vsock v, live;
+	struct sockaddr_un a;
+	int stale;
 	struct virtio_vsock_opts o = {.max_conns = 70000};
 	char longp[200], file[128];
 	FILE *f;
@@ -970,6 +972,15 @@ static void test_init_errors(void **state)
 	fclose(f);
 	assert_int_equal(virtio_vsock_init(&v, 3, file, NULL, &mem, 0xd0002000, 7, set_irq, NULL), -EEXIST);
 	virtio_vsock_destroy(&v); /* after a failed init: harmless */
+	/* A live device's socket is not taken over; a dead one's is. */
+	assert_int_equal(virtio_vsock_init(&live, 3, uds, NULL, &mem, 0xd0002000, 7, set_irq, NULL), 0);
+	assert_int_equal(virtio_vsock_init(&v, 3, uds, NULL, &mem, 0xd0003000, 8, set_irq, NULL), -EADDRINUSE);
+	virtio_vsock_destroy(&live);
+	stale = unix_addr(&a, uds);
+	assert_int_equal(bind(stale, (struct sockaddr *)&a, sizeof(a)), 0);
+	close(stale); /* the path stays, nobody listens */
+	assert_int_equal(virtio_vsock_init(&v, 3, uds, NULL, &mem, 0xd0002000, 7, set_irq, NULL), 0);
+	virtio_vsock_destroy(&v);
 }
 
 static int setup(void **state)
