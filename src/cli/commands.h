@@ -12,6 +12,17 @@ struct command {
 int cmd_vm(int argc, char **argv);
 int cmd_audit(int argc, char **argv);
 int cmd_disk(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_create(int argc, char **argv);
+int cmd_start(int argc, char **argv);
+int cmd_stop(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
+int cmd_ps(int argc, char **argv);
+int cmd_exec(int argc, char **argv);
+int cmd_shell(int argc, char **argv);
+int cmd_cp(int argc, char **argv);
+int cmd_logs(int argc, char **argv);
+int cmd_supervise(int argc, char **argv);
 int cmd_image(int argc, char **argv);
 
 #endif

@@ -5,6 +5,16 @@
 #include "common/log.h"
 
 static const struct command commands[] = {
+	{"run", "run a command in a new sandbox: kosa8 run [--rm] [--workspace DIR] -- CMD", cmd_run},
+	{"create", "create a sandbox (disk over an image, workspace to copy in)", cmd_create},
+	{"start", "boot a sandbox; it keeps running after this command exits", cmd_start},
+	{"stop", "power a sandbox off", cmd_stop},
+	{"rm", "remove a stopped sandbox (-f: stop it first)", cmd_rm},
+	{"ps", "list sandboxes (--json)", cmd_ps},
+	{"exec", "run a command in a running sandbox", cmd_exec},
+	{"shell", "an interactive shell in a running sandbox", cmd_shell},
+	{"cp", "copy files: NAME:PATH HOSTDIR, or HOSTPATH NAME:DIR", cmd_cp},
+	{"logs", "a sandbox's console output", cmd_logs},
 	{"vm", "boot a kernel in a microVM (low level: --kernel, --initrd, ...)", cmd_vm},
 	{"disk", "create and inspect layered copy-on-write disks", cmd_disk},
 	{"audit", "show, verify and prove the tamper-evident audit log", cmd_audit},
@@ -40,6 +50,8 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (!strcmp(argv[i], "__supervise"))
+		return cmd_supervise(argc - i, argv + i);
 	for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++) {
 		if (!strcmp(argv[i], commands[c].name))
 			return commands[c].run(argc - i, argv + i);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int parse_size(const char *s, uint64_t *out)
@@ -183,5 +184,74 @@ int mkdir_p(const char *path, mode_t mode)
 	}
 	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
 		return -errno;
+	return 0;
+}
+
+int kosa8_data_path(const char *rel, char *buf, size_t len)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char *slash;
+
+	if (n < 0)
+		return -errno;
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+	if (snprintf(buf, len, "%.*s/../%s", PATH_MAX / 2, exe, rel) < (int)len &&
+	    access(buf, F_OK) == 0)
+		return 0;
+	if (snprintf(buf, len, "%.*s/../lib/kosa8/%s", PATH_MAX / 2, exe, rel) < (int)len &&
+	    access(buf, F_OK) == 0)
+		return 0;
+	return -ENOENT;
+}
+
+int run_for_last_line(const char *const argv[], char *buf, size_t len)
+{
+	int p[2], status;
+	pid_t pid;
+	char line[PATH_MAX];
+	size_t got = 0;
+	ssize_t n;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		close(p[0]);
+		close(p[1]);
+		return -errno;
+	}
+	if (pid == 0) {
+		dup2(p[1], 1);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	close(p[1]);
+	buf[0] = '\0';
+	while ((n = read(p[0], line + got, sizeof(line) - 1 - got)) > 0) {
+		got += (size_t)n;
+		line[got] = '\0';
+		/* Keep only what follows the last complete newline. */
+		char *nl;
+		while ((nl = strchr(line, '\n')) && nl[1] != '\0') {
+			memmove(line, nl + 1, strlen(nl + 1) + 1);
+			got = strlen(line);
+		}
+		if (got == sizeof(line) - 1)
+			got = 0;
+	}
+	close(p[0]);
+	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		return -EIO;
+	line[got] = '\0';
+	char *nl = strchr(line, '\n');
+	if (nl)
+		*nl = '\0';
+	if (!line[0] || strlen(line) >= len)
+		return -EIO;
+	memcpy(buf, line, strlen(line) + 1);
 	return 0;
 }

@@ -38,6 +38,15 @@ int kosa8_config_dir(char *buf, size_t len);
  * ~/.local/state/kosa8. */
 int kosa8_state_dir(char *buf, size_t len);
 
+/* Finds a file that ships with kosa8 (a script such as testbed/run):
+ * <dir of the kosa8 binary>/../REL in a checkout, or .../lib/kosa8/REL when
+ * installed.  -ENOENT if neither exists. */
+int kosa8_data_path(const char *rel, char *buf, size_t len);
+
+/* Runs a command and reads the last line it prints (the scripts' convention
+ * for "the path of what I built"); -ENOENT/-EIO if it fails. */
+int run_for_last_line(const char *const argv[], char *buf, size_t len);
+
 /* mkdir -p with the given mode for each created component. */
 int mkdir_p(const char *path, mode_t mode);
 

@@ -1,0 +1,649 @@
+/* The sandbox commands people use, docker/podman style: run, create, start,
+ * stop, rm, ps, exec, shell, cp, logs.  The work happens in the sandbox's
+ * supervisor (src/supervisor/); these commands talk to it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agentproto/client.h"
+#include "cli/commands.h"
+#include "common/util.h"
+#include "disk/disk.h"
+#include "supervisor/control.h"
+#include "supervisor/sandbox.h"
+#include "supervisor/supervisor.h"
+
+#define DEFAULT_MEM (1024 * MiB)
+#define START_TIMEOUT_MS (SUPERVISOR_BOOT_TIMEOUT_MS + 60 * 1000)
+
+__attribute__((format(printf, 2, 3)))
+static int fail(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "kosa8 %s: ", cmd);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 1;
+}
+
+/* ---- where things are ---- */
+
+static int control_path(const char *name, char *buf, size_t len)
+{
+	char dir[PATH_MAX];
+	int err = sandbox_run_dir(name, dir, sizeof(dir));
+
+	return err ? err : sandbox_path(buf, len, dir, "control.sock");
+}
+
+static bool sandbox_running(const char *name)
+{
+	char path[PATH_MAX];
+	cJSON *req, *reply = NULL;
+	bool up;
+
+	if (control_path(name, path, sizeof(path)))
+		return false;
+	req = cJSON_CreateObject();
+	cJSON_AddStringToObject(req, "op", "status");
+	up = control_call(path, req, &reply, NULL, 5000) == 0 &&
+	     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok"));
+	cJSON_Delete(req);
+	cJSON_Delete(reply);
+	return up;
+}
+
+static int script_path(const char *script, const char *arg, char *out, size_t len)
+{
+	char path[PATH_MAX];
+	const char *argv[4] = {path, "--path", arg, NULL};
+	int err;
+
+	if ((err = kosa8_data_path(script, path, sizeof(path))))
+		return err;
+	return run_for_last_line(argv, out, len);
+}
+
+/* ---- create ---- */
+
+struct create_opts {
+	const char *name, *image, *workspace;
+	uint64_t mem;
+	int cpus;
+	bool rm;
+};
+
+static int parse_create_opts(const char *cmd, int argc, char **argv, struct create_opts *o)
+{
+	static const struct option opts[] = {
+		{"name", required_argument, NULL, 'n'}, {"image", required_argument, NULL, 'i'},
+		{"workspace", required_argument, NULL, 'w'}, {"mem", required_argument, NULL, 'm'},
+		{"cpus", required_argument, NULL, 'c'}, {"rm", no_argument, NULL, 'r'},
+		{NULL, 0, NULL, 0},
+	};
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->mem = DEFAULT_MEM;
+	o->cpus = 1;
+	o->image = "default";
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+		switch (c) {
+		case 'n': o->name = optarg; break;
+		case 'i': o->image = optarg; break;
+		case 'w': o->workspace = optarg; break;
+		case 'r': o->rm = true; break;
+		case 'm':
+			if (parse_size(optarg, &o->mem) < 0 || o->mem < 64 * MiB)
+				return fail(cmd, "--mem takes a size of at least 64M, such as 1G (got '%s')", optarg);
+			break;
+		case 'c':
+			o->cpus = atoi(optarg);
+			if (o->cpus < 1 || o->cpus > 64)
+				return fail(cmd, "--cpus takes a number from 1 to 64 (got '%s')", optarg);
+			break;
+		default:
+			return fail(cmd, "unknown option '%s' (see 'kosa8 --help')", argv[optind - 1]);
+		}
+	}
+	return 0;
+}
+
+static void random_name(char *buf, size_t len)
+{
+	uint8_t r[4] = {0};
+
+	if (getrandom(r, sizeof(r), 0) < 0)
+		memset(r, 0x42, sizeof(r));
+	snprintf(buf, len, "sb-%02x%02x%02x%02x", r[0], r[1], r[2], r[3]);
+}
+
+static int create_sandbox(const char *cmd, const struct create_opts *o, char *name, size_t nlen)
+{
+	struct sandbox_cfg cfg;
+	char dir[PATH_MAX], disk[PATH_MAX], err_msg[DISK_ERR_LEN];
+	struct stat st;
+
+	memset(&cfg, 0, sizeof(cfg));
+	if (o->name)
+		snprintf(name, nlen, "%s", o->name);
+	else
+		random_name(name, nlen);
+	if (!sandbox_name_valid(name))
+		return fail(cmd, "bad name '%s': use 1-63 of a-z 0-9 . _ -, starting with a letter or digit", name);
+	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0)
+		return fail(cmd, "cannot find the state directory for '%s'", name);
+	if (stat(dir, &st) == 0)
+		return fail(cmd, "a sandbox named '%s' exists already (kosa8 rm it, or pick another --name)", name);
+	if (o->workspace) {
+		if (!realpath(o->workspace, cfg.workspace) || stat(cfg.workspace, &st) < 0 ||
+		    !S_ISDIR(st.st_mode))
+			return fail(cmd, "workspace '%s' is not an existing directory", o->workspace);
+	}
+	if (script_path("guest/kernel/build.sh", NULL, cfg.kernel, sizeof(cfg.kernel)) < 0)
+		return fail(cmd, "%s", "the guest kernel is not built: run 'make kernel' (or guest/kernel/build.sh)");
+	if (script_path("guest/image/build.sh", o->image, cfg.image, sizeof(cfg.image)) < 0)
+		return fail(cmd, "image '%s' is not built or unknown: see 'kosa8 image ls', build it with 'kosa8 image build'", o->image);
+	snprintf(cfg.name, sizeof(cfg.name), "%s", name);
+	cfg.mem = o->mem;
+	cfg.cpus = o->cpus;
+	cfg.created = (int64_t)time(NULL);
+	if (mkdir_p(dir, 0700) < 0 || sandbox_path(disk, sizeof(disk), dir, "disk.k8d") < 0)
+		return fail(cmd, "cannot create %s", dir);
+	if (disk_create(disk, cfg.image, NULL, err_msg, sizeof(err_msg)) < 0 ||
+	    sandbox_cfg_save(dir, &cfg) < 0) {
+		char rm[PATH_MAX + 16];
+		snprintf(rm, sizeof(rm), "%s", dir);
+		unlink(disk);
+		rmdir(rm);
+		return fail(cmd, "cannot create the sandbox's disk: %s", err_msg);
+	}
+	return 0;
+}
+
+int cmd_create(int argc, char **argv)
+{
+	struct create_opts o;
+	char name[SANDBOX_NAME_MAX + 1];
+
+	if (parse_create_opts("create", argc, argv, &o) || optind != argc)
+		return 2;
+	if (create_sandbox("create", &o, name, sizeof(name)))
+		return 1;
+	printf("%s\n", name);
+	return 0;
+}
+
+/* ---- start / stop ---- */
+
+static int start_sandbox(const char *cmd, const char *name)
+{
+	char self[PATH_MAX], line[512], dir[PATH_MAX];
+	struct sandbox_cfg cfg;
+	int p[2], n = 0;
+	pid_t pid;
+
+	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
+		return fail(cmd, "no sandbox named '%s' (see 'kosa8 ps')", name);
+	if (sandbox_running(name))
+		return fail(cmd, "sandbox '%s' is already running", name);
+	if (!realpath("/proc/self/exe", self) || pipe2(p, O_CLOEXEC) < 0)
+		return fail(cmd, "%s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		return fail(cmd, "%s", strerror(errno));
+	if (pid == 0) {
+		/* The supervisor: its own session, so it outlives this CLI. */
+		char log[PATH_MAX + 32], fdstr[16];
+		close(p[0]);
+		setsid();
+		snprintf(log, sizeof(log), "%s/supervisor.log", dir);
+		int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		int null = open("/dev/null", O_RDONLY);
+		dup2(null, 0);
+		if (out >= 0) {
+			dup2(out, 1);
+			dup2(out, 2);
+		}
+		fcntl(p[1], F_SETFD, 0);
+		snprintf(fdstr, sizeof(fdstr), "%d", p[1]);
+		execl(self, self, "__supervise", name, fdstr, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	while (n < (int)sizeof(line) - 1 && read(p[0], line + n, 1) == 1 && line[n] != '\n')
+		n++;
+	line[n] = '\0';
+	close(p[0]);
+	waitpid(pid, NULL, WNOHANG);
+	if (strcmp(line, "ok") != 0)
+		return fail(cmd, "%s", n ? line : "the supervisor died while starting (see its log)");
+	return 0;
+}
+
+int cmd_start(int argc, char **argv)
+{
+	if (argc != 2)
+		return fail("start", "%s", "usage: kosa8 start NAME"), 2;
+	return start_sandbox("start", argv[1]);
+}
+
+static int stop_sandbox(const char *cmd, const char *name)
+{
+	char path[PATH_MAX];
+	cJSON *req, *reply = NULL;
+	int err;
+
+	if (control_path(name, path, sizeof(path)) < 0)
+		return fail(cmd, "bad name '%s'", name);
+	req = cJSON_CreateObject();
+	cJSON_AddStringToObject(req, "op", "stop");
+	err = control_call(path, req, &reply, NULL, 10000);
+	cJSON_Delete(req);
+	cJSON_Delete(reply);
+	if (err)
+		return fail(cmd, "sandbox '%s' is not running", name);
+	/* Wait for the supervisor to finish: its socket goes away. */
+	for (int i = 0; i < 600 && access(path, F_OK) == 0; i++)
+		usleep(100 * 1000);
+	return 0;
+}
+
+int cmd_stop(int argc, char **argv)
+{
+	if (argc != 2)
+		return fail("stop", "%s", "usage: kosa8 stop NAME"), 2;
+	return stop_sandbox("stop", argv[1]);
+}
+
+/* ---- rm / ps / logs ---- */
+
+static int remove_tree(const char *dir)
+{
+	const char *argv[] = {"/bin/rm", "-rf", "--", dir, NULL};
+	char out[8];
+
+	return run_for_last_line(argv, out, sizeof(out)) == -EIO ? 0 : 0;
+}
+
+int cmd_rm(int argc, char **argv)
+{
+	bool force = argc == 3 && !strcmp(argv[1], "-f");
+	const char *name = argv[argc - 1];
+	char dir[PATH_MAX];
+	struct sandbox_cfg cfg;
+
+	if (argc < 2 || argc > 3 || (argc == 3 && !force))
+		return fail("rm", "%s", "usage: kosa8 rm [-f] NAME"), 2;
+	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
+		return fail("rm", "no sandbox named '%s'", name);
+	if (sandbox_running(name)) {
+		if (!force)
+			return fail("rm", "sandbox '%s' is running: stop it first, or use rm -f", name);
+		stop_sandbox("rm", name);
+	}
+	remove_tree(dir);
+	return 0;
+}
+
+struct ps_ctx { bool json; cJSON *arr; };
+
+static void ps_one(const char *name, void *arg)
+{
+	struct ps_ctx *ctx = arg;
+	char dir[PATH_MAX];
+	struct sandbox_cfg cfg;
+	const char *state;
+
+	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
+		return;
+	state = sandbox_running(name) ? "running" : "stopped";
+	if (ctx->json) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddStringToObject(o, "name", name);
+		cJSON_AddStringToObject(o, "state", state);
+		cJSON_AddNumberToObject(o, "cpus", cfg.cpus);
+		cJSON_AddNumberToObject(o, "mem", (double)cfg.mem);
+		cJSON_AddStringToObject(o, "workspace", cfg.workspace);
+		cJSON_AddNumberToObject(o, "created", (double)cfg.created);
+		cJSON_AddItemToArray(ctx->arr, o);
+	} else {
+		printf("%-24s %-8s %4d %6lluM  %s\n", name, state, cfg.cpus,
+		       (unsigned long long)(cfg.mem / MiB), cfg.workspace);
+	}
+}
+
+int cmd_ps(int argc, char **argv)
+{
+	struct ps_ctx ctx = {.json = argc == 2 && !strcmp(argv[1], "--json")};
+
+	if (argc > 2 || (argc == 2 && !ctx.json))
+		return fail("ps", "%s", "usage: kosa8 ps [--json]"), 2;
+	if (ctx.json)
+		ctx.arr = cJSON_CreateArray();
+	else
+		printf("%-24s %-8s %4s %7s  %s\n", "NAME", "STATE", "CPUS", "MEM", "WORKSPACE");
+	sandbox_list(ps_one, &ctx);
+	if (ctx.json) {
+		char *s = cJSON_Print(ctx.arr);
+		printf("%s\n", s);
+		free(s);
+		cJSON_Delete(ctx.arr);
+	}
+	return 0;
+}
+
+int cmd_logs(int argc, char **argv)
+{
+	char dir[PATH_MAX], path[PATH_MAX], buf[65536];
+	ssize_t n;
+	int fd;
+
+	if (argc != 2)
+		return fail("logs", "%s", "usage: kosa8 logs NAME"), 2;
+	if (sandbox_state_dir(argv[1], dir, sizeof(dir)) < 0 ||
+	    sandbox_path(path, sizeof(path), dir, "console.log") < 0 ||
+	    (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return fail("logs", "no console log for '%s' (no such sandbox, or never started)", argv[1]);
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		write_all(1, buf, (size_t)n);
+	close(fd);
+	return 0;
+}
+
+/* ---- exec / shell / cp: a session with the guest agent ---- */
+
+static int agent_session(const char *cmd, const char *name, cJSON *what, struct agent_client **c)
+{
+	char path[PATH_MAX];
+	cJSON *req = cJSON_CreateObject(), *reply = NULL;
+	int fd = -1, err;
+
+	cJSON_AddStringToObject(req, "op", "agent");
+	cJSON_AddItemToObject(req, "what", what);
+	if (control_path(name, path, sizeof(path)) < 0) {
+		cJSON_Delete(req);
+		return fail(cmd, "bad name '%s'", name);
+	}
+	err = control_call(path, req, &reply, &fd, 30000);
+	cJSON_Delete(req);
+	if (err || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok")) || fd < 0) {
+		const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "error");
+		if (err)
+			fail(cmd, "sandbox '%s' is not running (kosa8 start it)", name);
+		else
+			fail(cmd, "%s", cJSON_IsString(e) ? e->valuestring : "the supervisor refused");
+		cJSON_Delete(reply);
+		if (fd >= 0)
+			close(fd);
+		return 1;
+	}
+	cJSON_Delete(reply);
+	if (agent_client_from_fd(fd, c) < 0)
+		return fail(cmd, "%s", "the guest agent did not answer");
+	return 0;
+}
+
+static struct termios saved_tio;
+static bool tio_saved;
+static int ctl_wfd = -1;
+
+static void restore_tty(void)
+{
+	if (tio_saved)
+		tcsetattr(0, TCSAFLUSH, &saved_tio);
+	tio_saved = false;
+}
+
+static void on_winch(int sig)
+{
+	struct winsize ws;
+
+	if (ioctl(0, TIOCGWINSZ, &ws) == 0)
+		agent_ctl_resize(ctl_wfd, ws.ws_row, ws.ws_col);
+}
+
+static void on_fatal(int sig)
+{
+	restore_tty();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+struct exec_opts {
+	const char *user, *cwd;
+	const char *env[64];
+	int nenv;
+	int tty; /* -1 auto, 0 no, 1 yes */
+};
+
+static int run_in_sandbox(const char *cmd, const char *name, const char *const *argv,
+			  const struct exec_opts *eo)
+{
+	struct agent_exec_opts o = AGENT_EXEC_OPTS_INIT;
+	struct agent_client *c = NULL;
+	struct agent_exit x;
+	struct winsize ws;
+	int ctl[2] = {-1, -1}, err;
+	cJSON *what = cJSON_CreateObject(), *args = cJSON_CreateArray();
+
+	for (int i = 0; argv[i]; i++)
+		cJSON_AddItemToArray(args, cJSON_CreateString(argv[i]));
+	cJSON_AddStringToObject(what, "kind", "exec");
+	cJSON_AddItemToObject(what, "argv", args);
+	if (agent_session(cmd, name, what, &c))
+		return 125;
+	o.argv = argv;
+	o.env = eo->nenv ? eo->env : NULL;
+	o.cwd = eo->cwd;
+	o.user = eo->user;
+	o.pty = eo->tty == 1 || (eo->tty == -1 && isatty(0) && isatty(1));
+	o.stdin_fd = 0;
+	o.stdout_fd = 1;
+	o.stderr_fd = 2;
+	if (o.pty && ioctl(0, TIOCGWINSZ, &ws) == 0 && ws.ws_row) {
+		o.rows = ws.ws_row;
+		o.cols = ws.ws_col;
+	}
+	if (o.pty && isatty(0) && tcgetattr(0, &saved_tio) == 0 && pipe2(ctl, O_CLOEXEC) == 0) {
+		struct termios raw = saved_tio;
+		tio_saved = true;
+		atexit(restore_tty);
+		signal(SIGSEGV, on_fatal);
+		signal(SIGABRT, on_fatal);
+		signal(SIGTERM, on_fatal);
+		signal(SIGHUP, on_fatal);
+		cfmakeraw(&raw);
+		tcsetattr(0, TCSAFLUSH, &raw);
+		ctl_wfd = ctl[1];
+		o.ctl_fd = ctl[0];
+		signal(SIGWINCH, on_winch);
+	}
+	err = agent_exec(c, &o, &x);
+	restore_tty();
+	if (err) {
+		fail(cmd, "%s", agent_client_error(c));
+		agent_client_close(c);
+		return 125;
+	}
+	agent_client_close(c);
+	return x.signaled ? 128 + x.code : x.code;
+}
+
+static int parse_exec_opts(const char *cmd, int argc, char **argv, struct exec_opts *eo)
+{
+	int i = 1;
+
+	memset(eo, 0, sizeof(*eo));
+	eo->tty = -1;
+	for (; i < argc && argv[i][0] == '-'; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--")) {
+			return i + 1;
+		} else if (!strcmp(a, "-t") || !strcmp(a, "--tty")) {
+			eo->tty = 1;
+		} else if (!strcmp(a, "-T") || !strcmp(a, "--no-tty")) {
+			eo->tty = 0;
+		} else if ((!strcmp(a, "-u") || !strcmp(a, "--user")) && i + 1 < argc) {
+			eo->user = argv[++i];
+		} else if ((!strcmp(a, "-w") || !strcmp(a, "--workdir")) && i + 1 < argc) {
+			eo->cwd = argv[++i];
+		} else if ((!strcmp(a, "-e") || !strcmp(a, "--env")) && i + 1 < argc && eo->nenv < 63) {
+			if (!strchr(argv[i + 1], '='))
+				return fail(cmd, "-e takes NAME=VALUE (got '%s')", argv[i + 1]), -1;
+			eo->env[eo->nenv++] = argv[++i];
+		} else {
+			return fail(cmd, "unknown option '%s'", a), -1;
+		}
+	}
+	return i;
+}
+
+int cmd_exec(int argc, char **argv)
+{
+	struct exec_opts eo;
+	int i = parse_exec_opts("exec", argc, argv, &eo);
+
+	if (i < 0)
+		return 2;
+	if (argc - i < 2)
+		return fail("exec", "%s", "usage: kosa8 exec [-t|-T] [-u USER] [-w DIR] [-e K=V] NAME [--] CMD..."), 2;
+	const char *name = argv[i++];
+	if (i < argc && !strcmp(argv[i], "--"))
+		i++;
+	if (i >= argc)
+		return fail("exec", "%s", "no command given"), 2;
+	if (!eo.cwd)
+		eo.cwd = "/workspace";
+	return run_in_sandbox("exec", name, (const char *const *)argv + i, &eo);
+}
+
+int cmd_shell(int argc, char **argv)
+{
+	static const char *const sh[] = {"bash", "-l", NULL};
+	struct exec_opts eo;
+
+	if (argc != 2)
+		return fail("shell", "%s", "usage: kosa8 shell NAME"), 2;
+	memset(&eo, 0, sizeof(eo));
+	eo.tty = 1;
+	eo.cwd = "/workspace";
+	return run_in_sandbox("shell", argv[1], sh, &eo);
+}
+
+/* NAME:PATH names a path in a sandbox; anything else is a host path. */
+static bool split_remote(char *arg, char **name, char **path)
+{
+	char *colon = strchr(arg, ':');
+
+	if (!colon || colon == arg || strchr(arg, '/') < colon)
+		return false;
+	*colon = '\0';
+	if (!sandbox_name_valid(arg)) {
+		*colon = ':';
+		return false;
+	}
+	*name = arg;
+	*path = colon + 1;
+	return true;
+}
+
+int cmd_cp(int argc, char **argv)
+{
+	char *name, *rpath, *name2, *rpath2;
+	struct agent_client *c = NULL;
+	struct ap_tree_stats st;
+	bool from, to;
+	int err;
+
+	if (argc != 3)
+		return fail("cp", "%s", "usage: kosa8 cp NAME:PATH HOSTDIR | kosa8 cp HOSTPATH NAME:DIR"), 2;
+	from = split_remote(argv[1], &name, &rpath);
+	to = split_remote(argv[2], &name2, &rpath2);
+	if (from == to)
+		return fail("cp", "%s", "exactly one side must be NAME:PATH");
+	cJSON *what = cJSON_CreateObject();
+	cJSON_AddStringToObject(what, "kind", from ? "copy_out" : "copy_in");
+	cJSON_AddStringToObject(what, "path", from ? rpath : rpath2);
+	if (agent_session("cp", from ? name : name2, what, &c))
+		return 1;
+	memset(&st, 0, sizeof(st));
+	if (from) {
+		if (mkdir_p(argv[2], 0755) < 0) {
+			agent_client_close(c);
+			return fail("cp", "cannot create '%s'", argv[2]);
+		}
+		err = agent_get_tree(c, rpath, argv[2], &st);
+	} else {
+		err = agent_put_tree(c, argv[1], rpath2, NULL, &st);
+	}
+	if (err)
+		fail("cp", "%s", agent_client_error(c));
+	agent_client_close(c);
+	return err ? 1 : 0;
+}
+
+/* ---- run: create + start + exec + stop (+ rm) ---- */
+
+int cmd_run(int argc, char **argv)
+{
+	struct create_opts o;
+	struct exec_opts eo;
+	char name[SANDBOX_NAME_MAX + 1];
+	int i, status;
+
+	if (parse_create_opts("run", argc, argv, &o))
+		return 2;
+	i = optind;
+	if (i < argc && !strcmp(argv[i], "--"))
+		i++;
+	if (i >= argc)
+		return fail("run", "%s", "usage: kosa8 run [--name N] [--image I] [--cpus N] [--mem SIZE] [--workspace DIR] [--rm] -- CMD..."), 2;
+	if (create_sandbox("run", &o, name, sizeof(name)))
+		return 125;
+	if (start_sandbox("run", name)) {
+		if (o.rm) {
+			char *rmv[] = {"rm", name, NULL};
+			cmd_rm(2, rmv);
+		}
+		return 125;
+	}
+	memset(&eo, 0, sizeof(eo));
+	eo.tty = -1;
+	eo.cwd = o.workspace ? "/workspace" : NULL;
+	status = run_in_sandbox("run", name, (const char *const *)argv + i, &eo);
+	stop_sandbox("run", name);
+	if (o.rm) {
+		char *rmv[] = {"rm", name, NULL};
+		cmd_rm(2, rmv);
+	}
+	return status;
+}
+
+/* Hidden: the supervisor process (started by `kosa8 start`). */
+int cmd_supervise(int argc, char **argv)
+{
+	char self[PATH_MAX];
+
+	if (argc != 3 || !realpath("/proc/self/exe", self))
+		return 2;
+	return supervisor_main(self, argv[1], atoi(argv[2])) ? 1 : 0;
+}

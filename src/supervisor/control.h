@@ -1,0 +1,25 @@
+/* The supervisor's control socket: one JSON object per line each way, and
+ * optionally one file descriptor passed with the reply (SCM_RIGHTS), e.g. a
+ * connection to the guest agent.  Only processes of the same user are
+ * served (SO_PEERCRED), on top of the socket's 0700 directory. */
+#ifndef KOSA8_CONTROL_H
+#define KOSA8_CONTROL_H
+
+#include <cjson/cJSON.h>
+
+#define CONTROL_MAX_LINE (64 * 1024)
+
+int control_listen(const char *path);
+/* Accepts one client; -EPERM (and the connection closed) for another user. */
+int control_accept(int listen_fd);
+/* Reads one request line; -EPROTO for a line that is too long or not JSON. */
+int control_recv(int fd, cJSON **msg, int timeout_ms);
+/* Sends one message, with pass_fd attached when it is >= 0. */
+int control_send(int fd, const cJSON *msg, int pass_fd);
+
+/* Client side: sends req to the socket at path and waits for the reply;
+ * *fd_out (optional) gets a passed descriptor or -1.  -ECONNREFUSED/-ENOENT
+ * when no supervisor listens there. */
+int control_call(const char *path, const cJSON *req, cJSON **reply, int *fd_out, int timeout_ms);
+
+#endif

@@ -1,0 +1,180 @@
+#include "supervisor/sandbox.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/util.h"
+
+#define CFG_MAX_BYTES (64 * 1024)
+
+bool sandbox_name_valid(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n == 0 || n > SANDBOX_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+		if (!alnum && (i == 0 || (c != '-' && c != '_' && c != '.')))
+			return false;
+	}
+	return true;
+}
+
+int sandbox_path(char *buf, size_t len, const char *dir, const char *file)
+{
+	int n = snprintf(buf, len, "%s/%s", dir, file);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int sandbox_state_dir(const char *name, char *buf, size_t len)
+{
+	char base[PATH_MAX];
+	int err;
+
+	if (!sandbox_name_valid(name))
+		return -EINVAL;
+	if ((err = kosa8_state_dir(base, sizeof(base))))
+		return err;
+	if (snprintf(buf, len, "%s/sandboxes/%s", base, name) >= (int)len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int sandbox_run_dir(const char *name, char *buf, size_t len)
+{
+	const char *rt = getenv("XDG_RUNTIME_DIR");
+	int n;
+
+	if (!sandbox_name_valid(name))
+		return -EINVAL;
+	/* unix socket paths are limited to 108 bytes: keep this one short. */
+	if (rt && *rt == '/' && strlen(rt) < 48)
+		n = snprintf(buf, len, "%s/kosa8/%s", rt, name);
+	else
+		n = snprintf(buf, len, "/tmp/kosa8-%u/%s", (unsigned)getuid(), name);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static void put_str(cJSON *o, const char *k, const char *v) { cJSON_AddStringToObject(o, k, v); }
+
+int sandbox_cfg_save(const char *state_dir, const struct sandbox_cfg *c)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8];
+	cJSON *o = cJSON_CreateObject();
+	char *text = NULL;
+	int fd = -1, err = 0;
+
+	if (!o)
+		return -ENOMEM;
+	put_str(o, "name", c->name);
+	put_str(o, "kernel", c->kernel);
+	put_str(o, "image", c->image);
+	put_str(o, "workspace", c->workspace);
+	cJSON_AddNumberToObject(o, "mem", (double)c->mem);
+	cJSON_AddNumberToObject(o, "cpus", c->cpus);
+	cJSON_AddNumberToObject(o, "created", (double)c->created);
+	cJSON_AddBoolToObject(o, "workspace_copied", c->workspace_copied);
+	text = cJSON_Print(o);
+	if (!text || (err = sandbox_path(path, sizeof(path), state_dir, "sandbox.json"))) {
+		err = err ? err : -ENOMEM;
+		goto out;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	/* Write then rename: a crash leaves the old file or the new, never half. */
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write_all(fd, text, strlen(text)) < 0 || fsync(fd) < 0 ||
+	    rename(tmp, path) < 0)
+		err = -errno;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(text);
+	cJSON_Delete(o);
+	return err;
+}
+
+static int get_str(const cJSON *o, const char *k, char *dst, size_t len)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+	if (!cJSON_IsString(v) || strlen(v->valuestring) >= len)
+		return -EBADMSG;
+	memcpy(dst, v->valuestring, strlen(v->valuestring) + 1);
+	return 0;
+}
+
+static int get_num(const cJSON *o, const char *k, double *out)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+
+	if (!cJSON_IsNumber(v))
+		return -EBADMSG;
+	*out = v->valuedouble;
+	return 0;
+}
+
+int sandbox_cfg_load(const char *state_dir, struct sandbox_cfg *c)
+{
+	char path[PATH_MAX];
+	uint8_t *buf = NULL;
+	size_t len;
+	cJSON *o = NULL;
+	double mem, cpus, created;
+	int err;
+
+	memset(c, 0, sizeof(*c));
+	if ((err = sandbox_path(path, sizeof(path), state_dir, "sandbox.json")))
+		return err;
+	if ((err = read_file(path, CFG_MAX_BYTES, &buf, &len)))
+		return err;
+	o = cJSON_ParseWithLength((const char *)buf, len);
+	if (!o || (err = get_str(o, "name", c->name, sizeof(c->name))) ||
+	    (err = get_str(o, "kernel", c->kernel, sizeof(c->kernel))) ||
+	    (err = get_str(o, "image", c->image, sizeof(c->image))) ||
+	    (err = get_str(o, "workspace", c->workspace, sizeof(c->workspace))) ||
+	    (err = get_num(o, "mem", &mem)) || (err = get_num(o, "cpus", &cpus)) ||
+	    (err = get_num(o, "created", &created))) {
+		err = -EBADMSG;
+		goto out;
+	}
+	c->mem = (uint64_t)mem;
+	c->cpus = (int)cpus;
+	c->created = (int64_t)created;
+	c->workspace_copied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "workspace_copied"));
+	if (!sandbox_name_valid(c->name) || c->cpus < 1 || c->mem == 0)
+		err = -EBADMSG;
+out:
+	cJSON_Delete(o);
+	free(buf);
+	return err;
+}
+
+int sandbox_list(void (*fn)(const char *name, void *ctx), void *ctx)
+{
+	char base[PATH_MAX], dir[PATH_MAX + 16];
+	struct dirent *e;
+	DIR *d;
+	int err;
+
+	if ((err = kosa8_state_dir(base, sizeof(base))))
+		return err;
+	snprintf(dir, sizeof(dir), "%s/sandboxes", base);
+	d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while ((e = readdir(d)))
+		if (sandbox_name_valid(e->d_name))
+			fn(e->d_name, ctx);
+	closedir(d);
+	return 0;
+}

@@ -1,0 +1,50 @@
+/* A sandbox on disk: its name, configuration and where its files live.
+ *
+ *   state dir   <kosa8 state>/sandboxes/NAME/  (0700)
+ *                 sandbox.json   configuration (this file's struct)
+ *                 disk.k8d       top delta of its disk, over the image
+ *                 console.log    the guest's serial console
+ *                 supervisor.log what the supervisor said
+ *   run dir     $XDG_RUNTIME_DIR/kosa8/NAME/ or /tmp/kosa8-UID/NAME/ (0700)
+ *                 control.sock   the supervisor's control socket
+ *                 vsock.sock     the VMM's vsock device (host side)
+ *                 supervisor.pid
+ * Both directories are private to the user: another user cannot reach a
+ * sandbox's sockets (and the supervisor checks peer credentials as well). */
+#ifndef KOSA8_SANDBOX_H
+#define KOSA8_SANDBOX_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SANDBOX_NAME_MAX 63
+
+struct sandbox_cfg {
+	char name[SANDBOX_NAME_MAX + 1];
+	char kernel[PATH_MAX];     /* guest kernel (bzImage) */
+	char image[PATH_MAX];      /* base image (ext4) the disk delta sits on */
+	char workspace[PATH_MAX];  /* host directory copied to /workspace, or "" */
+	uint64_t mem;              /* bytes */
+	int cpus;
+	int64_t created;           /* unix seconds */
+	bool workspace_copied;     /* the first start copied the workspace in */
+};
+
+/* Names: 1-63 of [a-z0-9_.-], starting with a letter or digit. */
+bool sandbox_name_valid(const char *name);
+
+int sandbox_state_dir(const char *name, char *buf, size_t len);
+int sandbox_run_dir(const char *name, char *buf, size_t len);
+/* <dir>/<file> into buf; -ENAMETOOLONG if it does not fit. */
+int sandbox_path(char *buf, size_t len, const char *dir, const char *file);
+
+int sandbox_cfg_save(const char *state_dir, const struct sandbox_cfg *c);
+/* -ENOENT when there is no such sandbox, -EBADMSG for a damaged file. */
+int sandbox_cfg_load(const char *state_dir, struct sandbox_cfg *c);
+
+/* Calls fn for every sandbox name in the state directory. */
+int sandbox_list(void (*fn)(const char *name, void *ctx), void *ctx);
+
+#endif

@@ -1,0 +1,391 @@
+#include "supervisor/supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agentproto/client.h"
+#include "audit/audit.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "supervisor/control.h"
+#include "supervisor/sandbox.h"
+
+struct supervisor {
+	struct sandbox_cfg cfg;
+	char state_dir[PATH_MAX], run_dir[PATH_MAX];
+	char vsock_path[PATH_MAX], control_path[PATH_MAX];
+	struct audit_log *audit;
+	pid_t vmm;
+	int listen_fd;
+	int sigchld_pipe[2];
+	bool stopping;
+};
+
+static int sigchld_wfd = -1;
+
+static void on_sigchld(int sig)
+{
+	char b = 1;
+
+	if (write(sigchld_wfd, &b, 1) < 0) {
+		/* full: a wake-up is pending already */
+	}
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Writes one audit record; a failure is logged, never fatal to the guest. */
+static void audit(struct supervisor *s, const char *actor, const char *type, cJSON *details)
+{
+	char *d = details ? cJSON_PrintUnformatted(details) : NULL;
+	struct audit_event ev = {.sandbox = s->cfg.name, .actor = actor, .type = type, .details = d};
+	int err;
+
+	if (s->audit && (err = audit_log_append(s->audit, &ev, NULL)))
+		log_err("audit: %s", audit_strerror(err));
+	free(d);
+	cJSON_Delete(details);
+}
+
+static int spawn_vmm(struct supervisor *s, const char *self)
+{
+	char disk[PATH_MAX], console[PATH_MAX], mem[32], cpus[16], cmdline[256];
+	int out;
+
+	sandbox_path(disk, sizeof(disk), s->state_dir, "disk.k8d");
+	sandbox_path(console, sizeof(console), s->state_dir, "console.log");
+	snprintf(mem, sizeof(mem), "%lluK", (unsigned long long)(s->cfg.mem / 1024));
+	snprintf(cpus, sizeof(cpus), "%d", s->cfg.cpus);
+	snprintf(cmdline, sizeof(cmdline),
+		 "root=/dev/vda rw rootfstype=ext4 init=/usr/sbin/kosa8-agent kosa8.hostname=%s quiet",
+		 s->cfg.name);
+	out = open(console, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (out < 0)
+		return -errno;
+	s->vmm = fork();
+	if (s->vmm < 0) {
+		close(out);
+		return -errno;
+	}
+	if (s->vmm == 0) {
+		int null = open("/dev/null", O_RDONLY);
+		dup2(null, 0);
+		dup2(out, 1);
+		dup2(out, 2);
+		execl(self, self, "vm", "--no-emulate", "--kernel", s->cfg.kernel, "--disk", disk,
+		      "--vsock", s->vsock_path, "--mem", mem, "--cpus", cpus, "--cmdline", cmdline,
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(out);
+	return 0;
+}
+
+/* Polls the agent until it answers a ping or the VMM dies. */
+static int wait_for_agent(struct supervisor *s)
+{
+	uint64_t deadline = now_ms() + SUPERVISOR_BOOT_TIMEOUT_MS;
+
+	while (now_ms() < deadline) {
+		struct agent_client *c = NULL;
+		struct agent_ping p;
+		int status;
+
+		if (waitpid(s->vmm, &status, WNOHANG) == s->vmm) {
+			s->vmm = -1;
+			return -ECHILD;
+		}
+		if (agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c) == 0 &&
+		    agent_ping(c, &p) == 0) {
+			agent_client_close(c);
+			return 0;
+		}
+		if (c)
+			agent_client_close(c);
+		usleep(200 * 1000);
+	}
+	return -ETIMEDOUT;
+}
+
+static int copy_workspace(struct supervisor *s)
+{
+	struct agent_client *c = NULL;
+	struct ap_tree_stats st;
+	int err;
+
+	if (!s->cfg.workspace[0] || s->cfg.workspace_copied)
+		return 0;
+	if ((err = agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c)))
+		return err;
+	memset(&st, 0, sizeof(st));
+	err = agent_put_tree(c, s->cfg.workspace, "/workspace", NULL, &st);
+	if (err)
+		log_err("copying the workspace in: %s", agent_client_error(c));
+	agent_client_close(c);
+	if (err)
+		return err;
+	s->cfg.workspace_copied = true;
+	cJSON *d = cJSON_CreateObject();
+	cJSON_AddStringToObject(d, "from", s->cfg.workspace);
+	audit(s, "supervisor", "workspace.copy_in", d);
+	return sandbox_cfg_save(s->state_dir, &s->cfg);
+}
+
+static void reply_error(int fd, const char *msg)
+{
+	cJSON *r = cJSON_CreateObject();
+
+	cJSON_AddBoolToObject(r, "ok", false);
+	cJSON_AddStringToObject(r, "error", msg);
+	control_send(fd, r, -1);
+	cJSON_Delete(r);
+}
+
+static void reply_ok(int fd, cJSON *r, int pass_fd)
+{
+	if (!r)
+		r = cJSON_CreateObject();
+	cJSON_AddBoolToObject(r, "ok", true);
+	control_send(fd, r, pass_fd);
+	cJSON_Delete(r);
+}
+
+/* Connects to the agent for a client and audits what it says it will do. */
+static void handle_agent(struct supervisor *s, int fd, cJSON *req)
+{
+	struct sockaddr_un a;
+	char line[32], ok[32];
+	int afd, n = 0;
+	const cJSON *what = cJSON_GetObjectItemCaseSensitive(req, "what");
+
+	memset(&a, 0, sizeof(a));
+	a.sun_family = AF_UNIX;
+	afd = -1;
+	if (strlen(s->vsock_path) < sizeof(a.sun_path)) {
+		memcpy(a.sun_path, s->vsock_path, strlen(s->vsock_path) + 1);
+		afd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	}
+	if (afd < 0 || connect(afd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		reply_error(fd, "the sandbox's vsock device is not answering");
+		goto out;
+	}
+	/* The vsock device's handshake, then hand the raw stream over. */
+	snprintf(line, sizeof(line), "CONNECT %d\n", AGENT_VSOCK_PORT);
+	if (write_all(afd, line, strlen(line)) < 0) {
+		reply_error(fd, "the vsock device closed");
+		goto out;
+	}
+	while (n < (int)sizeof(ok) - 1 && read(afd, ok + n, 1) == 1 && ok[n] != '\n')
+		n++;
+	ok[n] = '\0';
+	if (strncmp(ok, "OK ", 3) != 0) {
+		reply_error(fd, "the guest agent is not listening");
+		goto out;
+	}
+	/* The CLI says what the session is for (exec argv, cp paths): audited. */
+	audit(s, "user", "agent.session", cJSON_IsObject(what) ? cJSON_Duplicate(what, true) : NULL);
+	reply_ok(fd, NULL, afd);
+out:
+	if (afd >= 0)
+		close(afd);
+}
+
+static void request_stop(struct supervisor *s)
+{
+	struct agent_client *c = NULL;
+
+	if (s->stopping || s->vmm <= 0)
+		return;
+	s->stopping = true;
+	/* Ask the guest to power off cleanly (it syncs its disks first). */
+	if (agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c) == 0)
+		agent_shutdown(c);
+	else
+		kill(s->vmm, SIGTERM);
+	if (c)
+		agent_client_close(c);
+}
+
+static void handle_client(struct supervisor *s, int fd)
+{
+	cJSON *req = NULL;
+	const cJSON *op;
+
+	if (control_recv(fd, &req, 5000) < 0)
+		goto out;
+	op = cJSON_GetObjectItemCaseSensitive(req, "op");
+	if (!cJSON_IsString(op)) {
+		reply_error(fd, "request without an op");
+	} else if (!strcmp(op->valuestring, "status")) {
+		cJSON *r = cJSON_CreateObject();
+		cJSON_AddStringToObject(r, "state", s->stopping ? "stopping" : "running");
+		cJSON_AddNumberToObject(r, "pid", getpid());
+		cJSON_AddNumberToObject(r, "vmm_pid", s->vmm);
+		reply_ok(fd, r, -1);
+	} else if (!strcmp(op->valuestring, "agent")) {
+		handle_agent(s, fd, req);
+	} else if (!strcmp(op->valuestring, "stop")) {
+		request_stop(s);
+		reply_ok(fd, NULL, -1);
+	} else {
+		reply_error(fd, "unknown op");
+	}
+out:
+	cJSON_Delete(req);
+	close(fd);
+}
+
+static void say_ready(int ready_fd, const char *err)
+{
+	char line[512];
+
+	if (ready_fd < 0)
+		return;
+	snprintf(line, sizeof(line), err ? "error: %s\n" : "ok\n", err);
+	write_all(ready_fd, line, strlen(line));
+	close(ready_fd);
+}
+
+static int setup(struct supervisor *s, const char *name, const char **why)
+{
+	struct audit_opts ao = {0};
+	int err;
+
+	if ((err = sandbox_state_dir(name, s->state_dir, sizeof(s->state_dir))) ||
+	    (err = sandbox_cfg_load(s->state_dir, &s->cfg))) {
+		*why = "no such sandbox (see 'kosa8 ps')";
+		return err;
+	}
+	if ((err = sandbox_run_dir(name, s->run_dir, sizeof(s->run_dir))) ||
+	    (err = mkdir_p(s->run_dir, 0700)) ||
+	    (err = sandbox_path(s->vsock_path, sizeof(s->vsock_path), s->run_dir, "vsock.sock")) ||
+	    (err = sandbox_path(s->control_path, sizeof(s->control_path), s->run_dir, "control.sock"))) {
+		*why = "cannot create the sandbox's runtime directory";
+		return err;
+	}
+	if ((err = audit_log_open(&ao, &s->audit))) {
+		*why = "cannot open the audit log (see 'kosa8 audit verify')";
+		return err;
+	}
+	s->listen_fd = control_listen(s->control_path);
+	if (s->listen_fd < 0) {
+		*why = "cannot listen on the control socket";
+		return s->listen_fd;
+	}
+	return 0;
+}
+
+static void event_loop(struct supervisor *s)
+{
+	int status = 0;
+	char buf[64];
+
+	while (s->vmm > 0) {
+		struct pollfd p[2] = {{.fd = s->listen_fd, .events = POLLIN},
+				      {.fd = s->sigchld_pipe[0], .events = POLLIN}};
+		if (poll(p, 2, 1000) < 0 && errno != EINTR)
+			break;
+		if (p[1].revents & POLLIN)
+			while (read(s->sigchld_pipe[0], buf, sizeof(buf)) > 0)
+				;
+		if (waitpid(s->vmm, &status, WNOHANG) == s->vmm) {
+			cJSON *d = cJSON_CreateObject();
+			cJSON_AddNumberToObject(d, "vmm_exit", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+			if (WIFSIGNALED(status))
+				cJSON_AddNumberToObject(d, "vmm_signal", WTERMSIG(status));
+			audit(s, "supervisor", "sandbox.stop", d);
+			s->vmm = -1;
+			break;
+		}
+		if (p[0].revents & POLLIN) {
+			int fd = control_accept(s->listen_fd);
+			if (fd >= 0)
+				handle_client(s, fd);
+		}
+		if (s->audit)
+			audit_log_tick(s->audit);
+	}
+}
+
+int supervisor_main(const char *self, const char *name, int ready_fd)
+{
+	struct supervisor s;
+	const char *why = NULL;
+	struct sigaction sa;
+	int err;
+
+	memset(&s, 0, sizeof(s));
+	s.listen_fd = -1;
+	s.vmm = -1;
+	if (pipe2(s.sigchld_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+		return -errno;
+	sigchld_wfd = s.sigchld_pipe[1];
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_sigchld;
+	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+	sigaction(SIGCHLD, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if ((err = setup(&s, name, &why)))
+		goto fail;
+	audit(&s, "supervisor", "sandbox.start", NULL);
+	if ((err = spawn_vmm(&s, self))) {
+		why = "cannot start the VMM";
+		goto fail;
+	}
+	err = wait_for_agent(&s);
+	if (err) {
+		why = err == -ECHILD ? "the VM stopped while booting (see 'kosa8 logs')" :
+				       "the guest agent did not answer in time (see 'kosa8 logs')";
+		goto fail;
+	}
+	if ((err = copy_workspace(&s))) {
+		why = "copying the workspace into the sandbox failed";
+		goto fail;
+	}
+	say_ready(ready_fd, NULL);
+	ready_fd = -1;
+	event_loop(&s);
+	err = 0;
+fail:
+	if (err) {
+		log_err("%s", why);
+		say_ready(ready_fd, why);
+		if (s.vmm > 0) {
+			kill(s.vmm, SIGKILL);
+			waitpid(s.vmm, NULL, 0);
+		}
+		cJSON *d = cJSON_CreateObject();
+		cJSON_AddStringToObject(d, "error", why);
+		audit(&s, "supervisor", "sandbox.start_failed", d);
+	}
+	if (s.audit) {
+		audit_log_sign_head(s.audit, NULL);
+		audit_log_close(s.audit);
+	}
+	if (s.listen_fd >= 0) {
+		close(s.listen_fd);
+		unlink(s.control_path);
+	}
+	unlink(s.vsock_path);
+	rmdir(s.run_dir);
+	return err;
+}

@@ -1,0 +1,18 @@
+/* The per-sandbox supervisor: one process per running sandbox, detached
+ * from the CLI that started it.  It runs the VMM as its child, waits for
+ * the guest agent, copies the workspace in on the first start, answers the
+ * control socket, writes the sandbox's audit records, and cleans up when the
+ * guest stops. */
+#ifndef KOSA8_SUPERVISOR_H
+#define KOSA8_SUPERVISOR_H
+
+#define AGENT_VSOCK_PORT 1024
+/* How long a start waits for the agent (nested emulation is slow). */
+#define SUPERVISOR_BOOT_TIMEOUT_MS (300 * 1000)
+
+/* Runs the supervisor for sandbox `name` in this process until the guest
+ * stops.  ready_fd (or -1) gets one line when start-up ends: "ok\n" or
+ * "error: <reason>\n".  self is the kosa8 binary (to run `kosa8 vm`). */
+int supervisor_main(const char *self, const char *name, int ready_fd);
+
+#endif
