@@ -866,6 +866,7 @@ void virtio_vsock_poll(struct virtio_vsock *v, int timeout_ms)
 	v->more_work = false;
 	for (int i = 0; i < n; i++)
 		dispatch(v, &ev[i]);
+	check_deadlines(v); /* expired ones may owe the guest an RST: send it now */
 	tx_process(v);
 	event_deliver(v);
 	rx_pump(v);

@@ -40,6 +40,10 @@
 
 static struct guest_mem mem;
 static char dir[64], uds[96];
+static int uds_seq;
+/* Devices live here, not on a test's stack: a failing test's device is
+ * still destroyed by the teardown, and the next test starts clean. */
+static struct virtio_vsock dev_a, dev_b;
 static struct {
 	uint16_t next_avail, last_used;
 } gq[3];
@@ -156,6 +160,7 @@ static void bring_up(struct virtio_vsock *v, bool split)
 
 static void dev_init(struct virtio_vsock *v, const struct virtio_vsock_opts *o, bool split)
 {
+	snprintf(uds, sizeof(uds), "%s/v%d.sock", dir, ++uds_seq);
 	guest_cid = CID;
 	assert_int_equal(virtio_vsock_init(v, CID, uds, o, &mem, 0xd0002000, 7, set_irq, NULL), 0);
 	bring_up(v, split);
@@ -378,49 +383,49 @@ static void test_parsers(void **state)
 
 static void test_guest_to_host(void **state)
 {
-	struct virtio_vsock v;
+	struct virtio_vsock *const vp = &dev_a;
 	struct virtio_vsock_hdr h;
 	uint8_t buf[256];
 	int lfd, hfd;
 
-	dev_init(&v, NULL, true);
+	dev_init(vp, NULL, true);
 	/* The guest reads its CID from config space. */
-	assert_int_equal(rd32(&v, 0x100), CID);
-	assert_int_equal(rd32(&v, 0x104), 0);
+	assert_int_equal(rd32(vp, 0x100), CID);
+	assert_int_equal(rd32(vp, 0x104), 0);
 	lfd = listen_at(1234);
-	send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 65536, 0);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
+	send_pkt(vp, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 65536, 0);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
 	assert_int_equal(h.buf_alloc, VSOCK_DEFAULT_BUF_ALLOC);
 	assert_int_equal(h.fwd_cnt, 0);
 	hfd = accept_host(lfd);
 	assert_true(hfd >= 0);
 
-	send_pkt(&v, VIRTIO_VSOCK_OP_RW, 5000, 1234, "guest to host", 13, 0, 65536, 0);
+	send_pkt(vp, VIRTIO_VSOCK_OP_RW, 5000, 1234, "guest to host", 13, 0, 65536, 0);
 	assert_int_equal(read_n(hfd, buf, 13, 2000), 13);
 	assert_memory_equal(buf, "guest to host", 13);
 	put(hfd, "host to guest", 13);
-	assert_true(recv_pkt(&v, &h, buf, 2000));
+	assert_true(recv_pkt(vp, &h, buf, 2000));
 	assert_int_equal(h.op, VIRTIO_VSOCK_OP_RW);
 	assert_int_equal(h.len, 13);
 	assert_memory_equal(buf, "host to guest", 13);
 
 	/* Half close from the guest: the host reads EOF and can still send. */
-	send_pkt(&v, VIRTIO_VSOCK_OP_SHUTDOWN, 5000, 1234, NULL, 0, VIRTIO_VSOCK_SHUTDOWN_SEND, 65536, 13);
+	send_pkt(vp, VIRTIO_VSOCK_OP_SHUTDOWN, 5000, 1234, NULL, 0, VIRTIO_VSOCK_SHUTDOWN_SEND, 65536, 13);
 	assert_true(eof_within(hfd, 2000));
 	put(hfd, "late", 4);
-	assert_true(recv_pkt(&v, &h, buf, 2000));
+	assert_true(recv_pkt(vp, &h, buf, 2000));
 	assert_int_equal(h.op, VIRTIO_VSOCK_OP_RW);
 	assert_memory_equal(buf, "late", 4);
 	/* Full close: the device answers RST and forgets the connection. */
-	send_pkt(&v, VIRTIO_VSOCK_OP_SHUTDOWN, 5000, 1234, NULL, 0, 3, 65536, 17);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RST, 1234, 5000);
-	wait_conns(&v, 0);
-	assert_int_equal(stats(&v).bytes_to_host, 13);
-	assert_int_equal(stats(&v).bytes_to_guest, 17);
+	send_pkt(vp, VIRTIO_VSOCK_OP_SHUTDOWN, 5000, 1234, NULL, 0, 3, 65536, 17);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_RST, 1234, 5000);
+	wait_conns(vp, 0);
+	assert_int_equal(stats(vp).bytes_to_host, 13);
+	assert_int_equal(stats(vp).bytes_to_guest, 17);
 	close(hfd);
 	close(lfd);
-	virtio_vsock_destroy(&v);
-	virtio_vsock_destroy(&v); /* twice is harmless */
+	virtio_vsock_destroy(vp);
+	virtio_vsock_destroy(vp); /* twice is harmless */
 }
 
 /* The host opens: CONNECT line, REQUEST, RESPONSE, OK line, data, close. */
@@ -448,104 +453,113 @@ static uint32_t host_open(struct virtio_vsock *v, int *cfd, uint32_t port, const
 
 static void test_host_to_guest(void **state)
 {
-	struct virtio_vsock v;
+	struct virtio_vsock *const vp = &dev_a;
 	struct virtio_vsock_hdr h;
 	uint8_t buf[64];
 	int cfd, cfd2;
 	uint32_t hp, hp2;
 
-	dev_init(&v, NULL, false);
-	hp = host_open(&v, &cfd, 52, "");
+	dev_init(vp, NULL, false);
+	hp = host_open(vp, &cfd, 52, "");
 	put(cfd, "ping", 4);
-	assert_true(recv_pkt(&v, &h, buf, 2000));
+	assert_true(recv_pkt(vp, &h, buf, 2000));
 	assert_int_equal(h.op, VIRTIO_VSOCK_OP_RW);
 	assert_int_equal(h.src_port, hp);
 	assert_int_equal(h.dst_port, 52);
 	assert_memory_equal(buf, "ping", 4);
-	send_pkt(&v, VIRTIO_VSOCK_OP_RW, 52, hp, "pong", 4, 0, 65536, 4);
+	send_pkt(vp, VIRTIO_VSOCK_OP_RW, 52, hp, "pong", 4, 0, 65536, 4);
 	assert_int_equal(read_n(cfd, buf, 4, 2000), 4);
 	assert_memory_equal(buf, "pong", 4);
 
 	/* Bytes the client sent right behind its CONNECT line wait for the
 	 * guest's RESPONSE and then arrive, after the OK line. */
-	hp2 = host_open(&v, &cfd2, 53, "early");
+	hp2 = host_open(vp, &cfd2, 53, "early");
 	assert_int_not_equal(hp2, hp);
-	assert_true(recv_pkt(&v, &h, buf, 2000));
+	assert_true(recv_pkt(vp, &h, buf, 2000));
 	assert_int_equal(h.op, VIRTIO_VSOCK_OP_RW);
 	assert_int_equal(h.dst_port, 53);
 	assert_int_equal(h.len, 5);
 	assert_memory_equal(buf, "early", 5);
 
+	/* A host half close: the guest hears only that the host stopped
+	 * sending, and can still send. */
+	shutdown(cfd2, SHUT_WR);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_SHUTDOWN, hp2, 53);
+	assert_int_equal(h.flags, VIRTIO_VSOCK_SHUTDOWN_SEND);
+	send_pkt(vp, VIRTIO_VSOCK_OP_RW, 53, hp2, "after", 5, 0, 65536, 5);
+	assert_int_equal(read_n(cfd2, buf, 5, 2000), 5);
+	assert_memory_equal(buf, "after", 5);
+
 	/* The host client closes: the guest hears both directions are done,
 	 * answers RST, and the connection is gone. */
 	close(cfd);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_SHUTDOWN, hp, 52);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_SHUTDOWN, hp, 52);
 	assert_int_equal(h.flags, VIRTIO_VSOCK_SHUTDOWN_RCV | VIRTIO_VSOCK_SHUTDOWN_SEND);
-	send_pkt(&v, VIRTIO_VSOCK_OP_RST, 52, hp, NULL, 0, 0, 65536, 4);
-	wait_conns(&v, 1);
+	send_pkt(vp, VIRTIO_VSOCK_OP_RST, 52, hp, NULL, 0, 0, 65536, 4);
+	wait_conns(vp, 1);
 	/* The guest resets the other one: the host client sees EOF. */
-	send_pkt(&v, VIRTIO_VSOCK_OP_RST, 53, hp2, NULL, 0, 0, 65536, 5);
+	send_pkt(vp, VIRTIO_VSOCK_OP_RST, 53, hp2, NULL, 0, 0, 65536, 5);
 	assert_true(eof_within(cfd2, 2000));
-	wait_conns(&v, 0);
-	assert_int_equal(stats(&v).host_connects, 2);
+	wait_conns(vp, 0);
+	assert_int_equal(stats(vp).host_connects, 2);
 	close(cfd2);
-	virtio_vsock_destroy(&v);
+	virtio_vsock_destroy(vp);
 }
 
 static void test_refused(void **state)
 {
-	struct virtio_vsock v;
+	struct virtio_vsock *const vp = &dev_a;
 	struct virtio_vsock_hdr h;
 	int cfd;
 
-	dev_init(&v, NULL, false);
+	dev_init(vp, NULL, false);
 	/* Nothing listens at <uds>_4321. */
-	send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 5001, 4321, NULL, 0, 0, 65536, 0);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RST, 4321, 5001);
+	send_pkt(vp, VIRTIO_VSOCK_OP_REQUEST, 5001, 4321, NULL, 0, 0, 65536, 0);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_RST, 4321, 5001);
 	/* Nothing listens on guest port 77: the guest answers RST. */
 	cfd = connect_host();
 	put(cfd, "CONNECT 77\n", 11);
-	assert_true(recv_pkt(&v, &h, NULL, 2000));
+	assert_true(recv_pkt(vp, &h, NULL, 2000));
 	assert_int_equal(h.op, VIRTIO_VSOCK_OP_REQUEST);
-	send_pkt(&v, VIRTIO_VSOCK_OP_RST, 77, h.src_port, NULL, 0, 0, 0, 0);
+	send_pkt(vp, VIRTIO_VSOCK_OP_RST, 77, h.src_port, NULL, 0, 0, 0, 0);
 	assert_true(eof_within(cfd, 2000));
 	close(cfd);
-	wait_conns(&v, 0);
-	assert_int_equal(stats(&v).refused, 1);
-	no_pkt(&v, 50);
-	virtio_vsock_destroy(&v);
+	wait_conns(vp, 0);
+	assert_int_equal(stats(vp).refused, 1);
+	no_pkt(vp, 50);
+	virtio_vsock_destroy(vp);
 }
 
 /* host -> guest: never more than the guest's buf_alloc, resumed by credit. */
 static void test_credit_to_guest(void **state)
 {
-	struct virtio_vsock v;
+	struct virtio_vsock *const vp = &dev_a;
 	struct virtio_vsock_hdr h;
 	static uint8_t data[5000], got[5000];
 	uint32_t total = 0;
 	int lfd, hfd;
 
-	dev_init(&v, NULL, false);
+	dev_init(vp, NULL, false);
 	lfd = listen_at(1234);
-	send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 1000, 0);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
+	send_pkt(vp, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 1000, 0);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
 	hfd = accept_host(lfd);
 	for (uint32_t i = 0; i < sizeof(data); i++)
 		data[i] = pattern(i);
 	put(hfd, data, sizeof(data));
 	for (uint32_t limit = 1000; limit <= 5000;) {
 		while (total < limit) {
-			assert_true(recv_pkt(&v, &h, got + total, 2000));
+			assert_true(recv_pkt(vp, &h, got + total, 2000));
 			assert_int_equal(h.op, VIRTIO_VSOCK_OP_RW);
 			total += h.len;
 			assert_true(total <= limit);
 		}
 		/* Out of credit: nothing more, though the host socket has more. */
-		no_pkt(&v, 150);
-		assert_int_equal(stats(&v).bytes_to_guest, limit);
+		no_pkt(vp, 150);
+		assert_int_equal(stats(vp).bytes_to_guest, limit);
 		/* The guest read everything: it grants more room. */
 		limit = limit == 1000 ? 2000 : 5000;
-		send_pkt(&v, VIRTIO_VSOCK_OP_CREDIT_UPDATE, 5000, 1234, NULL, 0, 0,
+		send_pkt(vp, VIRTIO_VSOCK_OP_CREDIT_UPDATE, 5000, 1234, NULL, 0, 0,
 			 limit == 2000 ? 1000 : 10000, total);
 		if (total == 5000)
 			break;
@@ -554,7 +568,7 @@ static void test_credit_to_guest(void **state)
 	assert_memory_equal(got, data, sizeof(data));
 	close(hfd);
 	close(lfd);
-	virtio_vsock_destroy(&v);
+	virtio_vsock_destroy(vp);
 }
 
 /* The guest sends as its credit allows (the host reading nothing) until
@@ -605,36 +619,36 @@ static void read_pattern(int fd, uint32_t n)
 static void test_credit_from_guest(void **state)
 {
 	struct virtio_vsock_opts o = {.buf_alloc = 8192};
-	struct virtio_vsock v;
+	struct virtio_vsock *const vp = &dev_a;
 	struct virtio_vsock_hdr h;
 	static uint8_t chunk[8193];
 	uint32_t sent, peer_alloc;
 	int lfd, hfd;
 
-	dev_init(&v, &o, false);
+	dev_init(vp, &o, false);
 	lfd = listen_at(1234);
-	send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 65536, 0);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
+	send_pkt(vp, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 65536, 0);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
 	peer_alloc = h.buf_alloc;
 	assert_int_equal(peer_alloc, 8192);
 	hfd = accept_host(lfd);
-	sent = fill_until_stuck(&v, peer_alloc);
+	sent = fill_until_stuck(vp, peer_alloc);
 	/* The host socket filled, then the device's buffer, then credit ran out. */
 	assert_true(sent > 8192);
-	assert_int_equal(stats(&v).bytes_to_host, sent - 8192);
+	assert_int_equal(stats(vp).bytes_to_host, sent - 8192);
 	/* The host reads it all back, in order; the device refills credit. */
 	read_pattern(hfd, sent);
-	while (recv_pkt(&v, &h, NULL, 200))
+	while (recv_pkt(vp, &h, NULL, 200))
 		assert_int_equal(h.op, VIRTIO_VSOCK_OP_CREDIT_UPDATE);
-	assert_int_equal(stats(&v).bytes_to_host, sent);
+	assert_int_equal(stats(vp).bytes_to_host, sent);
 	/* One byte more than the device could ever hold: reset. */
-	send_pkt(&v, VIRTIO_VSOCK_OP_RW, 5000, 1234, chunk, sizeof(chunk), 0, 65536, 0);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RST, 1234, 5000);
+	send_pkt(vp, VIRTIO_VSOCK_OP_RW, 5000, 1234, chunk, sizeof(chunk), 0, 65536, 0);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_RST, 1234, 5000);
 	assert_true(eof_within(hfd, 2000));
-	wait_conns(&v, 0);
+	wait_conns(vp, 0);
 	close(hfd);
 	close(lfd);
-	virtio_vsock_destroy(&v);
+	virtio_vsock_destroy(vp);
 }
 
 /* The guest closes with bytes still buffered in the device: the host gets
@@ -642,50 +656,50 @@ static void test_credit_from_guest(void **state)
 static void test_close_flushes(void **state)
 {
 	struct virtio_vsock_opts o = {.buf_alloc = 8192};
-	struct virtio_vsock v;
+	struct virtio_vsock *const vp = &dev_a;
 	struct virtio_vsock_hdr h;
 	uint32_t sent;
 	int lfd, hfd;
 
-	dev_init(&v, &o, false);
+	dev_init(vp, &o, false);
 	lfd = listen_at(1234);
-	send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 65536, 0);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
+	send_pkt(vp, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 65536, 0);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
 	hfd = accept_host(lfd);
-	sent = fill_until_stuck(&v, h.buf_alloc);
-	send_pkt(&v, VIRTIO_VSOCK_OP_SHUTDOWN, 5000, 1234, NULL, 0, 3, 65536, 0);
-	no_pkt(&v, 100); /* not yet: 8 KiB wait for the host */
-	assert_int_equal(stats(&v).conns_open, 1);
+	sent = fill_until_stuck(vp, h.buf_alloc);
+	send_pkt(vp, VIRTIO_VSOCK_OP_SHUTDOWN, 5000, 1234, NULL, 0, 3, 65536, 0);
+	no_pkt(vp, 100); /* not yet: 8 KiB wait for the host */
+	assert_int_equal(stats(vp).conns_open, 1);
 	read_pattern(hfd, sent);
 	assert_true(eof_within(hfd, 2000));
 	for (;;) {
-		assert_true(recv_pkt(&v, &h, NULL, 2000));
+		assert_true(recv_pkt(vp, &h, NULL, 2000));
 		if (h.op == VIRTIO_VSOCK_OP_RST)
 			break;
 		assert_int_equal(h.op, VIRTIO_VSOCK_OP_CREDIT_UPDATE);
 	}
-	wait_conns(&v, 0);
-	assert_int_equal(stats(&v).bytes_to_host, sent);
+	wait_conns(vp, 0);
+	assert_int_equal(stats(vp).bytes_to_host, sent);
 	close(hfd);
 	close(lfd);
-	virtio_vsock_destroy(&v);
+	virtio_vsock_destroy(vp);
 }
 
 /* The guest stops receiving: the host writer gets EPIPE, the guest can
  * still send. */
 static void test_guest_stops_reading(void **state)
 {
-	struct virtio_vsock v;
+	struct virtio_vsock *const vp = &dev_a;
 	struct virtio_vsock_hdr h;
 	uint8_t buf[8];
 	int lfd, hfd;
 
-	dev_init(&v, NULL, false);
+	dev_init(vp, NULL, false);
 	lfd = listen_at(1234);
-	send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 65536, 0);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
+	send_pkt(vp, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 65536, 0);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
 	hfd = accept_host(lfd);
-	send_pkt(&v, VIRTIO_VSOCK_OP_SHUTDOWN, 5000, 1234, NULL, 0, VIRTIO_VSOCK_SHUTDOWN_RCV, 65536, 0);
+	send_pkt(vp, VIRTIO_VSOCK_OP_SHUTDOWN, 5000, 1234, NULL, 0, VIRTIO_VSOCK_SHUTDOWN_RCV, 65536, 0);
 	for (int i = 0; i < 2000; i++) {
 		if (send(hfd, "x", 1, MSG_NOSIGNAL) < 0)
 			break;
@@ -693,15 +707,15 @@ static void test_guest_stops_reading(void **state)
 	}
 	assert_int_equal(send(hfd, "x", 1, MSG_NOSIGNAL), -1);
 	assert_int_equal(errno, EPIPE);
-	no_pkt(&v, 50);
-	send_pkt(&v, VIRTIO_VSOCK_OP_RW, 5000, 1234, "still", 5, 0, 65536, 0);
+	no_pkt(vp, 50);
+	send_pkt(vp, VIRTIO_VSOCK_OP_RW, 5000, 1234, "still", 5, 0, 65536, 0);
 	assert_int_equal(read_n(hfd, buf, 5, 2000), 5);
 	assert_memory_equal(buf, "still", 5);
-	send_pkt(&v, VIRTIO_VSOCK_OP_RST, 5000, 1234, NULL, 0, 0, 65536, 0);
-	wait_conns(&v, 0);
+	send_pkt(vp, VIRTIO_VSOCK_OP_RST, 5000, 1234, NULL, 0, 0, 65536, 0);
+	wait_conns(vp, 0);
 	close(hfd);
 	close(lfd);
-	virtio_vsock_destroy(&v);
+	virtio_vsock_destroy(vp);
 }
 
 static void test_connect_garbage(void **state)
@@ -709,11 +723,12 @@ static void test_connect_garbage(void **state)
 	struct virtio_vsock_opts o = {.handshake_ms = 300};
 	const char *bad[] = {"HELLO\n", "CONNECT 99999999999\n", "CONNECT 12abc\n",
 			     "CONNECT 1111111111111111111111111111111111111111"};
-	struct virtio_vsock v;
+	struct virtio_vsock *const vp = &dev_a;
+	struct virtio_vsock_hdr h, h2;
 	struct timespec t0, t1;
 	int fd;
 
-	dev_init(&v, &o, false);
+	dev_init(vp, &o, false);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		fd = connect_host();
 		put(fd, bad[i], strlen(bad[i]));
@@ -733,32 +748,43 @@ static void test_connect_garbage(void **state)
 		assert_true((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= 250);
 		close(fd);
 	}
-	wait_conns(&v, 0);
-	assert_int_equal(stats(&v).bad_lines, 4);
-	assert_int_equal(stats(&v).timeouts, 2);
-	no_pkt(&v, 50); /* the guest never heard of any of them */
-	virtio_vsock_destroy(&v);
+	wait_conns(vp, 0);
+	assert_int_equal(stats(vp).bad_lines, 4);
+	assert_int_equal(stats(vp).timeouts, 2);
+	no_pkt(vp, 50); /* the guest never heard of any of them */
+	/* A guest that never answers the REQUEST: the client is closed and the
+	 * guest told to forget it. */
+	fd = connect_host();
+	put(fd, "CONNECT 60\n", 11);
+	assert_true(recv_pkt(vp, &h, NULL, 2000));
+	assert_int_equal(h.op, VIRTIO_VSOCK_OP_REQUEST);
+	assert_true(eof_within(fd, 3000));
+	expect_pkt(vp, &h2, VIRTIO_VSOCK_OP_RST, h.src_port, 60);
+	assert_int_equal(stats(vp).timeouts, 3);
+	wait_conns(vp, 0);
+	close(fd);
+	virtio_vsock_destroy(vp);
 }
 
 static void test_connection_limit(void **state)
 {
 	struct virtio_vsock_opts o = {.max_conns = 8};
-	struct virtio_vsock v;
+	struct virtio_vsock *const vp = &dev_a;
 	struct virtio_vsock_hdr h;
 	int lfd, hfd[8], cfd, responses = 0, resets = 0;
 
-	dev_init(&v, &o, false);
+	dev_init(vp, &o, false);
 	lfd = listen_at(1234);
 	for (uint32_t i = 0; i < 20; i++)
-		send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 6000 + i, 1234, NULL, 0, 0, 65536, 0);
+		send_pkt(vp, VIRTIO_VSOCK_OP_REQUEST, 6000 + i, 1234, NULL, 0, 0, 65536, 0);
 	for (int i = 0; i < 20; i++) {
-		assert_true(recv_pkt(&v, &h, NULL, 2000));
+		assert_true(recv_pkt(vp, &h, NULL, 2000));
 		responses += h.op == VIRTIO_VSOCK_OP_RESPONSE;
 		resets += h.op == VIRTIO_VSOCK_OP_RST;
 	}
 	assert_int_equal(responses, 8);
 	assert_int_equal(resets, 12);
-	assert_int_equal(stats(&v).conns_open, 8);
+	assert_int_equal(stats(vp).conns_open, 8);
 	for (int i = 0; i < 8; i++)
 		assert_true((hfd[i] = accept_host(lfd)) >= 0);
 	/* A host client beyond the limit is closed at once. */
@@ -768,28 +794,28 @@ static void test_connection_limit(void **state)
 	/* A flood with no receive buffers left: the device owes more RSTs than
 	 * it keeps, drops the excess, and stays up. */
 	for (uint32_t i = 0; i < 1000; i++)
-		send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 10000 + i, 1234, NULL, 0, 0, 65536, 0);
+		send_pkt(vp, VIRTIO_VSOCK_OP_REQUEST, 10000 + i, 1234, NULL, 0, 0, 65536, 0);
 	resets = 0;
-	while (recv_pkt(&v, &h, NULL, 200)) {
+	while (recv_pkt(vp, &h, NULL, 200)) {
 		assert_int_equal(h.op, VIRTIO_VSOCK_OP_RST);
 		resets++;
 	}
 	assert_true(resets >= NRXBUF && resets < 1000);
-	assert_int_equal(stats(&v).rst_dropped, 1000 - (uint64_t)resets);
-	assert_int_equal(stats(&v).refused, 12 + 1 + 1000);
-	assert_int_equal(stats(&v).conns_open, 8);
+	assert_int_equal(stats(vp).rst_dropped, 1000 - (uint64_t)resets);
+	assert_int_equal(stats(vp).refused, 12 + 1 + 1000);
+	assert_int_equal(stats(vp).conns_open, 8);
 	/* The guest closes its eight; every host end sees EOF; room again. */
 	for (uint32_t i = 0; i < 8; i++)
-		send_pkt(&v, VIRTIO_VSOCK_OP_RST, 6000 + i, 1234, NULL, 0, 0, 0, 0);
-	wait_conns(&v, 0);
+		send_pkt(vp, VIRTIO_VSOCK_OP_RST, 6000 + i, 1234, NULL, 0, 0, 0, 0);
+	wait_conns(vp, 0);
 	for (int i = 0; i < 8; i++) {
 		assert_true(eof_within(hfd[i], 2000));
 		close(hfd[i]);
 	}
-	send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 7000, 1234, NULL, 0, 0, 65536, 0);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 7000);
+	send_pkt(vp, VIRTIO_VSOCK_OP_REQUEST, 7000, 1234, NULL, 0, 0, 65536, 0);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 7000);
 	close(lfd);
-	virtio_vsock_destroy(&v);
+	virtio_vsock_destroy(vp);
 }
 
 static void bad_hdr(struct virtio_vsock *v, struct virtio_vsock_hdr hh, uint32_t payload,
@@ -808,64 +834,64 @@ static void bad_hdr(struct virtio_vsock *v, struct virtio_vsock_hdr hh, uint32_t
 
 static void test_bad_headers(void **state)
 {
-	struct virtio_vsock v;
+	struct virtio_vsock *const vp = &dev_a;
 	struct virtio_vsock_hdr h, ok = {.src_cid = CID, .dst_cid = 2, .src_port = 5000,
 					 .dst_port = 1234, .type = 1, .op = 1, .buf_alloc = 4096};
 	int lfd, hfd;
 	uint64_t bad0;
 
-	dev_init(&v, NULL, false);
+	dev_init(vp, NULL, false);
 	lfd = listen_at(1234);
 	h = ok, h.src_cid = 7;          /* spoofed source: dropped */
-	bad_hdr(&v, h, 0, false);
+	bad_hdr(vp, h, 0, false);
 	h = ok, h.type = 2;             /* seqpacket: not offered */
-	bad_hdr(&v, h, 0, true);
+	bad_hdr(vp, h, 0, true);
 	h = ok, h.op = 0;
-	bad_hdr(&v, h, 0, true);
+	bad_hdr(vp, h, 0, true);
 	h = ok, h.op = 99;
-	bad_hdr(&v, h, 0, true);
+	bad_hdr(vp, h, 0, true);
 	h = ok, h.op = 5, h.len = 100;  /* len beyond the buffer */
-	bad_hdr(&v, h, 10, true);
+	bad_hdr(vp, h, 10, true);
 	h = ok, h.op = 5, h.len = 0x7fffffff;
-	bad_hdr(&v, h, 0, true);
+	bad_hdr(vp, h, 0, true);
 	h = ok, h.op = 5, h.len = 4;    /* data for no connection */
-	bad_hdr(&v, h, 4, true);
+	bad_hdr(vp, h, 4, true);
 	h = ok, h.op = 7;               /* credit request for no connection */
-	bad_hdr(&v, h, 0, true);
+	bad_hdr(vp, h, 0, true);
 	h = ok, h.op = 3;               /* RST for no connection: silence */
-	bad_hdr(&v, h, 0, false);
+	bad_hdr(vp, h, 0, false);
 	h = ok, h.op = 3, h.type = 9;   /* a bad RST is not answered either */
-	bad_hdr(&v, h, 0, false);
-	send_raw(&v, &ok, 20, NULL, 0, false); /* shorter than a header */
-	no_pkt(&v, 50);
-	assert_int_equal(stats(&v).bad_packets, 8);
+	bad_hdr(vp, h, 0, false);
+	send_raw(vp, &ok, 20, NULL, 0, false); /* shorter than a header */
+	no_pkt(vp, 50);
+	assert_int_equal(stats(vp).bad_packets, 8);
 	/* Another destination CID: RST from that CID. */
 	h = ok, h.dst_cid = 5;
 	expect_src_cid = 5;
-	bad_hdr(&v, h, 0, true);
+	bad_hdr(vp, h, 0, true);
 	expect_src_cid = VSOCK_HOST_CID;
-	assert_int_equal(stats(&v).bad_packets, 9);
-	wait_conns(&v, 0);
+	assert_int_equal(stats(vp).bad_packets, 9);
+	wait_conns(vp, 0);
 
 	/* A REQUEST repeated on an open connection resets it. */
-	send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 4096, 0);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
+	send_pkt(vp, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 4096, 0);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
 	hfd = accept_host(lfd);
-	bad0 = stats(&v).bad_packets;
-	send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 4096, 0);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RST, 1234, 5000);
+	bad0 = stats(vp).bad_packets;
+	send_pkt(vp, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 4096, 0);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_RST, 1234, 5000);
 	assert_true(eof_within(hfd, 2000));
-	assert_int_equal(stats(&v).bad_packets, bad0 + 1);
-	wait_conns(&v, 0);
+	assert_int_equal(stats(vp).bad_packets, bad0 + 1);
+	wait_conns(vp, 0);
 	close(hfd);
-	assert_int_equal(rd32(&v, VIRTIO_MMIO_STATUS), 0xf);
+	assert_int_equal(rd32(vp, VIRTIO_MMIO_STATUS), 0xf);
 	/* A tx chain with a device-writable buffer breaks the ring rules. */
-	send_raw(&v, &ok, sizeof(ok), NULL, 0, true);
-	for (int i = 0; i < 2000 && !(rd32(&v, VIRTIO_MMIO_STATUS) & VIRTIO_CONFIG_S_NEEDS_RESET); i++)
+	send_raw(vp, &ok, sizeof(ok), NULL, 0, true);
+	for (int i = 0; i < 2000 && !(rd32(vp, VIRTIO_MMIO_STATUS) & VIRTIO_CONFIG_S_NEEDS_RESET); i++)
 		usleep(1000);
-	assert_true(rd32(&v, VIRTIO_MMIO_STATUS) & VIRTIO_CONFIG_S_NEEDS_RESET);
+	assert_true(rd32(vp, VIRTIO_MMIO_STATUS) & VIRTIO_CONFIG_S_NEEDS_RESET);
 	close(lfd);
-	virtio_vsock_destroy(&v);
+	virtio_vsock_destroy(vp);
 }
 
 static bool event_seen(int ms)
@@ -882,105 +908,105 @@ static bool event_seen(int ms)
 
 static void test_save_restore(void **state)
 {
-	struct virtio_vsock v, v2;
+	struct virtio_vsock *const vp = &dev_a, *const vp2 = &dev_b;
 	struct virtio_vsock_state st;
 	struct virtio_vsock_hdr h;
 	int lfd, hfd, cfd;
 	char path2[128];
 
-	dev_init(&v, NULL, false);
+	dev_init(vp, NULL, false);
 	lfd = listen_at(1234);
-	send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 65536, 0);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
+	send_pkt(vp, VIRTIO_VSOCK_OP_REQUEST, 5000, 1234, NULL, 0, 0, 65536, 0);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5000);
 	hfd = accept_host(lfd);
-	host_open(&v, &cfd, 52, "");
-	wait_conns(&v, 2);
+	host_open(vp, &cfd, 52, "");
+	wait_conns(vp, 2);
 
 	/* Checkpoint, then rewind to it: connections are not restored, the
 	 * host ends see EOF, the guest gets a transport reset event. */
-	virtio_vsock_pause(&v);
-	virtio_vsock_save(&v, &st);
-	virtio_vsock_resume(&v);
+	virtio_vsock_pause(vp);
+	virtio_vsock_save(vp, &st);
+	virtio_vsock_resume(vp);
 	assert_int_equal(st.version, VIRTIO_VSOCK_STATE_VERSION);
 	assert_int_equal(st.guest_cid, CID);
-	no_pkt(&v, 20);
+	no_pkt(vp, 20);
 	assert_false(event_seen(20));
-	assert_int_equal(virtio_vsock_restore(&v, &st), 0);
+	assert_int_equal(virtio_vsock_restore(vp, &st), 0);
 	assert_true(event_seen(2000));
 	assert_true(eof_within(hfd, 2000));
 	assert_true(eof_within(cfd, 2000));
-	wait_conns(&v, 0);
-	assert_int_equal(stats(&v).transport_resets, 1);
+	wait_conns(vp, 0);
+	assert_int_equal(stats(vp).transport_resets, 1);
 	close(hfd);
 	close(cfd);
 	/* The guest connects again on the same device. */
-	send_pkt(&v, VIRTIO_VSOCK_OP_REQUEST, 5001, 1234, NULL, 0, 0, 65536, 0);
-	expect_pkt(&v, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5001);
+	send_pkt(vp, VIRTIO_VSOCK_OP_REQUEST, 5001, 1234, NULL, 0, 0, 65536, 0);
+	expect_pkt(vp, &h, VIRTIO_VSOCK_OP_RESPONSE, 1234, 5001);
 	hfd = accept_host(lfd);
 
 	/* A state of another version is refused and changes nothing. */
 	st.version = 99;
-	assert_int_equal(virtio_vsock_restore(&v, &st), -EINVAL);
+	assert_int_equal(virtio_vsock_restore(vp, &st), -EINVAL);
 	assert_false(event_seen(50));
-	assert_int_equal(stats(&v).conns_open, 1);
+	assert_int_equal(stats(vp).conns_open, 1);
 
 	/* Fork: a new device with a new CID and socket takes the state.  The
 	 * guest learns its new CID from config space on the reset event. */
-	virtio_vsock_pause(&v);
-	virtio_vsock_save(&v, &st);
-	virtio_vsock_destroy(&v);
+	virtio_vsock_pause(vp);
+	virtio_vsock_save(vp, &st);
+	virtio_vsock_destroy(vp);
 	assert_true(eof_within(hfd, 2000));
 	close(hfd);
 	snprintf(path2, sizeof(path2), "%s/fork.sock", dir);
-	assert_int_equal(virtio_vsock_init(&v2, 4, path2, NULL, &mem, 0xd0002000, 7, set_irq, NULL), 0);
-	assert_int_equal(virtio_vsock_restore(&v2, &st), 0);
-	assert_int_equal(rd32(&v2, VIRTIO_MMIO_STATUS), 0xf);
+	assert_int_equal(virtio_vsock_init(vp2, 4, path2, NULL, &mem, 0xd0002000, 7, set_irq, NULL), 0);
+	assert_int_equal(virtio_vsock_restore(vp2, &st), 0);
+	assert_int_equal(rd32(vp2, VIRTIO_MMIO_STATUS), 0xf);
 	assert_true(event_seen(2000));
-	assert_int_equal(rd32(&v2, 0x100), 4);
+	assert_int_equal(rd32(vp2, 0x100), 4);
 	guest_cid = 4;
 	/* The old CID is no longer the guest's: dropped. */
 	guest_cid = CID;
-	send_pkt(&v2, VIRTIO_VSOCK_OP_REQUEST, 5002, 1234, NULL, 0, 0, 65536, 0);
+	send_pkt(vp2, VIRTIO_VSOCK_OP_REQUEST, 5002, 1234, NULL, 0, 0, 65536, 0);
 	guest_cid = 4;
-	no_pkt(&v2, 50);
-	send_pkt(&v2, VIRTIO_VSOCK_OP_REQUEST, 5002, 1234, NULL, 0, 0, 65536, 0);
+	no_pkt(vp2, 50);
+	send_pkt(vp2, VIRTIO_VSOCK_OP_REQUEST, 5002, 1234, NULL, 0, 0, 65536, 0);
 	/* <uds>_1234 belongs to the first device's path: the fork refuses it. */
-	expect_pkt(&v2, &h, VIRTIO_VSOCK_OP_RST, 1234, 5002);
-	virtio_vsock_destroy(&v2);
+	expect_pkt(vp2, &h, VIRTIO_VSOCK_OP_RST, 1234, 5002);
+	virtio_vsock_destroy(vp2);
 	guest_cid = CID;
 	close(lfd);
 }
 
 static void test_init_errors(void **state)
 {
-	struct virtio_vsock v, live;
+	struct virtio_vsock *const vp = &dev_a, *const vlive = &dev_b;
 	struct sockaddr_un a;
 	int stale;
 	struct virtio_vsock_opts o = {.max_conns = 70000};
 	char longp[200], file[128];
 	FILE *f;
 
-	assert_int_equal(virtio_vsock_init(&v, 2, uds, NULL, &mem, 0xd0002000, 7, set_irq, NULL), -EINVAL);
-	assert_int_equal(virtio_vsock_init(&v, 0xffffffff, uds, NULL, &mem, 0xd0002000, 7, set_irq, NULL), -EINVAL);
-	assert_int_equal(virtio_vsock_init(&v, 3, uds, &o, &mem, 0xd0002000, 7, set_irq, NULL), -EINVAL);
+	assert_int_equal(virtio_vsock_init(vp, 2, uds, NULL, &mem, 0xd0002000, 7, set_irq, NULL), -EINVAL);
+	assert_int_equal(virtio_vsock_init(vp, 0xffffffff, uds, NULL, &mem, 0xd0002000, 7, set_irq, NULL), -EINVAL);
+	assert_int_equal(virtio_vsock_init(vp, 3, uds, &o, &mem, 0xd0002000, 7, set_irq, NULL), -EINVAL);
 	memset(longp, 'a', sizeof(longp) - 1);
 	longp[sizeof(longp) - 1] = 0;
-	assert_int_equal(virtio_vsock_init(&v, 3, longp, NULL, &mem, 0xd0002000, 7, set_irq, NULL), -ENAMETOOLONG);
+	assert_int_equal(virtio_vsock_init(vp, 3, longp, NULL, &mem, 0xd0002000, 7, set_irq, NULL), -ENAMETOOLONG);
 	snprintf(file, sizeof(file), "%s/plain-file", dir);
 	f = fopen(file, "w");
 	assert_non_null(f);
 	fclose(f);
-	assert_int_equal(virtio_vsock_init(&v, 3, file, NULL, &mem, 0xd0002000, 7, set_irq, NULL), -EEXIST);
-	virtio_vsock_destroy(&v); /* after a failed init: harmless */
+	assert_int_equal(virtio_vsock_init(vp, 3, file, NULL, &mem, 0xd0002000, 7, set_irq, NULL), -EEXIST);
+	virtio_vsock_destroy(vp); /* after a failed init: harmless */
 	/* A live device's socket is not taken over; a dead one's is. */
-	assert_int_equal(virtio_vsock_init(&live, 3, uds, NULL, &mem, 0xd0002000, 7, set_irq, NULL), 0);
-	assert_int_equal(virtio_vsock_init(&v, 3, uds, NULL, &mem, 0xd0003000, 8, set_irq, NULL), -EADDRINUSE);
-	virtio_vsock_destroy(&live);
+	assert_int_equal(virtio_vsock_init(vlive, 3, uds, NULL, &mem, 0xd0002000, 7, set_irq, NULL), 0);
+	assert_int_equal(virtio_vsock_init(vp, 3, uds, NULL, &mem, 0xd0003000, 8, set_irq, NULL), -EADDRINUSE);
+	virtio_vsock_destroy(vlive);
 	stale = unix_addr(&a, uds);
 	assert_int_equal(bind(stale, (struct sockaddr *)&a, sizeof(a)), 0);
 	close(stale); /* the path stays, nobody listens */
-	assert_int_equal(virtio_vsock_init(&v, 3, uds, NULL, &mem, 0xd0002000, 7, set_irq, NULL), 0);
-	virtio_vsock_destroy(&v);
+	assert_int_equal(virtio_vsock_init(vp, 3, uds, NULL, &mem, 0xd0002000, 7, set_irq, NULL), 0);
+	virtio_vsock_destroy(vp);
 }
 
 static int setup(void **state)
@@ -991,6 +1017,13 @@ static int setup(void **state)
 	snprintf(uds, sizeof(uds), "%s/v.sock", dir);
 	signal(SIGPIPE, SIG_IGN);
 	return guest_mem_create(&mem, MEM_SIZE);
+}
+
+static int test_teardown(void **state)
+{
+	virtio_vsock_destroy(&dev_a);
+	virtio_vsock_destroy(&dev_b);
+	return 0;
 }
 
 static int teardown(void **state)
@@ -1005,19 +1038,19 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_parsers),
-		cmocka_unit_test(test_guest_to_host),
-		cmocka_unit_test(test_host_to_guest),
-		cmocka_unit_test(test_refused),
-		cmocka_unit_test(test_credit_to_guest),
-		cmocka_unit_test(test_credit_from_guest),
-		cmocka_unit_test(test_close_flushes),
-		cmocka_unit_test(test_guest_stops_reading),
-		cmocka_unit_test(test_connect_garbage),
-		cmocka_unit_test(test_connection_limit),
-		cmocka_unit_test(test_bad_headers),
-		cmocka_unit_test(test_save_restore),
-		cmocka_unit_test(test_init_errors),
+		cmocka_unit_test_teardown(test_parsers, test_teardown),
+		cmocka_unit_test_teardown(test_guest_to_host, test_teardown),
+		cmocka_unit_test_teardown(test_host_to_guest, test_teardown),
+		cmocka_unit_test_teardown(test_refused, test_teardown),
+		cmocka_unit_test_teardown(test_credit_to_guest, test_teardown),
+		cmocka_unit_test_teardown(test_credit_from_guest, test_teardown),
+		cmocka_unit_test_teardown(test_close_flushes, test_teardown),
+		cmocka_unit_test_teardown(test_guest_stops_reading, test_teardown),
+		cmocka_unit_test_teardown(test_connect_garbage, test_teardown),
+		cmocka_unit_test_teardown(test_connection_limit, test_teardown),
+		cmocka_unit_test_teardown(test_bad_headers, test_teardown),
+		cmocka_unit_test_teardown(test_save_restore, test_teardown),
+		cmocka_unit_test_teardown(test_init_errors, test_teardown),
 	};
 	return cmocka_run_group_tests_name("virtio_vsock", tests, setup, teardown);
 }
