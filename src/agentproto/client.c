@@ -297,6 +297,8 @@ static int exec_frame(struct run *r, const struct ap_frame *f)
 	uint32_t v;
 	struct agent_client *c = r->c;
 	ap_rd_init(&rd, f->p, f->h.len);
+	if (f->h.type == AP_ERROR && f->h.chan == 0)
+		return take_error(c, f);   /* the agent ends the session: say why */
 	if (f->h.chan != r->chan)
 		return fail(c, -EPROTO, "agent sent frame type %u on channel %u", f->h.type, f->h.chan);
 	switch (f->h.type) {
