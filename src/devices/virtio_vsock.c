@@ -819,6 +819,7 @@ static int check_deadlines(struct virtio_vsock *v)
 		if (c->deadline <= now) {
 			v->stats.timeouts++;
 			conn_free(v, c, true);
+			v->more_work = true; /* its RST goes out on the next turn */
 		} else if (c->deadline < next) {
 			next = c->deadline;
 		}
