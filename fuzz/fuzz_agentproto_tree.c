@@ -49,6 +49,11 @@ static int count_entries(const char *dir)
 	return n;
 }
 
+static void remove_base(void)
+{
+	rmdir(base);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct ap_tree_writer w;
@@ -57,6 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		snprintf(base, sizeof(base), "/tmp/kosa8-fuzz-tree-XXXXXX");
 		if (!mkdtemp(base))
 			abort();
+		atexit(remove_base);
 	}
 	snprintf(root, sizeof(root), "%s/root", base);
 	if (ap_tw_open(&w, root, false, 0, 0))
