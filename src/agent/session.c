@@ -105,10 +105,11 @@ static int put(struct ap_conn *c, const struct ap_frame *req)
 		if (f.h.chan != chan || f.h.type < AP_ENTRY || f.h.type > AP_TREE_END) {
 			ap_conn_send_error(c, 0, EBADMSG, "frame type %u on channel %u inside a put", f.h.type, f.h.chan);
 			rc = -EBADMSG;
-		} else if (state == 0) {
-			state = ap_tw_frame(&w, &f);
-		} else if (f.h.type == AP_TREE_END) {
-			break;
+		} else {
+			if (state == 0)
+				state = ap_tw_frame(&w, &f);
+			if (f.h.type == AP_TREE_END)
+				break;   /* the end of the stream, accepted or not */
 		}
 	}
 	if (rc == 0)

@@ -599,6 +599,12 @@ static void test_put_refuses_escapes(void **state)
 	assert_int_equal(lstat(p, &sb), -1);
 	/* Relative target refused. */
 	assert_int_equal(agent_put_tree(c, src, "relative/dir", NULL, &st), -EINVAL);
+	/* A local failure after the agent accepted: the stream is ended with
+	 * counts that cannot match, the agent answers, the local error wins. */
+	time_t t0 = time(NULL);
+	assert_int_equal(agent_put_tree(c, "/no/such/local/kosa8", remote, NULL, &st), -ENOENT);
+	assert_non_null(strstr(agent_client_error(c), "/no/such/local/kosa8"));
+	assert_true(time(NULL) - t0 < 10);   /* answered, not timed out (30 s) */
 	/* Still usable. */
 	struct agent_ping pg;
 	assert_int_equal(agent_ping(c, &pg), 0);
