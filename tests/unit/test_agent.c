@@ -561,6 +561,10 @@ static void test_put_get_tree(void **state)
 	snprintf(p, sizeof(p), "%s/a.txt", remote);
 	assert_int_equal(agent_get_tree(c, p, back, &st), 0);
 	assert_int_equal(st.bytes, 6);
+	/* A local directory that cannot be made: the stream is read to its end
+	 * and the session stays usable. */
+	assert_true(agent_get_tree(c, remote, "/proc/kosa8-cannot-exist/x", &st) < 0);
+	assert_non_null(strstr(agent_client_error(c), "cannot create"));
 	/* Missing remote path: a clear error, the session goes on. */
 	assert_int_equal(agent_get_tree(c, "/no/such/kosa8", back, &st), -ENOENT);
 	assert_non_null(strstr(agent_client_error(c), "/no/such/kosa8"));
