@@ -115,9 +115,23 @@ static int listener(const char *path)
 	return fd;
 }
 
+static char dir[] = "/tmp/kosa8-fuzz-vsock-XXXXXX";
+
+/* Leaves no sockets or directory behind in /tmp. */
+static void cleanup(void)
+{
+	char path[128];
+
+	virtio_vsock_destroy(&dev);
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s_%d", uds, i + 1);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
 static void init_once(void)
 {
-	static char dir[] = "/tmp/kosa8-fuzz-vsock-XXXXXX";
 	struct virtio_vsock_opts o = {.max_conns = 12, .buf_alloc = 4096, .no_thread = true};
 	char path[128];
 
@@ -130,6 +144,7 @@ static void init_once(void)
 		snprintf(path, sizeof(path), "%s_%d", uds, i + 1);
 		lfd[i] = listener(path);
 	}
+	atexit(cleanup);
 }
 
 /* A tx packet: [flags][split][len lo][len hi] then len bytes. */
