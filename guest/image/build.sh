@@ -374,6 +374,9 @@ show_progress() {
 	while IFS= read -r line; do
 		printf '%(%T)T %s\n' -1 "$line" >>"$log"
 		case $line in
+		# apt's notice that _apt cannot reach a root-only folder: harmless
+		# (root downloads instead), and it would be most of the screen.
+		"W: Download is performed unsandboxed"*) ;;
 		I:* | W:* | E:* | "$tag"*) echo "$tag   ${line#"$tag   "}" >&2 ;;
 		*" newly installed, "*)
 			[[ $line =~ ([0-9]+)\ newly\ installed ]] && total=${BASH_REMATCH[1]}
