@@ -16,7 +16,7 @@
  *       of ROUNDS; prints MB/s of log bytes (heads included in the work),
  *       by the wall clock and per CPU-second (user + system, all threads).
  *
- * Records look like what the supervisor writes for an exec: ~250 bytes. */
+ * Records look like what the supervisor writes for an exec: ~215 bytes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
