@@ -808,6 +808,44 @@ static void test_key_mode(void **state)
 	fx_done(&f);
 }
 
+/* First use from several processes at once: one key wins, all use it. */
+static void test_key_created_once(void **state)
+{
+	enum { P = 6 };
+	struct fx f;
+	int pipefd[2];
+	uint8_t pubs[P][AUDIT_PUBKEY_LEN];
+	pid_t pids[P];
+
+	fx_init(&f);
+	assert_int_equal(pipe(pipefd), 0);
+	for (int p = 0; p < P; p++) {
+		pids[p] = fork();
+		assert_true(pids[p] >= 0);
+		if (pids[p] == 0) {
+			EVP_PKEY *k = NULL;
+			uint8_t pub[AUDIT_PUBKEY_LEN + 1];
+			if (audit_key_load_or_create(f.keys, &k) || audit_key_public(k, pub + 1))
+				_exit(1);
+			pub[0] = (uint8_t)p;
+			_exit(write(pipefd[1], pub, sizeof(pub)) == sizeof(pub) ? 0 : 2);
+		}
+	}
+	close(pipefd[1]);
+	for (int p = 0; p < P; p++) {
+		uint8_t pub[AUDIT_PUBKEY_LEN + 1];
+		int st;
+		assert_int_equal(read(pipefd[0], pub, sizeof(pub)), sizeof(pub));
+		memcpy(pubs[pub[0]], pub + 1, AUDIT_PUBKEY_LEN);
+		assert_int_equal(waitpid(pids[p], &st, 0), pids[p]);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	close(pipefd[0]);
+	for (int p = 1; p < P; p++)
+		assert_memory_equal(pubs[p], pubs[0], AUDIT_PUBKEY_LEN);
+	fx_done(&f);
+}
+
 static void test_sign_head_on_demand(void **state)
 {
 	struct fx f;
@@ -889,6 +927,7 @@ int main(void)
 		cmocka_unit_test(test_killed_writer),
 		cmocka_unit_test(test_verify_with_helpers),
 		cmocka_unit_test(test_key_mode),
+		cmocka_unit_test(test_key_created_once),
 		cmocka_unit_test(test_sign_head_on_demand),
 		cmocka_unit_test(test_head_every_t_seconds),
 	};
