@@ -153,14 +153,19 @@ static int run_builder(const char *builder, const char *const *args, char *path,
  * computing it now, once, spares the first sandbox a long wait. */
 static void identify(const char *path)
 {
-	char err[DISK_ERR_LEN];
+	char err[DISK_ERR_LEN], side[PATH_MAX + 16];
 	uint8_t id[16];
 	time_t t = time(NULL);
+	bool quiet;
 
-	fprintf(stderr, "[image] identity for sandbox disks (hash of the image, once per image)\n");
+	/* Already computed (the image was up to date): checked silently. */
+	snprintf(side, sizeof(side), "%s.kosa8-id", path);
+	quiet = access(side, F_OK) == 0;
+	if (!quiet)
+		fprintf(stderr, "[image] identity for sandbox disks (hash of the image, once per image)\n");
 	if (disk_base_id(path, id, err, sizeof(err)) < 0)
 		fprintf(stderr, "[image] warning: %s (the first sandbox will hash it)\n", err);
-	else
+	else if (!quiet || time(NULL) - t > 1)
 		fprintf(stderr, "[image] identity done in %ld s\n", (long)(time(NULL) - t));
 }
 
