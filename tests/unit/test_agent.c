@@ -191,11 +191,10 @@ static void test_signal_death(void **state)
 	const char *argv[] = { "sh", "-c", "sleep 30; exit 3", NULL };
 	o.argv = argv;
 	o.ctl_fd = ctl[0];
-	time_t t0 = time(NULL);
 	assert_int_equal(run(c, &o, &x, NULL), 0);
+	/* Killed, not "exit 3" after the sleep. */
 	assert_true(x.signaled);
 	assert_int_equal(x.code, SIGKILL);
-	assert_true(time(NULL) - t0 < 10);
 	close(ctl[0]);
 	close(ctl[1]);
 	agent_client_close(c);
@@ -605,10 +604,10 @@ static void test_put_refuses_escapes(void **state)
 	assert_int_equal(agent_put_tree(c, src, "relative/dir", NULL, &st), -EINVAL);
 	/* A local failure after the agent accepted: the stream is ended with
 	 * counts that cannot match, the agent answers, the local error wins. */
-	time_t t0 = time(NULL);
 	assert_int_equal(agent_put_tree(c, "/no/such/local/kosa8", remote, NULL, &st), -ENOENT);
 	assert_non_null(strstr(agent_client_error(c), "/no/such/local/kosa8"));
-	assert_true(time(NULL) - t0 < 10);   /* answered, not timed out (30 s) */
+	/* Answered, not timed out: no wall-clock limit here (a loaded CI
+	 * machine is slow), the session must simply still work below. */
 	/* Still usable. */
 	struct agent_ping pg;
 	assert_int_equal(agent_ping(c, &pg), 0);
@@ -804,13 +803,19 @@ static void *job_thread(void *arg)
 {
 	struct job *j = arg;
 	struct agent_client *c;
-	char script[64];
+	char script[1024];
 	j->rc = agent_client_connect_unix(sock_path, &c);
 	if (j->rc) {
 		agent_client_close(c);
 		return NULL;
 	}
-	snprintf(script, sizeof(script), "sleep 0.5; echo job%d", j->n);
+	/* A rendezvous: each command marks its arrival, then waits until all six
+	 * arrived.  Run one after another, the first would wait in vain and
+	 * print "alone" instead: concurrency proved without a clock. */
+	snprintf(script, sizeof(script),
+		 "touch %s.j%d; i=0; while [ $(ls %s.j* | wc -l) -lt 6 ] && [ $i -lt 1200 ]; "
+		 "do sleep 0.1; i=$((i+1)); done; [ $i -lt 1200 ] && echo job%d || echo alone",
+		 sock_path, j->n, sock_path, j->n);
 	struct agent_exec_opts o = AGENT_EXEC_OPTS_INIT;
 	const char *argv[] = { "sh", "-c", script, NULL };
 	struct agent_exit x;
@@ -830,8 +835,6 @@ static void test_concurrent_sessions(void **state)
 	enum { N = 6 };
 	pthread_t t[N];
 	struct job j[N];
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (int i = 0; i < N; i++) {
 		j[i] = (struct job){ .n = i };
 		assert_int_equal(pthread_create(&t[i], NULL, job_thread, &j[i]), 0);
@@ -843,9 +846,11 @@ static void test_concurrent_sessions(void **state)
 		snprintf(want, sizeof(want), "job%d\n", i);
 		assert_string_equal(j[i].out, want);
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	/* Six half-second commands ran side by side, not one after another. */
-	assert_true(t1.tv_sec - t0.tv_sec < 3);
+	for (int i = 0; i < N; i++) {
+		char mark[PATH_MAX];
+		snprintf(mark, sizeof(mark), "%s.j%d", sock_path, i);
+		unlink(mark);
+	}
 }
 
 /* ---- the VMM's vsock socket: "CONNECT <port>" handshake ---- */
