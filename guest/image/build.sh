@@ -168,6 +168,14 @@ print_recipe() {
 
 config_dir() { echo "${KOSA8_CONFIG_DIR:-${XDG_CONFIG_HOME:-$HOME/.config}/kosa8}"; }
 
+# Under sudo, the invoking user's recipes too.
+sudo_user_config() {
+	[ "$(id -u)" -eq 0 ] && [ -n "${SUDO_UID:-}" ] && [ "$SUDO_UID" != 0 ] || return 0
+	local home
+	home=$(getent passwd "$SUDO_UID" | cut -d: -f6)
+	[ -z "$home" ] || echo "$home/.config/kosa8/images"
+}
+
 find_recipe() {
 	local arg=$1 d
 	if [ -f "$arg" ]; then
@@ -175,7 +183,8 @@ find_recipe() {
 		return
 	fi
 	if [[ $arg =~ $NAME_RE ]]; then
-		for d in "$(config_dir)/images" "$here"; do
+		for d in "$(config_dir)/images" "$(sudo_user_config)" "$here"; do
+			[ -n "$d" ] || continue
 			[ -f "$d/$arg.recipe" ] && { echo "$d/$arg.recipe"; return; }
 		done
 	fi
@@ -419,7 +428,7 @@ write_manifest() {
 		printf '  "suite": %s,\n  "variant": %s,\n' "$(json_str "$r_suite")" "$(json_str "$r_variant")"
 		printf '  "built": "%s",\n  "build_seconds": %s,\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$secs"
 		printf '  "virtual_size": %s,\n  "allocated_size": %s,\n  "tree_bytes": %s,\n' "$r_size_bytes" "$alloc" "$tree_bytes"
-		printf '  "agent_sha256": "%s",\n' "$(sha256sum "$agent" | cut -d' ' -f1)"
+		printf '  "agent_sha256": "%s",\n' "${agent_sum%% *}"
 		printf '  "packages": ['
 		dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Package}\t${Version}\t${Installed-Size}\n' |
 			LC_ALL=C sort | awk -F '\t' '
@@ -494,9 +503,13 @@ build() {
 	[ -z "$owner" ] || chown "$owner" "$log"
 	write_kosa8_hook "$hook"
 	write_filter_hook "$tmp/hooks/essential50-kosa8-filters"
+	# The agent as it was when the key was computed: a rebuild of it
+	# meanwhile must not end up under the old key.
+	cp "$agent" "$tmp/agent"
+	[ "$(sha256sum <"$tmp/agent")" = "$agent_sum" ] || die "$agent changed during the build; run it again"
 	get_tree
 	# Bookworm has a merged /usr: /sbin is a link to usr/sbin.
-	install -m 0755 "$agent" "$root/usr/sbin/kosa8-agent"
+	install -m 0755 "$tmp/agent" "$root/usr/sbin/kosa8-agent"
 	ln -sfn kosa8-agent "$root/usr/sbin/init"
 	verify_tree "$root"
 
@@ -592,7 +605,8 @@ main() {
 	fi
 
 	find_agent "$agent_arg"
-	key=$({ cat "$recipe_file" "$self"; sha256sum <"$agent"; } | sha256sum | cut -c1-16)
+	agent_sum=$(sha256sum <"$agent")
+	key=$({ cat "$recipe_file" "$self"; echo "$agent_sum"; } | sha256sum | cut -c1-16)
 	set_cache_dir
 	imgroot=$cache/images
 	out=$imgroot/$r_name/$key
