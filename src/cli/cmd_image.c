@@ -316,7 +316,7 @@ static void print_json(const struct image *v, int n)
 
 static int image_ls(int argc, char **argv)
 {
-	char dir[PATH_MAX], alloc[16], size[16], when[32];
+	char dir[PATH_MAX] = "", alloc[16], size[16], when[32];
 	bool json = argc == 2 && !strcmp(argv[1], "--json");
 	struct image *v;
 	int n;
@@ -347,7 +347,7 @@ static int image_ls(int argc, char **argv)
 static int image_path(int argc, char **argv)
 {
 	const char *name = argc == 2 ? argv[1] : "default";
-	char dir[PATH_MAX];
+	char dir[PATH_MAX] = "";
 	struct image *v;
 	int n, rc = 1;
 
@@ -399,8 +399,10 @@ static int image_rm(const char *arg)
 		fprintf(stderr, "kosa8 image rm: '%s' is not NAME or NAME/KEY (KEY: 16 hex digits, see 'kosa8 image ls')\n", arg);
 		return 2;
 	}
-	if (images_dir(dir, sizeof(dir)) < 0)
+	if (images_dir(dir, sizeof(dir)) < 0) {
+		fprintf(stderr, "kosa8 image: cannot find the cache folder (set KOSA8_CACHE_DIR or HOME)\n");
 		return 1;
+	}
 	snprintf(target, sizeof(target), "%s/%s%s%s", dir, name, key ? "/" : "", key ? key : "");
 	if (lstat(target, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		fprintf(stderr, "kosa8 image: no image '%s' (see 'kosa8 image ls')\n", arg);
