@@ -243,6 +243,16 @@ size_t serial8250_receive(struct serial8250 *u, const uint8_t *buf, size_t len)
 	return n;
 }
 
+bool serial8250_rx_enabled(struct serial8250 *u)
+{
+	bool on;
+
+	pthread_mutex_lock(&u->lock);
+	on = u->s.ier & IER_RDI;
+	pthread_mutex_unlock(&u->lock);
+	return on;
+}
+
 size_t serial8250_wait_space(struct serial8250 *u, int timeout_ms)
 {
 	struct timespec ts;

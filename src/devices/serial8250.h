@@ -48,6 +48,10 @@ void serial8250_destroy(struct serial8250 *u);
 
 /* Host -> guest bytes.  Returns how many fit in the FIFO (0 when full). */
 size_t serial8250_receive(struct serial8250 *u, const uint8_t *buf, size_t len);
+/* Whether the guest's driver listens (receive interrupts enabled): until it
+ * does, the host holds input back, since a driver opening the port clears
+ * the FIFO and would drop what was typed during boot. */
+bool serial8250_rx_enabled(struct serial8250 *u);
 /* Blocks until the FIFO has room or timeout_ms passes; returns free bytes. */
 size_t serial8250_wait_space(struct serial8250 *u, int timeout_ms);
 

@@ -448,6 +448,11 @@ static void *input_thread(void *arg)
 		size_t space = serial8250_wait_space(&vm->serial, 100);
 		ssize_t n;
 
+		/* Typed-ahead input waits in the host until the guest listens. */
+		if (!serial8250_rx_enabled(&vm->serial)) {
+			usleep(50 * 1000);
+			continue;
+		}
 		if (space == 0 || poll(&pfd, 1, 100) <= 0)
 			continue;
 		n = read(vm->cfg.console_in, buf, space);

@@ -85,7 +85,9 @@ static void test_uart_interrupts(void **state)
 	wr(&u, 1, 0x00);
 	assert_int_equal(irq_level, 0);
 	/* Received data interrupt, and the FIFO never overflows. */
+	assert_false(serial8250_rx_enabled(&u));
 	wr(&u, 1, 0x01);
+	assert_true(serial8250_rx_enabled(&u));
 	uint8_t many[100];
 	memset(many, 'x', sizeof(many));
 	assert_int_equal(serial8250_receive(&u, many, sizeof(many)), SERIAL_FIFO_LEN);
