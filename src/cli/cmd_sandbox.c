@@ -158,9 +158,18 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 		    !S_ISDIR(st.st_mode))
 			return fail(cmd, "workspace '%s' is not an existing directory", o->workspace);
 	}
-	if (script_path("guest/kernel/build.sh", NULL, cfg.kernel, sizeof(cfg.kernel)) < 0)
+	/* $KOSA8_KERNEL picks another guest kernel; --image takes a name or a file. */
+	const char *kenv = getenv("KOSA8_KERNEL");
+	if (kenv && *kenv) {
+		if (!realpath(kenv, cfg.kernel))
+			return fail(cmd, "KOSA8_KERNEL=%s: no such file", kenv);
+	} else if (script_path("guest/kernel/build.sh", NULL, cfg.kernel, sizeof(cfg.kernel)) < 0) {
 		return fail(cmd, "%s", "the guest kernel is not built: run 'make kernel' (or guest/kernel/build.sh)");
-	if (script_path("guest/image/build.sh", o->image, cfg.image, sizeof(cfg.image)) < 0)
+	}
+	if (strchr(o->image, '/') && stat(o->image, &st) == 0 && S_ISREG(st.st_mode)) {
+		if (!realpath(o->image, cfg.image))
+			return fail(cmd, "image '%s' cannot be resolved", o->image);
+	} else if (script_path("guest/image/build.sh", o->image, cfg.image, sizeof(cfg.image)) < 0)
 		return fail(cmd, "image '%s' is not built or unknown: see 'kosa8 image ls', build it with 'kosa8 image build'", o->image);
 	snprintf(cfg.name, sizeof(cfg.name), "%s", name);
 	cfg.mem = o->mem;

@@ -4,10 +4,15 @@
  * the base was copied (a fork moved to another machine, a restored backup):
  * so the identity is the content itself, SHA-256 of every byte, truncated to
  * 16 bytes.  Hashing a multi-GiB image takes seconds, so the result is cached
- * in a sidecar file "<base>.kosa8-id" together with the file's size, inode,
- * device, mtime and ctime; any difference (a copy, a rewrite) means the cache
+ * in a sidecar file "<base>.kosa8-id" together with the file's size, mtime
+ * and ctime (nanoseconds); any difference (a copy, a rewrite) means the cache
  * is ignored and the hash recomputed once.  ctime cannot be set from user
- * space, so restoring an old mtime does not fool the cache.  If the sidecar
+ * space, so restoring an old mtime does not fool the cache.  Inode and device
+ * are left out on purpose: the same file seen through 9p or an overlay (the
+ * test bed's view of the host) has other ones, and hashing 4 GiB there took
+ * minutes, while its times are the same to the nanosecond.  What inode
+ * numbers used to catch, a file replaced within one clock tick, is caught by
+ * caching only files whose times are some seconds old (cache_store()).  If the sidecar
  * cannot be written (read-only folder), the hash is computed on every open. */
 #include "disk/disk.h"
 #include "disk/format.h"
@@ -17,6 +22,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <time.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +34,7 @@
 #include "common/util.h"
 
 #define ID_SUFFIX ".kosa8-id"
-#define ID_TAG "kosa8-base-id 1"
+#define ID_TAG "kosa8-base-id 2"
 #define HASH_CHUNK (1u << 20)
 
 struct id_cache {
@@ -84,10 +90,10 @@ static int format_cache(const struct id_cache *c, char *out, size_t len)
 	for (int i = 0; i < 32; i++)
 		snprintf(hex + 2 * i, 3, "%02x", c->sha[i]);
 	n = snprintf(out, len,
-		     ID_TAG "\nsize %" PRIu64 "\nino %" PRIu64 "\ndev %" PRIu64
+		     ID_TAG "\nsize %" PRIu64
 		     "\nmtime %" PRId64 ".%09" PRId64 "\nctime %" PRId64 ".%09" PRId64
 		     "\nsha256 %s\n",
-		     c->size, c->ino, c->dev, c->mtime_s, c->mtime_ns, c->ctime_s, c->ctime_ns, hex);
+		     c->size, c->mtime_s, c->mtime_ns, c->ctime_s, c->ctime_ns, hex);
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : n;
 }
 
@@ -124,11 +130,21 @@ out:
 	return ok;
 }
 
+/* File times have a coarse tick: a base replaced within the same tick as
+ * the original would show the same times.  So a result is cached only for a
+ * file whose ctime is some seconds old: a replacement made after the cache
+ * was written then necessarily has a later ctime, and is hashed again. */
+#define CACHE_MIN_AGE_S 2
+
 static void cache_store(const char *path, const struct id_cache *c)
 {
 	char text[512], tmp[PATH_MAX];
 	int n = format_cache(c, text, sizeof(text)), fd;
+	struct timespec now;
 
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (now.tv_sec - c->ctime_s < CACHE_MIN_AGE_S)
+		return;
 	if (n < 0 || snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof(tmp))
 		return;
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
