@@ -6,6 +6,7 @@
 #   make unit          unit tests only, both builds
 #   make fuzz          every fuzz target for FUZZ_SECONDS each (clang, libFuzzer)
 #   make kernel        the guest kernel, cached under ~/.cache/kosa8
+#   make image         the default Debian rootfs image (root), cached likewise
 #   make deps          Debian packages the build and tests need (root)
 #
 # Sources are found by folder: each folder under src/ is one part of the
@@ -35,7 +36,7 @@ SAN_CFLAGS := $(CFLAGS_COMMON) -O1 -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SAN_LDFLAGS := -fsanitize=address,undefined
 
-.PHONY: all san unit check vmtest fuzz kernel initramfs deps clean bench
+.PHONY: all san unit check vmtest fuzz kernel initramfs image deps clean bench
 all: $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-agent
 
 define flavour
@@ -81,7 +82,7 @@ unit: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-agent $(SAN_DIR)/kosa8-
       $(patsubst tests/unit/%.c,$(SAN_DIR)/tests/%,$(UNIT_SRCS))
 	REL_DIR=$(REL_DIR) SAN_DIR=$(SAN_DIR) tests/run unit
 
-check: unit-bins kernel initramfs
+check: unit-bins kernel initramfs image
 	tests/run all
 
 unit-bins: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-agent $(SAN_DIR)/kosa8-agent \
@@ -89,7 +90,7 @@ unit-bins: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-agent $(SAN_DIR)/k
       $(patsubst tests/unit/%.c,$(SAN_DIR)/tests/%,$(UNIT_SRCS))
 .PHONY: unit-bins
 
-vmtest: unit-bins kernel initramfs
+vmtest: unit-bins kernel initramfs image
 	tests/run vm
 
 kernel:
@@ -97,6 +98,10 @@ kernel:
 
 initramfs:
 	guest/initramfs/build.sh
+
+# The default Debian rootfs with this agent (root: mmdebstrap); cached.
+image: $(REL_DIR)/kosa8-agent
+	guest/image/build.sh --agent $(REL_DIR)/kosa8-agent default
 
 deps:
 	scripts/deps.sh

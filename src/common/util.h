@@ -44,7 +44,7 @@ int kosa8_state_dir(char *buf, size_t len);
 int kosa8_data_path(const char *rel, char *buf, size_t len);
 
 /* Runs a command and reads the last line it prints (the scripts' convention
- * for "the path of what I built"); -ENOENT/-EIO if it fails. */
+ * for "the path of what I built"), its stderr silenced; -EIO if it fails. */
 int run_for_last_line(const char *const argv[], char *buf, size_t len);
 
 /* mkdir -p with the given mode for each created component. */
