@@ -108,7 +108,7 @@ def main():
                           "-nodefaults", "-no-user-config", "-nographic", "-serial", "stdio",
                           "-kernel", a.kernel, "-initrd", a.initrd,
                           "-append", "console=ttyS0 reboot=k panic=-1 " + append],
-                         "memfd:ram"),
+                         "/memfd:"),
     }
     results = {name: [] for name in vmms}
     # Interleave the VMMs so that drift in the machine hits both alike.

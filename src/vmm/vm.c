@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -201,6 +202,7 @@ static int check_kernel_file(const char *path, const char **why)
 	size_t len;
 	int err;
 
+	mallopt(M_MMAP_THRESHOLD, 128 * 1024); /* see vm_create() */
 	err = read_file(path, MAX_KERNEL_BYTES, &k, &len);
 	if (err) {
 		*why = file_error(err, "kernel file not found; check --kernel");
@@ -344,8 +346,13 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 		*why = "ACPI tables do not fit";
 		goto fail;
 	}
+	/* The kernel and initrd buffers are copied into guest RAM and freed:
+	 * keep such big buffers out of the heap (glibc would otherwise raise its
+	 * mmap threshold after the first one and leave megabytes resident). */
+	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 	if ((err = load_images(vm, &bsp, rsdp, why)))
 		goto fail;
+	malloc_trim(0);
 	if ((err = accel_supported_cpuid(vm->accel, supported, CPUID_MAX_LEAVES, &nleaves))) {
 		*why = "KVM would not report its CPUID";
 		goto fail;
