@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${1:-7}
 make -s build/kosa8
-kernel=$(guest/kernel/build.sh | tail -1)
+kernel=${KOSA8_BENCH_KERNEL:-$(guest/kernel/build.sh | tail -1)}
 initrd=$(guest/initramfs/build.sh | tail -1)
 out=$(mktemp)
 testbed/run python3 bench/boot/bench.py --kosa8 build/kosa8 --kernel "$kernel" \
