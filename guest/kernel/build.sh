@@ -104,7 +104,8 @@ configure() {
 	# allocator...): expected, so its output is shown only if it fails.
 	(cd "$src" && scripts/kconfig/merge_config.sh -m -O "$obj" "$obj/.config" "$fragment") \
 		>"$obj/merge.log" 2>&1 || { cat "$obj/merge.log" >&2; die "merge_config.sh failed"; }
-	make -s -C "$src" O="$obj" olddefconfig >/dev/null
+	make -s -C "$src" O="$obj" olddefconfig >>"$obj/merge.log" 2>&1 ||
+		{ cat "$obj/merge.log" >&2; die "make olddefconfig failed"; }
 	check_config "$fragment" "$obj/.config" || bad=$?
 	[ "$bad" -eq 0 ] || die "olddefconfig dropped or changed $bad option(s) of $fragment (listed above); fix their dependencies in the fragment"
 }
@@ -112,8 +113,9 @@ configure() {
 # Runs make in the background and prints one line every 30 s with the number
 # of objects compiled so far, against the count of the last full build.
 run_make() {
-	local src=$1 obj=$2 log=$3 total_file=$kdir/objects-total pid n total rc start
+	local src=$1 obj=$2 log=$3 total_file=$kdir/objects-total pid n total rc start full=0
 	total=$(cat "$total_file" 2>/dev/null || echo "?")
+	[ -f "$obj/vmlinux" ] || full=1
 	start=$(date +%s)
 	say "building bzImage with make -j$(nproc), log in $log"
 	KBUILD_BUILD_USER=kosa8 KBUILD_BUILD_HOST=kosa8 KBUILD_BUILD_TIMESTAMP="kosa8 $version" \
@@ -125,7 +127,7 @@ run_make() {
 			kill -0 "$pid" 2>/dev/null || break
 		done
 		n=$(grep -c '^  CC ' "$log" || true)
-		say "$n/$total objects compiled, $(($(date +%s) - start)) s"
+		say "$n objects compiled (a full build has $total), $(($(date +%s) - start)) s"
 	done
 	rc=0
 	wait "$pid" || rc=$?
@@ -134,8 +136,8 @@ run_make() {
 		die "make bzImage failed (exit $rc); full log: $log"
 	fi
 	n=$(grep -c '^  CC ' "$log" || true)
-	# Only a full build gives a useful total for the next one.
-	[ "$n" -lt 100 ] || echo "$n" >"$total_file"
+	# Only a build from scratch gives a useful total for the next one.
+	[ "$full" -eq 0 ] || echo "$n" >"$total_file"
 	say "built in $(($(date +%s) - start)) s"
 }
 
