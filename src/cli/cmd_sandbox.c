@@ -3,6 +3,7 @@
  * supervisor (src/supervisor/); these commands talk to it. */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -285,12 +286,15 @@ int cmd_stop(int argc, char **argv)
 
 /* ---- rm / ps / logs ---- */
 
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	return remove(path) < 0 ? -1 : 0;
+}
+
+/* rm -rf of a sandbox's state directory (depth first, links not followed). */
 static int remove_tree(const char *dir)
 {
-	const char *argv[] = {"/bin/rm", "-rf", "--", dir, NULL};
-	char out[8];
-
-	return run_for_last_line(argv, out, sizeof(out)) == -EIO ? 0 : 0;
+	return nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) < 0 ? -errno : 0;
 }
 
 int cmd_rm(int argc, char **argv)
@@ -309,7 +313,8 @@ int cmd_rm(int argc, char **argv)
 			return fail("rm", "sandbox '%s' is running: stop it first, or use rm -f", name);
 		stop_sandbox("rm", name);
 	}
-	remove_tree(dir);
+	if (remove_tree(dir) < 0)
+		return fail("rm", "cannot remove %s: %s", dir, strerror(errno));
 	return 0;
 }
 

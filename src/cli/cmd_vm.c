@@ -182,25 +182,11 @@ static bool kvm_present(void) { return access("/dev/kvm", F_OK) == 0; }
 
 static int find_testbed(char *buf, size_t len)
 {
-	char exe[PATH_MAX];
 	const char *env = getenv("KOSA8_TESTBED");
-	ssize_t n;
 
 	if (env && *env)
 		return snprintf(buf, len, "%s", env) < (int)len ? 0 : -ENAMETOOLONG;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n < 0)
-		return -errno;
-	exe[n] = '\0';
-	*strrchr(exe, '/') = '\0';
-	/* build/kosa8 in a checkout, or PREFIX/bin/kosa8 with PREFIX/lib/kosa8. */
-	if (snprintf(buf, len, "%.*s/../testbed/run", PATH_MAX / 2, exe) < (int)len &&
-	    access(buf, X_OK) == 0)
-		return 0;
-	if (snprintf(buf, len, "%.*s/../lib/kosa8/testbed/run", PATH_MAX / 2, exe) < (int)len &&
-	    access(buf, X_OK) == 0)
-		return 0;
-	return -ENOENT;
+	return kosa8_data_path("testbed/run", buf, len);
 }
 
 static int run_emulated(const struct vm_args *a)
