@@ -199,10 +199,9 @@ static int read_line(int fd, char *buf, size_t n)
 	return -EPROTO;
 }
 
-int agent_client_connect_vsock_uds(const char *uds_path, uint32_t port, struct agent_client **out)
+int agent_vsock_uds_connect(const char *uds_path, uint32_t port)
 {
 	char line[64];
-	*out = NULL;
 	int fd = unix_connect(uds_path);
 	if (fd < 0)
 		return fd;
@@ -216,7 +215,14 @@ int agent_client_connect_vsock_uds(const char *uds_path, uint32_t port, struct a
 		close(fd);
 		return rc;
 	}
-	return agent_client_from_fd(fd, out);
+	return fd;
+}
+
+int agent_client_connect_vsock_uds(const char *uds_path, uint32_t port, struct agent_client **out)
+{
+	*out = NULL;
+	int fd = agent_vsock_uds_connect(uds_path, port);
+	return fd < 0 ? fd : agent_client_from_fd(fd, out);
 }
 
 void agent_client_close(struct agent_client *c)

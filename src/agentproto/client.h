@@ -32,6 +32,10 @@ int agent_client_connect_unix(const char *path, struct agent_client **out);
 /* Connects through the VMM's vsock device socket: "CONNECT <port>\n" must be
  * answered "OK <n>\n" before the agent protocol starts. */
 int agent_client_connect_vsock_uds(const char *uds_path, uint32_t port, struct agent_client **out);
+/* Just the handshake: a stream socket to guest port `port`, or -errno
+ * (-ECONNREFUSED when nothing listens there).  For a caller that hands the
+ * connection on, as the supervisor passes it to the CLI. */
+int agent_vsock_uds_connect(const char *uds_path, uint32_t port);
 /* Same over an already connected stream socket (taken over, closed later). */
 int agent_client_from_fd(int fd, struct agent_client **out);
 void agent_client_close(struct agent_client *c);

@@ -8,9 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -171,41 +169,18 @@ static void reply_ok(int fd, cJSON *r, int pass_fd)
 /* Connects to the agent for a client and audits what it says it will do. */
 static void handle_agent(struct supervisor *s, int fd, cJSON *req)
 {
-	struct sockaddr_un a;
-	char line[32], ok[32];
-	int afd, n = 0;
 	const cJSON *what = cJSON_GetObjectItemCaseSensitive(req, "what");
+	int afd = agent_vsock_uds_connect(s->vsock_path, AGENT_VSOCK_PORT);
 
-	memset(&a, 0, sizeof(a));
-	a.sun_family = AF_UNIX;
-	afd = -1;
-	if (strlen(s->vsock_path) < sizeof(a.sun_path)) {
-		memcpy(a.sun_path, s->vsock_path, strlen(s->vsock_path) + 1);
-		afd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	}
-	if (afd < 0 || connect(afd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		reply_error(fd, "the sandbox's vsock device is not answering");
-		goto out;
-	}
-	/* The vsock device's handshake, then hand the raw stream over. */
-	snprintf(line, sizeof(line), "CONNECT %d\n", AGENT_VSOCK_PORT);
-	if (write_all(afd, line, strlen(line)) < 0) {
-		reply_error(fd, "the vsock device closed");
-		goto out;
-	}
-	while (n < (int)sizeof(ok) - 1 && read(afd, ok + n, 1) == 1 && ok[n] != '\n')
-		n++;
-	ok[n] = '\0';
-	if (strncmp(ok, "OK ", 3) != 0) {
-		reply_error(fd, "the guest agent is not listening");
-		goto out;
+	if (afd < 0) {
+		reply_error(fd, afd == -ECONNREFUSED ? "the guest agent is not listening" :
+						       "the sandbox's vsock device is not answering");
+		return;
 	}
 	/* The CLI says what the session is for (exec argv, cp paths): audited. */
 	audit(s, "user", "agent.session", cJSON_IsObject(what) ? cJSON_Duplicate(what, true) : NULL);
 	reply_ok(fd, NULL, afd);
-out:
-	if (afd >= 0)
-		close(afd);
+	close(afd);
 }
 
 static void request_stop(struct supervisor *s)
