@@ -264,10 +264,10 @@ out:
 	return err;
 }
 
-int vm_check_config(const struct vm_config *cfg, const char **why)
+/* vCPUs and memory: checked again by vm_create, cheaply. */
+static int check_limits(const struct vm_config *cfg, const char **why)
 {
 	uint64_t avail;
-	int err;
 
 	if (cfg->ncpus < 1) {
 		*why = "a VM needs at least 1 vCPU (--cpus)";
@@ -285,6 +285,15 @@ int vm_check_config(const struct vm_config *cfg, const char **why)
 		*why = "guest memory (--mem) is larger than this host can give now (MemAvailable + free swap); ask for less";
 		return -ENOMEM;
 	}
+	return 0;
+}
+
+int vm_check_config(const struct vm_config *cfg, const char **why)
+{
+	int err;
+
+	if ((err = check_limits(cfg, why)))
+		return err;
 	if ((err = check_kernel_file(cfg->kernel_path, why)))
 		return err;
 	if (cfg->initrd_path && access(cfg->initrd_path, R_OK) < 0) {
@@ -308,7 +317,8 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 	vm->cfg = *cfg;
 	vm->stop_pipe[0] = vm->stop_pipe[1] = -1;
 	vm->mem.memfd = -1;
-	if ((err = vm_check_config(cfg, why)))
+	/* The kernel and initrd are read and checked once, by load_images(). */
+	if ((err = check_limits(cfg, why)))
 		return err;
 	if (pipe2(vm->stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
 		*why = "cannot create a pipe";

@@ -92,7 +92,8 @@ void vm_request_stop(struct vm *vm, enum vm_stop reason);
 void vm_destroy(struct vm *vm);
 
 /* Checks vCPUs, memory and the kernel and initrd files without touching
- * KVM (vm_create does it too). */
+ * KVM, so that bad input is reported before any set-up (vm_create checks
+ * the files again only as it loads them). */
 int vm_check_config(const struct vm_config *cfg, const char **why);
 
 /* Free memory the host can give a guest now (MemAvailable + SwapFree). */
