@@ -1,0 +1,43 @@
+/* The approvals queue of one sandbox: what policy marks `ask` waits here
+ * for a person to answer with `kosa8 approvals`.
+ *
+ * A request blocks its caller (a DNS or proxy thread) until it is answered
+ * or its time runs out (a deny).  "allow once" lets the name through for
+ * APPROVAL_ONCE_MS (so the DNS answer and the connection that follows it
+ * ask once, not twice); "allow always" adds an allow rule for the name to
+ * the sandbox's policy; "deny" refuses it.  A second request for a name that
+ * is already waiting joins the first rather than queueing again.  Every
+ * answer names who gave it (a user name, from the control socket's peer
+ * credentials, or "timeout"). */
+#ifndef KOSA8_SUPERVISOR_APPROVALS_H
+#define KOSA8_SUPERVISOR_APPROVALS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "proxy/policy.h"
+
+#define APPROVAL_TIMEOUT_MS (120 * 1000)
+#define APPROVAL_ONCE_MS (60 * 1000)
+
+enum approval_answer { APPROVAL_ALLOW_ONCE, APPROVAL_ALLOW_ALWAYS, APPROVAL_DENY };
+
+struct approvals;
+
+/* policy: where "allow always" adds its rule. */
+int approvals_new(struct policy *policy, int timeout_ms, struct approvals **out);
+/* Wakes every waiter with a deny (who = "shutdown") and frees. */
+void approvals_free(struct approvals *a);
+
+/* Blocks until answered.  Returns POLICY_ALLOW or POLICY_DENY; who (if not
+ * NULL) gets the answerer. */
+enum policy_action approvals_ask(struct approvals *a, const char *kind, const char *name,
+				 uint16_t port, char *who, size_t wholen);
+/* The waiting requests: [{"id":N,"kind":..,"name":..,"port":..,"waiting_ms":..}]. */
+cJSON *approvals_list(struct approvals *a);
+/* -ENOENT if id is not waiting (answered already, timed out). */
+int approvals_answer(struct approvals *a, uint64_t id, enum approval_answer ans, const char *who);
+
+#endif
