@@ -124,4 +124,66 @@ int accel_vcpu_run(struct accel_vcpu *vcpu, struct vcpu_exit *exit);
 /* Makes a blocked accel_vcpu_run() return VCPU_EXIT_INTR soon (any thread). */
 void accel_vcpu_kick(struct accel_vcpu *vcpu);
 
+/* Finishes the I/O of the previous exit without running guest code (KVM's
+ * immediate exit).  A port or MMIO read completes only on the next entry, so
+ * a vCPU parked for a checkpoint calls this first: otherwise the saved RIP
+ * would still point at the IN instruction and the value read be lost. */
+int accel_vcpu_settle(struct accel_vcpu *vcpu, struct vcpu_exit *prev);
+
+/* ---- Saved state (checkpoint, restore, fork) ----
+ *
+ * The backend hands its state out as tagged records whose layout it alone
+ * knows (for KVM: the kernel's own x86 ABI structs from <linux/kvm.h>, which
+ * never change size once released); the VMM core stores them as they are
+ * and gives them back.  A record the backend could not read on this host
+ * (e.g. no XCRs) is simply absent, and skipped on restore. */
+enum accel_rec_tag {
+	/* per vCPU */
+	ACCEL_REC_TSC_KHZ = 1,    /* uint32_t: the guest's TSC frequency */
+	ACCEL_REC_MP_STATE,
+	ACCEL_REC_REGS,
+	ACCEL_REC_SREGS,
+	ACCEL_REC_XSAVE,          /* FPU, SSE, AVX...: the whole XSAVE area */
+	ACCEL_REC_XCRS,
+	ACCEL_REC_DEBUGREGS,
+	ACCEL_REC_LAPIC,
+	ACCEL_REC_MSRS,           /* every MSR the hypervisor can save, TSC included */
+	ACCEL_REC_EVENTS,         /* pending exceptions, interrupts, NMI, SIPI */
+	/* per VM */
+	ACCEL_REC_PIC_MASTER = 32,
+	ACCEL_REC_PIC_SLAVE,
+	ACCEL_REC_IOAPIC,
+	ACCEL_REC_PIT,
+	ACCEL_REC_CLOCK,          /* kvmclock */
+};
+#define ACCEL_MAX_RECS 16
+
+struct accel_rec {
+	uint32_t tag;
+	uint32_t len;
+	uint8_t *data;            /* malloc'd by save, or owned by the caller on restore */
+};
+
+struct accel_state {
+	int n;
+	struct accel_rec recs[ACCEL_MAX_RECS];
+};
+
+/* Frees the records' data (after a save) and empties the set. */
+void accel_state_free(struct accel_state *s);
+const struct accel_rec *accel_state_find(const struct accel_state *s, uint32_t tag);
+/* Adds a copy of data; -ENOSPC when full, -ENOMEM. */
+int accel_state_add(struct accel_state *s, uint32_t tag, const void *data, size_t len);
+
+/* The vCPU must not be running (parked, after accel_vcpu_settle). */
+int accel_vcpu_save(struct accel_vcpu *vcpu, struct accel_state *out);
+/* On failure why names the record that was refused. */
+int accel_vcpu_restore(struct accel_vcpu *vcpu, const struct accel_state *in,
+		       const char **why);
+/* Interrupt controllers, PIT, clock: with every vCPU parked. */
+int accel_vm_save(struct accel_vm *vm, struct accel_state *out);
+/* After every vCPU was restored, just before they run again (see why in
+ * accel_kvm.c). */
+int accel_vm_restore(struct accel_vm *vm, const struct accel_state *in, const char **why);
+
 #endif

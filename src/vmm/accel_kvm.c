@@ -28,6 +28,11 @@ struct accel_vm {
 	int vm_fd;
 	int run_size;
 	struct accel_caps caps;
+	/* Checkpoints: which MSRs this host's KVM can save, found once. */
+	pthread_mutex_t msr_lock;
+	uint32_t *save_msrs;
+	uint32_t nsave_msrs;
+	bool save_msrs_probed;
 };
 
 struct accel_vcpu {
@@ -98,6 +103,7 @@ int accel_open(struct accel_vm **out, const char **err_msg)
 	if (!vm)
 		return -ENOMEM;
 	vm->vm_fd = -1;
+	pthread_mutex_init(&vm->msr_lock, NULL);
 	vm->kvm_fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
 	if (vm->kvm_fd < 0) {
 		err = -errno;
@@ -154,6 +160,8 @@ void accel_close(struct accel_vm *vm)
 		close(vm->vm_fd);
 	if (vm->kvm_fd >= 0)
 		close(vm->kvm_fd);
+	free(vm->save_msrs);
+	pthread_mutex_destroy(&vm->msr_lock);
 	free(vm);
 }
 
@@ -472,4 +480,375 @@ void accel_vcpu_kick(struct accel_vcpu *v)
 	__atomic_store_n(&v->run->immediate_exit, 1, __ATOMIC_RELEASE);
 	if (__atomic_load_n(&v->thread_set, __ATOMIC_ACQUIRE))
 		pthread_kill(v->thread, KICK_SIGNAL);
+}
+
+int accel_vcpu_settle(struct accel_vcpu *v, struct vcpu_exit *prev)
+{
+	__atomic_store_n(&v->run->immediate_exit, 1, __ATOMIC_RELEASE);
+	return accel_vcpu_run(v, prev);
+}
+
+/* ---- Saved state ----
+ *
+ * Records are KVM's own structs, stored whole.  The order of the ioctls
+ * matters on both sides; each rule is stated where it applies. */
+
+/* XSAVE area size: KVM_CAP_XSAVE2 reports it when the host has features
+ * (AMX) beyond the legacy 4 KiB struct kvm_xsave; 0 means the old size. */
+static size_t kvm_xsave_size(struct accel_vm *vm)
+{
+	int n = ioctl(vm->vm_fd, KVM_CHECK_EXTENSION, KVM_CAP_XSAVE2);
+
+	return n > (int)sizeof(struct kvm_xsave) ? (size_t)n : sizeof(struct kvm_xsave);
+}
+
+static bool kvm_has(struct accel_vm *vm, int cap)
+{
+	return ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, cap) > 0;
+}
+
+/* KVM_GET_MSR_INDEX_LIST names the MSRs KVM saves and restores, but some of
+ * them exist only with CPU features this host or guest lacks and make
+ * KVM_GET_MSRS stop short.  Each is tried once on a vCPU; those that read
+ * are the set a checkpoint saves. */
+static int kvm_probe_msrs(struct accel_vcpu *v)
+{
+	struct accel_vm *vm = v->vm;
+	struct kvm_msr_list probe = {.nmsrs = 0}, *list = NULL;
+	struct {
+		struct kvm_msrs hdr;
+		struct kvm_msr_entry e;
+	} one;
+	int err = 0;
+
+	if (ioctl(vm->kvm_fd, KVM_GET_MSR_INDEX_LIST, &probe) < 0 && errno != E2BIG)
+		return -errno;
+	list = calloc(1, sizeof(*list) + probe.nmsrs * sizeof(uint32_t));
+	vm->save_msrs = calloc(probe.nmsrs ? probe.nmsrs : 1, sizeof(uint32_t));
+	if (!list || !vm->save_msrs) {
+		err = -ENOMEM;
+		goto out;
+	}
+	list->nmsrs = probe.nmsrs;
+	if (ioctl(vm->kvm_fd, KVM_GET_MSR_INDEX_LIST, list) < 0) {
+		err = -errno;
+		goto out;
+	}
+	for (uint32_t i = 0; i < list->nmsrs; i++) {
+		memset(&one, 0, sizeof(one));
+		one.hdr.nmsrs = 1;
+		one.e.index = list->indices[i];
+		if (ioctl(v->fd, KVM_GET_MSRS, &one) == 1)
+			vm->save_msrs[vm->nsave_msrs++] = list->indices[i];
+	}
+	vm->save_msrs_probed = true;
+out:
+	if (err) {
+		free(vm->save_msrs);
+		vm->save_msrs = NULL;
+		vm->nsave_msrs = 0;
+	}
+	free(list);
+	return err;
+}
+
+static int kvm_save_msrs(struct accel_vcpu *v, struct accel_state *out)
+{
+	struct accel_vm *vm = v->vm;
+	struct kvm_msrs *m = NULL;
+	size_t size;
+	int n, err = 0;
+
+	pthread_mutex_lock(&vm->msr_lock);
+	if (!vm->save_msrs_probed)
+		err = kvm_probe_msrs(v);
+	pthread_mutex_unlock(&vm->msr_lock);
+	if (err)
+		return err;
+	size = sizeof(*m) + vm->nsave_msrs * sizeof(struct kvm_msr_entry);
+	m = calloc(1, size);
+	if (!m)
+		return -ENOMEM;
+	m->nmsrs = vm->nsave_msrs;
+	for (uint32_t i = 0; i < vm->nsave_msrs; i++)
+		m->entries[i].index = vm->save_msrs[i];
+	n = ioctl(v->fd, KVM_GET_MSRS, m);
+	if (n < 0)
+		err = -errno;
+	else if ((uint32_t)n != m->nmsrs)
+		err = -EIO; /* one read in the probe and not now: never seen */
+	else
+		err = accel_state_add(out, ACCEL_REC_MSRS, m, size);
+	free(m);
+	return err;
+}
+
+/* One KVM_GET_* ioctl into a fixed-size struct, added as a record. */
+static int kvm_get_rec(int fd, unsigned long req, uint32_t tag, void *buf, size_t len,
+		       struct accel_state *out)
+{
+	memset(buf, 0, len);
+	if (ioctl(fd, req, buf) < 0)
+		return -errno;
+	return accel_state_add(out, tag, buf, len);
+}
+
+int accel_vcpu_save(struct accel_vcpu *v, struct accel_state *out)
+{
+	union {
+		struct kvm_mp_state mp;
+		struct kvm_regs regs;
+		struct kvm_sregs sregs;
+		struct kvm_xcrs xcrs;
+		struct kvm_debugregs dbg;
+		struct kvm_lapic_state lapic;
+		struct kvm_vcpu_events ev;
+	} u;
+	struct accel_vm *vm = v->vm;
+	size_t xsize = kvm_xsave_size(vm);
+	void *xsave = NULL;
+	uint32_t khz;
+	int n, err;
+
+	memset(out, 0, sizeof(*out));
+	/* MP state first: reading it makes KVM act on a pending INIT or SIPI,
+	 * which changes the registers read after it. */
+	if ((err = kvm_get_rec(v->fd, KVM_GET_MP_STATE, ACCEL_REC_MP_STATE, &u.mp, sizeof(u.mp), out)) ||
+	    (err = kvm_get_rec(v->fd, KVM_GET_REGS, ACCEL_REC_REGS, &u.regs, sizeof(u.regs), out)) ||
+	    (err = kvm_get_rec(v->fd, KVM_GET_SREGS, ACCEL_REC_SREGS, &u.sregs, sizeof(u.sregs), out)))
+		goto fail;
+	xsave = calloc(1, xsize);
+	if (!xsave) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	if ((err = kvm_get_rec(v->fd, xsize > sizeof(struct kvm_xsave) ? KVM_GET_XSAVE2 : KVM_GET_XSAVE,
+			       ACCEL_REC_XSAVE, xsave, xsize, out)))
+		goto fail;
+	if (kvm_has(vm, KVM_CAP_XCRS) &&
+	    (err = kvm_get_rec(v->fd, KVM_GET_XCRS, ACCEL_REC_XCRS, &u.xcrs, sizeof(u.xcrs), out)))
+		goto fail;
+	if (kvm_has(vm, KVM_CAP_DEBUGREGS) &&
+	    (err = kvm_get_rec(v->fd, KVM_GET_DEBUGREGS, ACCEL_REC_DEBUGREGS, &u.dbg, sizeof(u.dbg), out)))
+		goto fail;
+	if ((err = kvm_get_rec(v->fd, KVM_GET_LAPIC, ACCEL_REC_LAPIC, &u.lapic, sizeof(u.lapic), out)))
+		goto fail;
+	memset(&u.ev, 0, sizeof(u.ev));
+	if (ioctl(v->fd, KVM_GET_VCPU_EVENTS, &u.ev) < 0) {
+		err = -errno;
+		goto fail;
+	}
+	/* GET leaves these validity flags clear although it filled the fields;
+	 * SET applies a field only when its flag says so. */
+	u.ev.flags |= KVM_VCPUEVENT_VALID_NMI_PENDING | KVM_VCPUEVENT_VALID_SIPI_VECTOR;
+	if ((err = accel_state_add(out, ACCEL_REC_EVENTS, &u.ev, sizeof(u.ev))) ||
+	    (err = kvm_save_msrs(v, out)))
+		goto fail;
+	n = ioctl(v->fd, KVM_GET_TSC_KHZ, 0);
+	if (n > 0) {
+		khz = (uint32_t)n;
+		if ((err = accel_state_add(out, ACCEL_REC_TSC_KHZ, &khz, sizeof(khz))))
+			goto fail;
+	}
+	free(xsave);
+	return 0;
+fail:
+	free(xsave);
+	accel_state_free(out);
+	return err;
+}
+
+/* One KVM_SET_* from a record, checked for the exact struct size first. */
+static int kvm_set_rec(int fd, unsigned long req, const struct accel_state *in, uint32_t tag,
+		       size_t len, bool optional, const char *name, const char **why)
+{
+	const struct accel_rec *r = accel_state_find(in, tag);
+
+	if (!r) {
+		if (optional)
+			return 0;
+		*why = name;
+		return -ENOENT;
+	}
+	if (r->len != len) {
+		*why = name;
+		return -EINVAL;
+	}
+	if (ioctl(fd, req, r->data) < 0) {
+		*why = name;
+		return -errno;
+	}
+	return 0;
+}
+
+/* Sets every saved MSR.  KVM_SET_MSRS stops at the first one it refuses; that
+ * one is logged and skipped so that one MSR this kernel no longer takes
+ * does not lose the rest. */
+static int kvm_restore_msrs(struct accel_vcpu *v, const struct accel_state *in, const char **why)
+{
+	const struct accel_rec *r = accel_state_find(in, ACCEL_REC_MSRS);
+	struct kvm_msrs *m;
+	uint32_t done = 0, total;
+	int n, err = 0;
+
+	*why = "MSRs";
+	if (!r || r->len < sizeof(*m))
+		return -EINVAL;
+	m = (struct kvm_msrs *)r->data;
+	total = m->nmsrs;
+	if ((r->len - sizeof(*m)) / sizeof(struct kvm_msr_entry) != total ||
+	    (r->len - sizeof(*m)) % sizeof(struct kvm_msr_entry))
+		return -EINVAL;
+	m = malloc(r->len);
+	if (!m)
+		return -ENOMEM;
+	while (done < total) {
+		m->nmsrs = total - done;
+		m->pad = 0;
+		memcpy(m->entries, ((struct kvm_msrs *)r->data)->entries + done,
+		       m->nmsrs * sizeof(struct kvm_msr_entry));
+		n = ioctl(v->fd, KVM_SET_MSRS, m);
+		if (n < 0) {
+			err = -errno;
+			break;
+		}
+		done += (uint32_t)n;
+		if (done < total) {
+			log_warn("vCPU %d: KVM refused saved MSR 0x%x; skipped", v->id,
+				 ((struct kvm_msrs *)r->data)->entries[done].index);
+			done++;
+		}
+	}
+	free(m);
+	return err;
+}
+
+static int kvm_restore_tsc_khz(struct accel_vcpu *v, const struct accel_state *in)
+{
+	const struct accel_rec *r = accel_state_find(in, ACCEL_REC_TSC_KHZ);
+	uint32_t khz;
+	int cur;
+
+	if (!r || r->len != sizeof(khz))
+		return 0;
+	memcpy(&khz, r->data, sizeof(khz));
+	cur = ioctl(v->fd, KVM_GET_TSC_KHZ, 0);
+	if (cur > 0 && (uint32_t)cur == khz)
+		return 0;
+	if (!kvm_has(v->vm, KVM_CAP_TSC_CONTROL) || ioctl(v->fd, KVM_SET_TSC_KHZ, khz) < 0)
+		log_warn("vCPU %d: the guest's TSC ran at %u kHz and this host cannot set that (it has %d kHz); guest time may drift",
+			 v->id, khz, cur);
+	return 0;
+}
+
+/* Restore order, and why:
+ *  - TSC frequency first: the TSC value in the MSRs below is interpreted
+ *    at the frequency in force when it is written.
+ *  - MP state before the registers: setting it may reset a vCPU that was
+ *    waiting for INIT/SIPI.
+ *  - sregs before the MSRs: KVM_SET_SREGS writes EFER and APIC_BASE too,
+ *    and the MSR list (which may repeat them) must have the last word.
+ *  - LAPIC before the MSRs: TSC_DEADLINE is dropped unless the LAPIC timer
+ *    is already in TSC-deadline mode.
+ *  - Events last: KVM_SET_LAPIC can re-evaluate LINT pins and pending
+ *    interrupts; the saved pending events must win. */
+int accel_vcpu_restore(struct accel_vcpu *v, const struct accel_state *in, const char **why)
+{
+	size_t xsize = kvm_xsave_size(v->vm);
+	int fd = v->fd, err;
+
+	if ((err = kvm_restore_tsc_khz(v, in)) ||
+	    (err = kvm_set_rec(fd, KVM_SET_MP_STATE, in, ACCEL_REC_MP_STATE,
+			       sizeof(struct kvm_mp_state), false, "MP state", why)) ||
+	    (err = kvm_set_rec(fd, KVM_SET_REGS, in, ACCEL_REC_REGS, sizeof(struct kvm_regs),
+			       false, "registers", why)) ||
+	    (err = kvm_set_rec(fd, KVM_SET_SREGS, in, ACCEL_REC_SREGS, sizeof(struct kvm_sregs),
+			       false, "segment and control registers", why)) ||
+	    (err = kvm_set_rec(fd, KVM_SET_XSAVE, in, ACCEL_REC_XSAVE, xsize, false,
+			       "XSAVE area (FPU/vector state; a host with other XSAVE features?)", why)) ||
+	    (err = kvm_set_rec(fd, KVM_SET_XCRS, in, ACCEL_REC_XCRS, sizeof(struct kvm_xcrs),
+			       true, "XCRs", why)) ||
+	    (err = kvm_set_rec(fd, KVM_SET_DEBUGREGS, in, ACCEL_REC_DEBUGREGS,
+			       sizeof(struct kvm_debugregs), true, "debug registers", why)) ||
+	    (err = kvm_set_rec(fd, KVM_SET_LAPIC, in, ACCEL_REC_LAPIC,
+			       sizeof(struct kvm_lapic_state), false, "local APIC", why)) ||
+	    (err = kvm_restore_msrs(v, in, why)) ||
+	    (err = kvm_set_rec(fd, KVM_SET_VCPU_EVENTS, in, ACCEL_REC_EVENTS,
+			       sizeof(struct kvm_vcpu_events), false, "pending events", why)))
+		return err;
+	return 0;
+}
+
+static int kvm_save_irqchip(struct accel_vm *vm, uint32_t chip, uint32_t tag,
+			    struct accel_state *out)
+{
+	struct kvm_irqchip c;
+
+	memset(&c, 0, sizeof(c));
+	c.chip_id = chip;
+	if (ioctl(vm->vm_fd, KVM_GET_IRQCHIP, &c) < 0)
+		return -errno;
+	return accel_state_add(out, tag, &c, sizeof(c));
+}
+
+int accel_vm_save(struct accel_vm *vm, struct accel_state *out)
+{
+	struct kvm_pit_state2 pit;
+	struct kvm_clock_data clock;
+	int err;
+
+	memset(out, 0, sizeof(*out));
+	if ((err = kvm_save_irqchip(vm, KVM_IRQCHIP_PIC_MASTER, ACCEL_REC_PIC_MASTER, out)) ||
+	    (err = kvm_save_irqchip(vm, KVM_IRQCHIP_PIC_SLAVE, ACCEL_REC_PIC_SLAVE, out)) ||
+	    (err = kvm_save_irqchip(vm, KVM_IRQCHIP_IOAPIC, ACCEL_REC_IOAPIC, out)) ||
+	    (err = kvm_get_rec(vm->vm_fd, KVM_GET_PIT2, ACCEL_REC_PIT, &pit, sizeof(pit), out)) ||
+	    (err = kvm_get_rec(vm->vm_fd, KVM_GET_CLOCK, ACCEL_REC_CLOCK, &clock, sizeof(clock), out)))
+		accel_state_free(out);
+	return err;
+}
+
+static int kvm_restore_irqchip(struct accel_vm *vm, const struct accel_state *in, uint32_t tag,
+			       uint32_t chip, const char *name, const char **why)
+{
+	const struct accel_rec *r = accel_state_find(in, tag);
+	struct kvm_irqchip c;
+
+	*why = name;
+	if (!r || r->len != sizeof(c))
+		return -EINVAL;
+	memcpy(&c, r->data, sizeof(c));
+	if (c.chip_id != chip)
+		return -EINVAL;
+	return ioctl(vm->vm_fd, KVM_SET_IRQCHIP, &c) < 0 ? -errno : 0;
+}
+
+/* After the vCPUs: the IOAPIC and PIC may deliver a pending line at once,
+ * and should find the LAPICs in their saved state.  The clock last, once,
+ * right before the vCPUs run: KVM_SET_CLOCK makes the guest's kvmclock read
+ * the saved value from now on, so the guest does not see the time the VM
+ * spent stopped as having passed on its monotonic clock (the wall clock is
+ * corrected by the guest agent). */
+int accel_vm_restore(struct accel_vm *vm, const struct accel_state *in, const char **why)
+{
+	const struct accel_rec *r;
+	struct kvm_clock_data clock;
+	int err;
+
+	if ((err = kvm_restore_irqchip(vm, in, ACCEL_REC_PIC_MASTER, KVM_IRQCHIP_PIC_MASTER,
+				       "PIC (master)", why)) ||
+	    (err = kvm_restore_irqchip(vm, in, ACCEL_REC_PIC_SLAVE, KVM_IRQCHIP_PIC_SLAVE,
+				       "PIC (slave)", why)) ||
+	    (err = kvm_restore_irqchip(vm, in, ACCEL_REC_IOAPIC, KVM_IRQCHIP_IOAPIC, "IOAPIC", why)) ||
+	    (err = kvm_set_rec(vm->vm_fd, KVM_SET_PIT2, in, ACCEL_REC_PIT,
+			       sizeof(struct kvm_pit_state2), false, "PIT", why)))
+		return err;
+	r = accel_state_find(in, ACCEL_REC_CLOCK);
+	*why = "kvmclock";
+	if (!r || r->len != sizeof(clock))
+		return -EINVAL;
+	memcpy(&clock, r->data, sizeof(clock));
+	/* Only the value: the flags that GET reports (TSC stable, realtime
+	 * valid) describe the old host and are refused by SET. */
+	clock = (struct kvm_clock_data){.clock = clock.clock};
+	return ioctl(vm->vm_fd, KVM_SET_CLOCK, &clock) < 0 ? -errno : 0;
 }
