@@ -5,9 +5,12 @@
  * label by label after normalisation (lower case, no trailing dot, IDNA
  * A-labels only, each label 1-63 of [a-z0-9-] not starting or ending with
  * '-', total <= 253): never as substrings or regular expressions over the
- * raw name.  Deny rules win over ask, ask over allow; a name no rule matches
- * gets the default (deny unless the file says "default ask").  The file
- * format is in docs/policy.md. */
+ * raw name.  A matching deny rule always wins; otherwise the most specific
+ * matching allow or ask rule decides (an exact name over any "*.suffix", a
+ * longer suffix over a shorter, a rule with a port over one without, and
+ * between equals the later rule, so an "allow always" approval overrides an
+ * `ask`); a name no rule matches gets the default (deny unless the file says
+ * "default ask").  The file format is in docs/policy.md. */
 #ifndef KOSA8_PROXY_POLICY_H
 #define KOSA8_PROXY_POLICY_H
 
@@ -39,6 +42,10 @@ int policy_add_text(struct policy *p, const char *text, size_t len, const char *
 		    struct policy_error *err);
 /* Same, from a file; a missing file is -ENOENT (callers decide if optional). */
 int policy_add_file(struct policy *p, const char *path, struct policy_error *err);
+/* A sandbox's effective policy: the user's defaults <config>/policy
+ * (kosa8_config_dir), then <state_dir>/policy when state_dir is not NULL.
+ * Either file may be missing; one that does not parse fails with *err. */
+int policy_load_effective(const char *state_dir, struct policy **out, struct policy_error *err);
 /* One rule as `kosa8 run --allow` gives it: "HOST", "*.SUFFIX", "HOST:PORT". */
 int policy_add_allow(struct policy *p, const char *spec, struct policy_error *err);
 

@@ -1,0 +1,190 @@
+/* The sandbox's DNS server: every question is answered here, from policy
+ * and the synthetic address table, and nothing is ever asked of a real
+ * resolver.  So a guest cannot move data out through the names it looks up
+ * (a query for <secret>.attacker.example reaches no one), and a name the
+ * policy does not allow does not even get an address.
+ *
+ *   allowed name, A        one synthetic A record, TTL EGRESS_DNS_TTL
+ *   allowed name, other    NOERROR with no records ("NODATA"): the sandbox
+ *                          has IPv4 synthetic addresses only, and no TXT,
+ *                          MX, ... data exists for it to see
+ *   denied or unknown      REFUSED (not NXDOMAIN, which claims the name does
+ *                          not exist and is cached as such: an approval
+ *                          given later must take effect at once)
+ *   malformed              FORMERR / NOTIMP; a message without an id, or a
+ *                          response, is dropped
+ * Every query is audited as "net.dns". */
+#include "proxy/egress.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "proxy/dns.h"
+
+/* Short, so that a name whose rule is removed stops working soon in the
+ * guest; the address itself never changes for the sandbox's life. */
+#define EGRESS_DNS_TTL 60
+/* A TCP DNS message is at most 65535 bytes (2-byte length). */
+#define DNS_STREAM_MAX 65535
+
+static const char *qtype_name(uint16_t t, char *buf, size_t len)
+{
+	static const struct { uint16_t t; const char *n; } names[] = {
+		{1, "A"}, {2, "NS"}, {5, "CNAME"}, {6, "SOA"}, {10, "NULL"}, {12, "PTR"},
+		{15, "MX"}, {16, "TXT"}, {28, "AAAA"}, {33, "SRV"}, {64, "SVCB"},
+		{65, "HTTPS"}, {255, "ANY"},
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		if (names[i].t == t)
+			return names[i].n;
+	snprintf(buf, len, "TYPE%u", t);
+	return buf;
+}
+
+static const char *rcode_name(int rcode)
+{
+	static const char *const names[] = {"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED"};
+
+	return rcode >= 0 && rcode < (int)ARRAY_SIZE(names) ? names[rcode] : "DROPPED";
+}
+
+static void audit_query(const struct egress_ctx *ctx, const struct dns_query *q, bool parsed,
+			const char *decision, const char *rule, bool asked, int rcode,
+			const uint8_t *addr)
+{
+	char tbuf[16], abuf[INET_ADDRSTRLEN];
+	cJSON *d;
+
+	if (!ctx->audit || !(d = cJSON_CreateObject()))
+		return;
+	if (parsed) {
+		cJSON_AddStringToObject(d, "name", q->name);
+		cJSON_AddStringToObject(d, "qtype", qtype_name(q->qtype, tbuf, sizeof(tbuf)));
+	}
+	cJSON_AddStringToObject(d, "decision", decision);
+	if (rule)
+		cJSON_AddStringToObject(d, "rule", rule);
+	if (asked)
+		cJSON_AddBoolToObject(d, "asked", true);
+	cJSON_AddStringToObject(d, "rcode", rcode_name(rcode));
+	if (addr && inet_ntop(AF_INET, addr, abuf, sizeof(abuf)))
+		cJSON_AddStringToObject(d, "address", abuf);
+	ctx->audit(ctx->arg, "net.dns", d);
+}
+
+/* The answer to a message that did not parse (or is to be dropped). */
+static int answer_malformed(const struct egress_ctx *ctx, const uint8_t *msg, size_t len, int rcode,
+			    uint8_t *out, size_t outlen)
+{
+	audit_query(ctx, NULL, false, rcode < 0 ? "dropped" : "malformed", NULL, false, rcode, NULL);
+	if (rcode < 0)
+		return -EBADMSG;
+	return dns_build_error(msg, len, rcode, out, outlen);
+}
+
+int egress_dns_answer(const struct egress_ctx *ctx, const uint8_t *msg, size_t len,
+		      uint8_t *out, size_t outlen)
+{
+	struct dns_query q;
+	char rule[POLICY_NAME_MAX + 300];
+	enum policy_action a;
+	uint8_t addr[4];
+	const uint8_t *ans = NULL;
+	bool asked = false;
+	int rcode, err;
+
+	if (dns_parse_query(msg, len, &q, &rcode))
+		return answer_malformed(ctx, msg, len, rcode, out, outlen);
+	a = policy_decide(ctx->policy, q.name, 0, rule, sizeof(rule));
+	if (a == POLICY_ASK) {
+		asked = true;
+		a = ctx->ask ? ctx->ask(ctx->arg, "dns", q.name, 0) : POLICY_DENY;
+		if (a != POLICY_ALLOW)
+			a = POLICY_DENY;
+	}
+	rcode = a == POLICY_ALLOW ? DNS_NOERROR : DNS_REFUSED;
+	if (a == POLICY_ALLOW && q.qtype == DNS_TYPE_A) {
+		char norm[POLICY_NAME_MAX + 1];
+		uint32_t ip;
+		/* policy_decide allowed it, so it normalises. */
+		if (policy_normalise_name(q.name, norm, sizeof(norm)) ||
+		    names_assign(ctx->names, norm, &ip)) {
+			rcode = DNS_SERVFAIL; /* the range is used up */
+		} else {
+			uint32_t be = htonl(ip);
+			memcpy(addr, &be, 4);
+			ans = addr;
+		}
+	}
+	err = dns_build_answer(&q, rcode, ans, EGRESS_DNS_TTL, out, outlen);
+	audit_query(ctx, &q, true, policy_action_name(a), rule, asked, rcode, ans);
+	return err;
+}
+
+/* Reads exactly len bytes, waiting at most timeout_ms for each piece:
+ * 1 when done, 0 on a clean EOF before the first byte, negative errno. */
+static int read_timed(int fd, uint8_t *buf, size_t len, int timeout_ms)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int r = poll(&p, 1, timeout_ms > 0 ? timeout_ms : -1);
+		ssize_t n;
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -ETIMEDOUT;
+		n = read(fd, buf + got, len - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return got ? -ECONNRESET : 0;
+		got += (size_t)n;
+	}
+	return 1;
+}
+
+static int serve_one(const struct egress_ctx *ctx, int fd, uint8_t *in)
+{
+	uint8_t out[2 + DNS_MSG_MAX];
+	size_t len;
+	int r, n;
+
+	if ((r = read_timed(fd, in, 2, ctx->idle_timeout_ms)) <= 0)
+		return r;
+	len = (size_t)in[0] << 8 | in[1];
+	if (len && (r = read_timed(fd, in, len, ctx->idle_timeout_ms)) <= 0)
+		return r ? r : -ECONNRESET;
+	n = egress_dns_answer(ctx, in, len, out + 2, sizeof(out) - 2);
+	if (n < 0)
+		return 1; /* dropped: nothing to say to it */
+	out[0] = (uint8_t)(n >> 8);
+	out[1] = (uint8_t)n;
+	return (r = write_all(fd, out, (size_t)n + 2)) ? r : 1;
+}
+
+int egress_dns_serve(const struct egress_ctx *ctx, int fd)
+{
+	uint8_t *in = malloc(DNS_STREAM_MAX);
+	int r = -ENOMEM;
+
+	if (in) {
+		while ((r = serve_one(ctx, fd, in)) > 0)
+			;
+	}
+	free(in);
+	close(fd);
+	return r;
+}
