@@ -40,4 +40,16 @@ cJSON *approvals_list(struct approvals *a);
 /* -ENOENT if id is not waiting (answered already, timed out). */
 int approvals_answer(struct approvals *a, uint64_t id, enum approval_answer ans, const char *who);
 
+/* Where requests and answers are audited: "approval.request" {id, kind,
+ * name, port, waiting_ms} when one starts waiting, "approval.answer" (the
+ * same and answer, who) when it ends, timeouts included.  The hook takes
+ * ownership of details and is called without the queue's lock held.  NULL
+ * (the default): nothing is audited. */
+void approvals_set_audit(struct approvals *a, void (*audit)(void *arg, const char *type, cJSON *details),
+			 void *arg);
+
+/* "allow" (or "once"), "always", "deny" -> the answer; -EINVAL otherwise. */
+int approval_answer_parse(const char *s, enum approval_answer *out);
+const char *approval_answer_name(enum approval_answer a);
+
 #endif

@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pwd.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "supervisor/approvals.h"
 
 static int fill_addr(struct sockaddr_un *a, const char *path)
 {
@@ -208,4 +211,76 @@ int control_call(const char *path, const cJSON *req, cJSON **reply, int *fd_out,
 out:
 	close(fd);
 	return err;
+}
+
+/* ---- approvals ---- */
+
+static void send_result(int fd, cJSON *r, const char *error)
+{
+	if (!r)
+		r = cJSON_CreateObject();
+	cJSON_AddBoolToObject(r, "ok", error == NULL);
+	if (error)
+		cJSON_AddStringToObject(r, "error", error);
+	control_send(fd, r, -1);
+	cJSON_Delete(r);
+}
+
+/* The user at the other end of fd: control_accept already made sure it is
+ * this process's user, but the name is what the audit log should say. */
+static void peer_name(int fd, char *buf, size_t len)
+{
+	struct ucred cred;
+	socklen_t clen = sizeof(cred);
+	struct passwd pw, *res = NULL;
+	char pwbuf[1024];
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
+		snprintf(buf, len, "unknown");
+		return;
+	}
+	if (getpwuid_r(cred.uid, &pw, pwbuf, sizeof(pwbuf), &res) == 0 && res)
+		snprintf(buf, len, "%s", res->pw_name);
+	else
+		snprintf(buf, len, "uid %u", (unsigned)cred.uid);
+}
+
+static void answer_approval(struct approvals *a, int fd, const cJSON *req)
+{
+	const cJSON *id = cJSON_GetObjectItemCaseSensitive(req, "id");
+	const cJSON *ans = cJSON_GetObjectItemCaseSensitive(req, "answer");
+	enum approval_answer aa;
+	char who[64];
+	int err;
+
+	if (!cJSON_IsNumber(id) || id->valuedouble < 1 || id->valuedouble > 9007199254740992.0 ||
+	    !cJSON_IsString(ans) || approval_answer_parse(ans->valuestring, &aa)) {
+		send_result(fd, NULL, "approvals.answer needs an id and an answer (allow, always or deny)");
+		return;
+	}
+	peer_name(fd, who, sizeof(who));
+	err = approvals_answer(a, (uint64_t)id->valuedouble, aa, who);
+	send_result(fd, NULL, err == -ENOENT ? "no such request waiting (answered already, or timed out)" :
+			      err ? "the answer could not be recorded" : NULL);
+}
+
+int control_serve_approvals(struct approvals *a, int fd, const cJSON *req)
+{
+	const cJSON *op = cJSON_GetObjectItemCaseSensitive(req, "op");
+	cJSON *r;
+
+	if (!cJSON_IsString(op) || strncmp(op->valuestring, "approvals.", 10))
+		return 0;
+	if (!a) {
+		send_result(fd, NULL, "this sandbox has no approvals queue (egress is off)");
+	} else if (!strcmp(op->valuestring, "approvals.list")) {
+		r = cJSON_CreateObject();
+		cJSON_AddItemToObject(r, "requests", approvals_list(a));
+		send_result(fd, r, NULL);
+	} else if (!strcmp(op->valuestring, "approvals.answer")) {
+		answer_approval(a, fd, req);
+	} else {
+		send_result(fd, NULL, "unknown approvals op (approvals.list, approvals.answer)");
+	}
+	return 1;
 }

@@ -17,6 +17,18 @@ int control_recv(int fd, cJSON **msg, int timeout_ms);
 /* Sends one message, with pass_fd attached when it is >= 0. */
 int control_send(int fd, const cJSON *msg, int pass_fd);
 
+struct approvals;
+/* The approvals requests, for the supervisor's dispatcher to offer every
+ * request it reads: returns 1 when req's op is one of these (the reply is
+ * sent on fd), 0 when it is not (nothing sent).
+ *   {"op":"approvals.list"}
+ *     -> {"ok":true,"requests":[{"id","kind","name","port","waiting_ms"},...]}
+ *   {"op":"approvals.answer","id":N,"answer":"allow"|"always"|"deny"}
+ *     -> {"ok":true}, or {"ok":false,"error":...} (e.g. no longer waiting)
+ * Who answered is the peer's user name (SO_PEERCRED), for the audit log.
+ * With a NULL queue (a sandbox without egress) both reply with an error. */
+int control_serve_approvals(struct approvals *a, int fd, const cJSON *req);
+
 /* Client side: sends req to the socket at path and waits for the reply;
  * *fd_out (optional) gets a passed descriptor or -1.  -ECONNREFUSED/-ENOENT
  * when no supervisor listens there. */

@@ -1,0 +1,370 @@
+/* The approvals queue.  One mutex guards everything; one condition variable
+ * (on CLOCK_MONOTONIC, so a clock change neither ends nor stretches a wait)
+ * wakes every waiter when any request is answered, and each waiter checks
+ * its own.  Requests are few and people are slow: simplicity wins here.
+ *
+ * A request lives while anyone waits on it: answering takes it off the
+ * waiting list (so it cannot be answered twice) and the last waiter to
+ * wake frees it. */
+#include "supervisor/approvals.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WHO_MAX 64
+
+struct request {
+	uint64_t id;
+	char kind[16];
+	char name[POLICY_NAME_MAX + 1];
+	uint16_t port;
+	uint64_t since_ms, deadline_ms;
+	unsigned waiters;
+	bool done;
+	enum policy_action result;
+	char who[WHO_MAX];
+	struct request *next;   /* the waiting list, while !done */
+};
+
+/* "allow once": the name (and port; 0 = any) may pass until `until_ms`. */
+struct grant {
+	char name[POLICY_NAME_MAX + 1];
+	uint16_t port;
+	uint64_t until_ms;
+	char who[WHO_MAX];
+	struct grant *next;
+};
+
+struct approvals {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct policy *policy;
+	int timeout_ms;
+	uint64_t last_id;
+	struct request *waiting;
+	struct grant *grants;
+	unsigned active;        /* threads inside approvals_ask */
+	bool closing;
+	void (*audit)(void *arg, const char *type, cJSON *details);
+	void *audit_arg;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+const char *approval_answer_name(enum approval_answer a)
+{
+	switch (a) {
+	case APPROVAL_ALLOW_ONCE: return "allow once";
+	case APPROVAL_ALLOW_ALWAYS: return "allow always";
+	default: return "deny";
+	}
+}
+
+int approval_answer_parse(const char *s, enum approval_answer *out)
+{
+	if (!strcmp(s, "allow") || !strcmp(s, "once"))
+		*out = APPROVAL_ALLOW_ONCE;
+	else if (!strcmp(s, "always"))
+		*out = APPROVAL_ALLOW_ALWAYS;
+	else if (!strcmp(s, "deny"))
+		*out = APPROVAL_DENY;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+int approvals_new(struct policy *policy, int timeout_ms, struct approvals **out)
+{
+	struct approvals *a = calloc(1, sizeof(*a));
+	pthread_condattr_t ca;
+
+	if (!a)
+		return -ENOMEM;
+	pthread_mutex_init(&a->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&a->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	a->policy = policy;
+	a->timeout_ms = timeout_ms > 0 ? timeout_ms : APPROVAL_TIMEOUT_MS;
+	*out = a;
+	return 0;
+}
+
+void approvals_set_audit(struct approvals *a, void (*audit)(void *arg, const char *type, cJSON *details),
+			 void *arg)
+{
+	pthread_mutex_lock(&a->lock);
+	a->audit = audit;
+	a->audit_arg = arg;
+	pthread_mutex_unlock(&a->lock);
+}
+
+static cJSON *describe(const struct request *r, uint64_t now)
+{
+	cJSON *d = cJSON_CreateObject();
+
+	cJSON_AddNumberToObject(d, "id", (double)r->id);
+	cJSON_AddStringToObject(d, "kind", r->kind);
+	cJSON_AddStringToObject(d, "name", r->name);
+	cJSON_AddNumberToObject(d, "port", r->port);
+	cJSON_AddNumberToObject(d, "waiting_ms", (double)(now - r->since_ms));
+	return d;
+}
+
+/* Ends a waiting request (lock held).  Returns the audit details of the
+ * answer, for the caller to write once the lock is dropped. */
+static cJSON *finish(struct approvals *a, struct request *r, enum policy_action result,
+		     const char *answer, const char *who)
+{
+	struct request **pp = &a->waiting;
+	cJSON *d;
+
+	while (*pp && *pp != r)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = r->next;
+	r->next = NULL;
+	r->done = true;
+	r->result = result;
+	snprintf(r->who, sizeof(r->who), "%s", who);
+	pthread_cond_broadcast(&a->cond);
+	if (!a->audit || !(d = describe(r, now_ms())))
+		return NULL;
+	cJSON_AddStringToObject(d, "answer", answer);
+	cJSON_AddStringToObject(d, "who", who);
+	return d;
+}
+
+typedef void (*audit_fn)(void *arg, const char *type, cJSON *details);
+
+/* Writes an audit record with the hook read under the lock: called after
+ * the lock is dropped (the hook writes a file), when `a` may be gone. */
+static void emit(audit_fn fn, void *arg, const char *type, cJSON *d)
+{
+	if (d && fn)
+		fn(arg, type, d);
+	else
+		cJSON_Delete(d);
+}
+
+/* A live "allow once" for name:port (lock held); expired ones are dropped. */
+static const struct grant *find_grant(struct approvals *a, const char *name, uint16_t port)
+{
+	uint64_t now = now_ms();
+
+	for (struct grant **pp = &a->grants; *pp;) {
+		struct grant *g = *pp;
+		if (g->until_ms <= now) {
+			*pp = g->next;
+			free(g);
+			continue;
+		}
+		if (!strcmp(g->name, name) && (!g->port || !port || g->port == port))
+			return g;
+		pp = &g->next;
+	}
+	return NULL;
+}
+
+static int add_grant(struct approvals *a, const struct request *r, const char *who)
+{
+	struct grant *g = calloc(1, sizeof(*g));
+
+	if (!g)
+		return -ENOMEM;
+	memcpy(g->name, r->name, sizeof(g->name));
+	g->port = r->port;
+	g->until_ms = now_ms() + APPROVAL_ONCE_MS;
+	snprintf(g->who, sizeof(g->who), "%s", who);
+	g->next = a->grants;
+	a->grants = g;
+	return 0;
+}
+
+/* The waiting request for name:port, or a new one (lock held). */
+static struct request *join_or_queue(struct approvals *a, const char *kind, const char *name,
+				     uint16_t port, cJSON **audit)
+{
+	struct request *r;
+
+	for (r = a->waiting; r; r = r->next)
+		if (r->port == port && !strcmp(r->name, name))
+			return r;
+	if (!(r = calloc(1, sizeof(*r))))
+		return NULL;
+	r->id = ++a->last_id;
+	snprintf(r->kind, sizeof(r->kind), "%s", kind ? kind : "connect");
+	memcpy(r->name, name, strlen(name) + 1);
+	r->port = port;
+	r->since_ms = now_ms();
+	r->deadline_ms = r->since_ms + (uint64_t)a->timeout_ms;
+	r->next = a->waiting;
+	a->waiting = r;
+	if (a->audit)
+		*audit = describe(r, r->since_ms);
+	return r;
+}
+
+static void deadline_ts(uint64_t ms, struct timespec *ts)
+{
+	ts->tv_sec = (time_t)(ms / 1000);
+	ts->tv_nsec = (long)(ms % 1000) * 1000000;
+}
+
+/* Waits (lock held) until r is answered or its deadline passes. */
+static cJSON *wait_answer(struct approvals *a, struct request *r)
+{
+	struct timespec ts;
+
+	deadline_ts(r->deadline_ms, &ts);
+	while (!r->done) {
+		if (pthread_cond_timedwait(&a->cond, &a->lock, &ts) == ETIMEDOUT && !r->done)
+			return finish(a, r, POLICY_DENY, "deny", "timeout");
+	}
+	return NULL;
+}
+
+enum policy_action approvals_ask(struct approvals *a, const char *kind, const char *name,
+				 uint16_t port, char *who, size_t wholen)
+{
+	char norm[POLICY_NAME_MAX + 1];
+	cJSON *queued = NULL, *answered = NULL;
+	const struct grant *g;
+	struct request *r;
+	enum policy_action res = POLICY_DENY;
+	const char *by = "policy";
+	audit_fn fn;
+	void *fn_arg;
+
+	if (policy_normalise_name(name, norm, sizeof(norm)))
+		goto out_nolock; /* not a host name: nothing a person could approve */
+	pthread_mutex_lock(&a->lock);
+	if (a->closing) {
+		by = "shutdown";
+	} else if ((g = find_grant(a, norm, port))) {
+		res = POLICY_ALLOW;
+		if (who && wholen)
+			snprintf(who, wholen, "%s", g->who);
+		by = NULL;
+	} else if (!(r = join_or_queue(a, kind, norm, port, &queued))) {
+		by = "out of memory";
+	} else {
+		r->waiters++;
+		a->active++;
+		answered = wait_answer(a, r);
+		res = r->result;
+		if (who && wholen)
+			snprintf(who, wholen, "%s", r->who);
+		by = NULL;
+		if (--r->waiters == 0)
+			free(r);
+		if (--a->active == 0 && a->closing)
+			pthread_cond_broadcast(&a->cond);
+	}
+	fn = a->audit;
+	fn_arg = a->audit_arg;
+	pthread_mutex_unlock(&a->lock);
+	emit(fn, fn_arg, "approval.request", queued);
+	emit(fn, fn_arg, "approval.answer", answered);
+out_nolock:
+	if (by && who && wholen)
+		snprintf(who, wholen, "%s", by);
+	return res;
+}
+
+cJSON *approvals_list(struct approvals *a)
+{
+	cJSON *arr = cJSON_CreateArray();
+	uint64_t now = now_ms();
+
+	if (!arr)
+		return NULL;
+	pthread_mutex_lock(&a->lock);
+	/* Oldest first: the list is kept newest first. */
+	for (struct request *r = a->waiting; r; r = r->next)
+		cJSON_InsertItemInArray(arr, 0, describe(r, now));
+	pthread_mutex_unlock(&a->lock);
+	return arr;
+}
+
+/* "allow always": an allow rule for exactly what was asked, named after
+ * who gave it, added to the live policy. */
+static int add_rule(struct approvals *a, const struct request *r, const char *who)
+{
+	char text[POLICY_NAME_MAX + 32], origin[WHO_MAX + 48];
+	struct policy_error pe;
+
+	if (r->port)
+		snprintf(text, sizeof(text), "allow %s:%u\n", r->name, r->port);
+	else
+		snprintf(text, sizeof(text), "allow %s\n", r->name);
+	snprintf(origin, sizeof(origin), "approval %llu by %s", (unsigned long long)r->id, who);
+	return policy_add_text(a->policy, text, strlen(text), origin, &pe);
+}
+
+int approvals_answer(struct approvals *a, uint64_t id, enum approval_answer ans, const char *who)
+{
+	struct request *r;
+	cJSON *d = NULL;
+	audit_fn fn;
+	void *fn_arg;
+	int err = 0;
+
+	if (!who || !*who)
+		who = "unknown";
+	pthread_mutex_lock(&a->lock);
+	for (r = a->waiting; r && r->id != id; r = r->next)
+		;
+	if (!r) {
+		err = -ENOENT;
+	} else if (ans == APPROVAL_DENY) {
+		d = finish(a, r, POLICY_DENY, approval_answer_name(ans), who);
+	} else if ((ans == APPROVAL_ALLOW_ALWAYS && a->policy && (err = add_rule(a, r, who))) ||
+		   (err = add_grant(a, r, who))) {
+		/* nothing answered: the request keeps waiting */
+	} else {
+		d = finish(a, r, POLICY_ALLOW, approval_answer_name(ans), who);
+	}
+	fn = a->audit;
+	fn_arg = a->audit_arg;
+	pthread_mutex_unlock(&a->lock);
+	emit(fn, fn_arg, "approval.answer", d);
+	return err;
+}
+
+void approvals_free(struct approvals *a)
+{
+	cJSON *d;
+
+	if (!a)
+		return;
+	pthread_mutex_lock(&a->lock);
+	a->closing = true;
+	while (a->waiting) {
+		d = finish(a, a->waiting, POLICY_DENY, "deny", "shutdown");
+		cJSON_Delete(d); /* the supervisor is going; its audit log may be too */
+	}
+	while (a->active)
+		pthread_cond_wait(&a->cond, &a->lock);
+	pthread_mutex_unlock(&a->lock);
+	while (a->grants) {
+		struct grant *g = a->grants;
+		a->grants = g->next;
+		free(g);
+	}
+	pthread_cond_destroy(&a->cond);
+	pthread_mutex_destroy(&a->lock);
+	free(a);
+}
