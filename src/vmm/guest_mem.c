@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void guest_mem_layout(uint64_t size, struct guest_region regions[2], int *nregions)
@@ -50,6 +51,42 @@ int guest_mem_create(struct guest_mem *m, uint64_t size)
 fail_errno:
 	err = -errno;
 	guest_mem_destroy(m);
+	return err;
+}
+
+int guest_mem_open_file(struct guest_mem *m, const char *path, uint64_t size)
+{
+	struct stat st;
+	int fd, err = 0;
+
+	memset(m, 0, sizeof(*m));
+	m->memfd = -1;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		err = -errno;
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
+		err = -EINVAL;
+		goto out;
+	}
+	/* The mapping keeps the file alive; the descriptor is not needed. */
+	m->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd, 0);
+	if (m->base == MAP_FAILED) {
+		m->base = NULL;
+		err = -errno;
+		goto out;
+	}
+	madvise(m->base, size, MADV_DONTDUMP);
+	m->size = size;
+	guest_mem_layout(size, m->regions, &m->nregions);
+	m->regions[0].host = m->base;
+	if (m->nregions == 2)
+		m->regions[1].host = m->base + m->regions[0].size;
+out:
+	close(fd);
 	return err;
 }
 

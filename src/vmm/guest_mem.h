@@ -22,7 +22,7 @@ struct guest_region {
 };
 
 struct guest_mem {
-	int memfd;
+	int memfd;      /* -1 when RAM is a private view of a checkpoint's file */
 	uint64_t size;  /* total RAM bytes */
 	uint8_t *base;  /* the whole memfd, mapped contiguously */
 	struct guest_region regions[2];
@@ -30,6 +30,11 @@ struct guest_mem {
 };
 
 int guest_mem_create(struct guest_mem *m, uint64_t size);
+/* RAM from a checkpoint's memory file, mapped MAP_PRIVATE: pages are read
+ * from the file only when touched, and writes stay in this process
+ * (copy-on-write), so restores and forks share the file and never change
+ * it.  The file must be exactly size bytes (-EINVAL otherwise). */
+int guest_mem_open_file(struct guest_mem *m, const char *path, uint64_t size);
 void guest_mem_destroy(struct guest_mem *m);
 
 /* Lays out the regions for a RAM size without allocating (used by create,

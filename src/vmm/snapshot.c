@@ -1,0 +1,471 @@
+/* Checkpoint state file and memory file (snapshot.h, docs/snapshot-format.md). */
+#include "vmm/snapshot.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "disk/format.h"
+#include "vmm/accel.h"
+
+/* Header field offsets (docs/snapshot-format.md). */
+#define H_VERSION 8
+#define H_HEADER_LEN 12
+#define H_NCPUS 16
+#define H_NSECTIONS 20
+#define H_MEM_SIZE 24
+#define H_CPU_FP 32
+#define H_FLAGS 64
+#define H_CRC 68
+
+#define PAGE 4096u
+#define MEM_WRITE_CHUNK (1u << 20) /* one pwrite covers at most this much */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+/* The section checksum covers its tag, index and length as well as the
+ * data, so that a section cannot be relabelled without detection. */
+static uint32_t section_crc(const uint8_t *hdr, const uint8_t *data, uint32_t len)
+{
+	return disk_crc32c(disk_crc32c(0, hdr, 12), data, len);
+}
+
+/* ---- writer ---- */
+
+static void writer_reserve(struct snap_writer *w, size_t more)
+{
+	size_t cap;
+	uint8_t *nb;
+
+	if (w->err)
+		return;
+	if (more > SNAP_MAX_FILE - w->len) {
+		w->err = -EFBIG;
+		return;
+	}
+	if (w->len + more <= w->cap)
+		return;
+	cap = w->cap ? w->cap : 16384;
+	while (cap < w->len + more)
+		cap *= 2;
+	nb = realloc(w->buf, cap);
+	if (!nb) {
+		w->err = -ENOMEM;
+		return;
+	}
+	w->buf = nb;
+	w->cap = cap;
+}
+
+void snap_writer_init(struct snap_writer *w, const struct snap_header *h)
+{
+	memset(w, 0, sizeof(*w));
+	writer_reserve(w, SNAP_HEADER_LEN);
+	if (w->err)
+		return;
+	memset(w->buf, 0, SNAP_HEADER_LEN);
+	memcpy(w->buf, SNAP_MAGIC, SNAP_MAGIC_LEN);
+	put32(w->buf + H_VERSION, SNAP_VERSION);
+	put32(w->buf + H_HEADER_LEN, SNAP_HEADER_LEN);
+	put32(w->buf + H_NCPUS, h->ncpus);
+	put64(w->buf + H_MEM_SIZE, h->mem_size);
+	memcpy(w->buf + H_CPU_FP, h->cpu_fp, SNAP_FP_LEN);
+	w->len = SNAP_HEADER_LEN;
+}
+
+void snap_writer_add(struct snap_writer *w, uint32_t tag, uint32_t index, const void *data,
+		     size_t len)
+{
+	size_t padded = ALIGN_UP(len, (size_t)8);
+	uint8_t *h;
+
+	if (!w->err && (len > SNAP_MAX_SECTION || w->nsections >= SNAP_MAX_SECTIONS))
+		w->err = -EFBIG;
+	writer_reserve(w, SNAP_SECTION_HDR_LEN + padded);
+	if (w->err)
+		return;
+	h = w->buf + w->len;
+	put32(h, tag);
+	put32(h + 4, index);
+	put32(h + 8, (uint32_t)len);
+	if (len)
+		memcpy(h + SNAP_SECTION_HDR_LEN, data, len);
+	memset(h + SNAP_SECTION_HDR_LEN + len, 0, padded - len);
+	put32(h + 12, section_crc(h, h + SNAP_SECTION_HDR_LEN, (uint32_t)len));
+	w->len += SNAP_SECTION_HDR_LEN + padded;
+	if (tag != SNAP_SEC_END)
+		w->nsections++;
+}
+
+int snap_writer_finish(struct snap_writer *w)
+{
+	snap_writer_add(w, SNAP_SEC_END, 0, NULL, 0);
+	if (w->err)
+		return w->err;
+	put32(w->buf + H_NSECTIONS, w->nsections);
+	put32(w->buf + H_CRC, disk_crc32c(0, w->buf, H_CRC));
+	return 0;
+}
+
+void snap_writer_free(struct snap_writer *w)
+{
+	free(w->buf);
+	memset(w, 0, sizeof(*w));
+}
+
+void snap_memory_desc_encode(const struct snap_memory_desc *d, uint8_t out[SNAP_MEMORY_DESC_LEN])
+{
+	put64(out, d->size);
+	put64(out + 8, d->data_bytes);
+	put32(out + 16, d->page_size);
+	put32(out + 20, d->flags);
+}
+
+/* ---- parser ---- */
+
+static int parse_header(const uint8_t *buf, size_t len, struct snap_header *h,
+			uint32_t *nsections, char *err, size_t errlen)
+{
+	uint32_t version;
+
+	if (len < SNAP_MAGIC_LEN || memcmp(buf, SNAP_MAGIC, SNAP_MAGIC_LEN))
+		return fail(err, errlen, -EINVAL, "not a kosa8 checkpoint (bad magic)");
+	if (len < SNAP_HEADER_LEN)
+		return fail(err, errlen, -EINVAL, "checkpoint state file is truncated (%zu bytes)", len);
+	version = get32(buf + H_VERSION);
+	if (version != SNAP_VERSION)
+		return fail(err, errlen, -EPROTO,
+			    "checkpoint format version %u; this kosa8 reads version %u", version,
+			    SNAP_VERSION);
+	if (get32(buf + H_CRC) != disk_crc32c(0, buf, H_CRC))
+		return fail(err, errlen, -EBADMSG, "checkpoint header checksum mismatch (corrupt file)");
+	if (get32(buf + H_HEADER_LEN) != SNAP_HEADER_LEN || get32(buf + H_FLAGS) != 0)
+		return fail(err, errlen, -EINVAL, "checkpoint header has unknown fields");
+	h->version = version;
+	h->ncpus = get32(buf + H_NCPUS);
+	h->mem_size = get64(buf + H_MEM_SIZE);
+	memcpy(h->cpu_fp, buf + H_CPU_FP, SNAP_FP_LEN);
+	*nsections = get32(buf + H_NSECTIONS);
+	if (h->ncpus < 1 || h->ncpus > SNAP_MAX_CPUS)
+		return fail(err, errlen, -EINVAL, "checkpoint has %u vCPUs (1..%d)", h->ncpus,
+			    SNAP_MAX_CPUS);
+	if (h->mem_size < PAGE || h->mem_size % PAGE)
+		return fail(err, errlen, -EINVAL, "checkpoint memory size is not a whole number of pages");
+	if (*nsections > SNAP_MAX_SECTIONS)
+		return fail(err, errlen, -EINVAL, "checkpoint claims %u sections (at most %d)",
+			    *nsections, SNAP_MAX_SECTIONS);
+	return 0;
+}
+
+/* One section at buf[*off]; advances *off only when it is whole and sound. */
+static int parse_section(const uint8_t *buf, size_t len, size_t *off, struct snap_section *s,
+			 uint32_t n, char *err, size_t errlen)
+{
+	const uint8_t *h = buf + *off;
+	size_t padded;
+
+	if (len - *off < SNAP_SECTION_HDR_LEN)
+		return fail(err, errlen, -EINVAL, "checkpoint state file is truncated (section %u)", n);
+	s->tag = get32(h);
+	s->index = get32(h + 4);
+	s->len = get32(h + 8);
+	if (s->len > SNAP_MAX_SECTION)
+		return fail(err, errlen, -EINVAL, "checkpoint section %u is too large (%u bytes)", n,
+			    s->len);
+	padded = ALIGN_UP((size_t)s->len, (size_t)8);
+	if (len - *off - SNAP_SECTION_HDR_LEN < padded)
+		return fail(err, errlen, -EINVAL, "checkpoint state file is truncated (section %u)", n);
+	s->data = h + SNAP_SECTION_HDR_LEN;
+	if (get32(h + 12) != section_crc(h, s->data, s->len))
+		return fail(err, errlen, -EBADMSG,
+			    "checkpoint section %u (tag 0x%x) checksum mismatch (corrupt file)", n,
+			    s->tag);
+	for (size_t i = s->len; i < padded; i++)
+		if (s->data[i])
+			return fail(err, errlen, -EINVAL, "checkpoint section %u has non-zero padding", n);
+	*off += SNAP_SECTION_HDR_LEN + padded;
+	return 0;
+}
+
+/* Sections every restore needs, checked here so that a loader never meets
+ * a half checkpoint. */
+static int check_required(const struct snapshot *s, char *err, size_t errlen)
+{
+	static const uint32_t vcpu_required[] = {ACCEL_REC_MP_STATE, ACCEL_REC_REGS,
+						 ACCEL_REC_SREGS, ACCEL_REC_LAPIC};
+	static const uint32_t vm_required[] = {ACCEL_REC_PIC_MASTER, ACCEL_REC_PIC_SLAVE,
+					       ACCEL_REC_IOAPIC, ACCEL_REC_PIT, ACCEL_REC_CLOCK};
+	struct snap_memory_desc md;
+
+	for (uint32_t c = 0; c < s->h.ncpus; c++)
+		for (size_t i = 0; i < ARRAY_SIZE(vcpu_required); i++)
+			if (!snapshot_find(s, SNAP_SEC_VCPU | vcpu_required[i], c))
+				return fail(err, errlen, -EINVAL,
+					    "checkpoint lacks vCPU %u's state (record %u)", c,
+					    vcpu_required[i]);
+	for (size_t i = 0; i < ARRAY_SIZE(vm_required); i++)
+		if (!snapshot_find(s, SNAP_SEC_VM | vm_required[i], 0))
+			return fail(err, errlen, -EINVAL, "checkpoint lacks the VM's state (record %u)",
+				    vm_required[i]);
+	if (snapshot_memory_desc(snapshot_find(s, SNAP_SEC_MEMORY, 0), &md) < 0 ||
+	    md.size != s->h.mem_size)
+		return fail(err, errlen, -EINVAL, "checkpoint's memory description is missing or wrong");
+	return 0;
+}
+
+int snapshot_parse(const uint8_t *buf, size_t len, struct snapshot *out, char *err, size_t errlen)
+{
+	struct snap_section end;
+	uint32_t n = 0;
+	size_t off = SNAP_HEADER_LEN;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (len > SNAP_MAX_FILE)
+		return fail(err, errlen, -EFBIG, "checkpoint state file is too large");
+	if ((rc = parse_header(buf, len, &out->h, &n, err, errlen)))
+		return rc;
+	out->secs = calloc(n ? n : 1, sizeof(*out->secs));
+	if (!out->secs)
+		return fail(err, errlen, -ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < n; i++) {
+		if ((rc = parse_section(buf, len, &off, &out->secs[i], i, err, errlen)))
+			goto bad;
+		if (out->secs[i].tag == SNAP_SEC_END) {
+			rc = fail(err, errlen, -EINVAL, "checkpoint ends after %u of %u sections", i, n);
+			goto bad;
+		}
+		out->nsections = i + 1;
+	}
+	if ((rc = parse_section(buf, len, &off, &end, n, err, errlen)))
+		goto bad;
+	if (end.tag != SNAP_SEC_END || end.len != 0 || off != len) {
+		rc = fail(err, errlen, -EINVAL, "checkpoint has more data than its header says");
+		goto bad;
+	}
+	if ((rc = check_required(out, err, errlen)))
+		goto bad;
+	return 0;
+bad:
+	snapshot_free(out);
+	return rc;
+}
+
+void snapshot_free(struct snapshot *s)
+{
+	free(s->secs);
+	memset(s, 0, sizeof(*s));
+}
+
+const struct snap_section *snapshot_find(const struct snapshot *s, uint32_t tag, uint32_t index)
+{
+	for (uint32_t i = 0; i < s->nsections; i++)
+		if (s->secs[i].tag == tag && s->secs[i].index == index)
+			return &s->secs[i];
+	return NULL;
+}
+
+int snapshot_memory_desc(const struct snap_section *sec, struct snap_memory_desc *out)
+{
+	if (!sec || sec->len != SNAP_MEMORY_DESC_LEN)
+		return -EINVAL;
+	out->size = get64(sec->data);
+	out->data_bytes = get64(sec->data + 8);
+	out->page_size = get32(sec->data + 16);
+	out->flags = get32(sec->data + 20);
+	if (out->page_size != PAGE || out->flags || out->data_bytes > out->size)
+		return -EINVAL;
+	return 0;
+}
+
+int snapshot_disk_chain(const struct snap_section *sec, char *storage, size_t storage_len,
+			const char **paths, int max)
+{
+	int n = 0;
+	char *p, *nl;
+
+	if (!sec || sec->len == 0 || (size_t)sec->len >= storage_len ||
+	    sec->data[sec->len - 1] != '\n' || memchr(sec->data, '\0', sec->len))
+		return -EINVAL;
+	memcpy(storage, sec->data, sec->len);
+	storage[sec->len] = '\0';
+	for (p = storage; *p; p = nl + 1) {
+		nl = strchr(p, '\n');
+		if (nl == p || n >= max)
+			return -EINVAL; /* an empty path, or more layers than we follow */
+		*nl = '\0';
+		paths[n++] = p;
+	}
+	return n;
+}
+
+int snapshot_load(const char *dir, uint8_t **buf, struct snapshot *out, char *err, size_t errlen)
+{
+	char path[4096];
+	size_t len;
+	int rc;
+
+	*buf = NULL;
+	if (snprintf(path, sizeof(path), "%s/%s", dir, SNAP_STATE_FILE) >= (int)sizeof(path))
+		return fail(err, errlen, -ENAMETOOLONG, "checkpoint path is too long");
+	rc = read_file(path, SNAP_MAX_FILE, buf, &len);
+	if (rc == -ENOENT)
+		return fail(err, errlen, rc, "%.200s is not a checkpoint (no %s file)", dir,
+			    SNAP_STATE_FILE);
+	if (rc == -EFBIG)
+		return fail(err, errlen, rc, "checkpoint state file is too large");
+	if (rc)
+		return fail(err, errlen, rc, "cannot read %.200s: %s", path, strerror(-rc));
+	rc = snapshot_parse(*buf, len, out, err, errlen);
+	if (rc) {
+		free(*buf);
+		*buf = NULL;
+	}
+	return rc;
+}
+
+/* ---- files ---- */
+
+int snapshot_write_new_file(const char *path, const void *buf, size_t len)
+{
+	int fd, err = 0;
+
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if ((err = write_all(fd, buf, len)) == 0 && fsync(fd) < 0)
+		err = -errno;
+	close(fd);
+	return err;
+}
+
+int snapshot_fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), err = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		err = -errno;
+	close(fd);
+	return err;
+}
+
+static bool page_is_zero(const uint8_t *p)
+{
+	const uint64_t *q = (const uint64_t *)p;
+
+	for (size_t i = 0; i < PAGE / sizeof(*q); i++)
+		if (q[i])
+			return false;
+	return true;
+}
+
+/* Writes the non-zero pages of [start, end) of RAM, runs of them coalesced
+ * into one pwrite of up to MEM_WRITE_CHUNK. */
+static int write_range(int fd, const uint8_t *base, uint64_t start, uint64_t end,
+		       uint64_t *data_bytes)
+{
+	uint64_t run = start, off;
+
+	for (off = start; off <= end; off += PAGE) {
+		bool zero = off == end || page_is_zero(base + off);
+		if (!zero && off - run < MEM_WRITE_CHUNK)
+			continue;
+		if (off > run) {
+			ssize_t n = 0;
+			for (uint64_t done = 0; done < off - run; done += (uint64_t)n) {
+				n = pwrite(fd, base + run + done, off - run - done, (off_t)(run + done));
+				if (n < 0 && errno == EINTR) {
+					n = 0;
+					continue;
+				}
+				if (n <= 0)
+					return n < 0 ? -errno : -EIO;
+			}
+			*data_bytes += off - run;
+		}
+		run = zero ? off + PAGE : off;
+	}
+	return 0;
+}
+
+int snapshot_write_memory(const char *path, const struct guest_mem *m, uint64_t *data_bytes)
+{
+	uint64_t pos = 0, end = m->size;
+	int fd, err = 0;
+
+	*data_bytes = 0;
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	/* The file gets its full size first: whatever is not written stays a
+	 * hole and reads as zeros. */
+	if (ftruncate(fd, (off_t)m->size) < 0) {
+		err = -errno;
+		goto out;
+	}
+	while (pos < end) {
+		uint64_t data = pos, hole = end;
+		/* A memfd knows which of its pages were ever touched; a private
+		 * file mapping (a restored VM) is scanned whole. */
+		if (m->memfd >= 0) {
+			off_t d = lseek(m->memfd, (off_t)pos, SEEK_DATA);
+			if (d < 0)
+				break; /* ENXIO: no data after pos */
+			data = (uint64_t)d & ~(uint64_t)(PAGE - 1);
+			off_t h = lseek(m->memfd, d, SEEK_HOLE);
+			hole = h < 0 ? end : ALIGN_UP((uint64_t)h, (uint64_t)PAGE);
+			if (hole > end)
+				hole = end;
+		}
+		if ((err = write_range(fd, m->base, data, hole, data_bytes)))
+			goto out;
+		pos = hole;
+	}
+	if (fsync(fd) < 0)
+		err = -errno;
+out:
+	close(fd);
+	if (err)
+		unlink(path);
+	return err;
+}
