@@ -3,7 +3,9 @@
  * main.c    arguments, PID 1 duties (mounts, reaping, power-off), listening
  * session.c one accepted connection: hello, then one request at a time
  * exec.c    running a command with streamed stdio, pty, signals, exit status
- * user.c    /etc/passwd and /etc/group lookups (no NSS in a static binary) */
+ * user.c    /etc/passwd and /etc/group lookups (no NSS in a static binary)
+ * net.c     the guest's network: netfilter redirect of TCP and DNS, relayed
+ *           to the host over vsock (docs/egress.md) */
 #ifndef KOSA8_AGENT_H
 #define KOSA8_AGENT_H
 
@@ -44,5 +46,23 @@ int exec_run(struct ap_conn *c, uint32_t chan, const uint8_t *p, size_t len);
 void session_run(int fd);
 
 uint64_t boottime_ms(void);
+
+/* Where the egress loop listens and where it reaches the host.  upstream
+ * NULL: vsock CID 2; else the unix sockets "<upstream>_<port>" (tests). */
+struct net_opts {
+	const char *upstream;
+	const char *tcp_listen;   /* "127.0.0.1:1081": the REDIRECT target */
+	const char *dns_listen;   /* "127.0.0.53:53", UDP and TCP */
+};
+extern struct net_opts net_opts;
+
+/* Loopback, the dummy default route, IPv6 off, the nat rules.  As PID 1,
+ * before anything else runs.  0 or the first -errno (all steps are tried). */
+int net_setup(void);
+/* The egress loop; returns only on a fatal error (-errno). */
+int net_serve(void);
+struct sockaddr_in;
+/* Writes the 12-byte K8E1 header for dst into out; returns 12. */
+size_t net_egress_header(uint8_t *out, const struct sockaddr_in *dst);
 
 #endif

@@ -36,8 +36,36 @@ uint64_t boottime_ms(void)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: kosa8-agent [--listen vsock:PORT|unix:PATH] [--default-user NAME]\n"
-		   "  --listen        where to accept the host (default vsock:1024)\n"
-		   "  --default-user  user that runs commands when a request names none (default kosa8)\n");
+		   "       kosa8-agent --egress-only [--egress-upstream PREFIX] [--egress-tcp A:P] [--egress-dns A:P]\n"
+		   "  --listen           where to accept the host (default vsock:1024)\n"
+		   "  --default-user     user that runs commands when a request names none (default kosa8)\n"
+		   "  --egress-only      run only the egress relay (tests; PID 1 runs it as a child)\n"
+		   "  --egress-upstream  reach host port P at unix socket PREFIX_P instead of vsock CID 2\n"
+		   "  --egress-tcp       where redirected TCP arrives (default 127.0.0.1:1081)\n"
+		   "  --egress-dns       DNS listener, UDP and TCP (default 127.0.0.53:53)\n");
+}
+
+/* ---- the egress relay: a child of PID 1, started again if it dies ---- */
+
+static pid_t net_pid = -1;
+static uint64_t net_started_ms;
+static bool stopping;
+
+static void net_start(void)
+{
+	/* A relay that keeps dying is not restarted in a tight loop. */
+	if (net_pid > 0 || stopping || (net_started_ms && boottime_ms() - net_started_ms < 1000))
+		return;
+	net_started_ms = boottime_ms();
+	net_pid = fork();
+	if (net_pid == 0) {
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		_exit(net_serve() < 0 ? 1 : 0);
+	}
+	if (net_pid < 0)
+		fprintf(stderr, "kosa8-agent: egress: fork: %s\n", strerror(errno));
 }
 
 /* ---- PID 1 ---- */
@@ -94,8 +122,11 @@ static void init_pid1(void)
 
 static void reap_all(void)
 {
-	while (waitpid(-1, NULL, WNOHANG) > 0)
-		;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
+		if (pid == net_pid)
+			net_pid = -1;
 }
 
 /* PID 1: stop everything, then power off or reboot.  Otherwise just exit. */
@@ -103,6 +134,7 @@ static void power(int how)
 {
 	if (getpid() != 1)
 		exit(0);
+	stopping = true;
 	sync();
 	kill(-1, SIGTERM);
 	uint64_t deadline = boottime_ms() + KILL_GRACE_MS;
@@ -186,6 +218,8 @@ static int on_signal(int sfd)
 		switch (si.ssi_signo) {
 		case SIGCHLD:
 			reap_all();
+			if (getpid() == 1 && net_pid < 0)
+				net_start();
 			break;
 		case SIGUSR1:
 			power(RB_POWER_OFF);
@@ -204,11 +238,20 @@ static int on_signal(int sfd)
 int main(int argc, char **argv)
 {
 	const char *spec = "vsock:1024";
+	bool egress_only = false;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--listen") && i + 1 < argc) {
 			spec = argv[++i];
 		} else if (!strcmp(argv[i], "--default-user") && i + 1 < argc) {
 			agent_cfg.default_user = argv[++i];
+		} else if (!strcmp(argv[i], "--egress-only")) {
+			egress_only = true;
+		} else if (!strcmp(argv[i], "--egress-upstream") && i + 1 < argc) {
+			net_opts.upstream = argv[++i];
+		} else if (!strcmp(argv[i], "--egress-tcp") && i + 1 < argc) {
+			net_opts.tcp_listen = argv[++i];
+		} else if (!strcmp(argv[i], "--egress-dns") && i + 1 < argc) {
+			net_opts.dns_listen = argv[++i];
 		} else if (!strcmp(argv[i], "--version")) {
 			printf("%s (protocol %d.%d)\n", AP_AGENT_VERSION, AP_VERSION_MAJOR, AP_VERSION_MINOR);
 			return 0;
@@ -221,8 +264,13 @@ int main(int argc, char **argv)
 	}
 	agent_cfg.main_pid = getpid();
 	agent_cfg.start_ms = boottime_ms();
-	if (getpid() == 1)
+	if (egress_only && getpid() != 1)
+		return net_serve() < 0 ? 1 : 0;
+	if (getpid() == 1) {
 		init_pid1();
+		/* The rules are in place before the host can run anything. */
+		net_setup();
+	}
 
 	sigset_t set, old;
 	sigemptyset(&set);
@@ -241,6 +289,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	fprintf(stderr, "kosa8-agent: listening on %s\n", spec);
+	if (getpid() == 1)
+		net_start();
 	for (;;) {
 		struct pollfd p[2] = { { .fd = lfd, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
 		if (poll(p, 2, -1) < 0 && errno != EINTR)
