@@ -12,6 +12,7 @@ PKGS="
   mmdebstrap e2fsprogs
   qemu-system-x86 linux-image-amd64
   hyperfine
+  bind9-dnsutils
 "
 # Skip apt entirely when everything is there: keeps 'make check' fast and offline.
 missing=
