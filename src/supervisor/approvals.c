@@ -44,7 +44,7 @@ struct approvals {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct policy *policy;
-	int timeout_ms;
+	int timeout_ms, once_ms;
 	uint64_t last_id;
 	struct request *waiting;
 	struct grant *grants;
@@ -98,6 +98,7 @@ int approvals_new(struct policy *policy, int timeout_ms, struct approvals **out)
 	pthread_condattr_destroy(&ca);
 	a->policy = policy;
 	a->timeout_ms = timeout_ms > 0 ? timeout_ms : APPROVAL_TIMEOUT_MS;
+	a->once_ms = APPROVAL_ONCE_MS;
 	*out = a;
 	return 0;
 }
@@ -108,6 +109,13 @@ void approvals_set_audit(struct approvals *a, void (*audit)(void *arg, const cha
 	pthread_mutex_lock(&a->lock);
 	a->audit = audit;
 	a->audit_arg = arg;
+	pthread_mutex_unlock(&a->lock);
+}
+
+void approvals_set_once_ms(struct approvals *a, int once_ms)
+{
+	pthread_mutex_lock(&a->lock);
+	a->once_ms = once_ms > 0 ? once_ms : APPROVAL_ONCE_MS;
 	pthread_mutex_unlock(&a->lock);
 }
 
@@ -123,10 +131,19 @@ static cJSON *describe(const struct request *r, uint64_t now)
 	return d;
 }
 
-/* Ends a waiting request (lock held).  Returns the audit details of the
- * answer, for the caller to write once the lock is dropped. */
-static cJSON *finish(struct approvals *a, struct request *r, enum policy_action result,
-		     const char *answer, const char *who)
+/* Writes an audit record (lock held: records of one request come in the
+ * order things happened). */
+static void emit(struct approvals *a, const char *type, cJSON *d)
+{
+	if (d && a->audit)
+		a->audit(a->audit_arg, type, d);
+	else
+		cJSON_Delete(d);
+}
+
+/* Ends a waiting request and audits its answer (lock held). */
+static void finish(struct approvals *a, struct request *r, enum policy_action result,
+		   const char *answer, const char *who)
 {
 	struct request **pp = &a->waiting;
 	cJSON *d;
@@ -141,22 +158,10 @@ static cJSON *finish(struct approvals *a, struct request *r, enum policy_action 
 	snprintf(r->who, sizeof(r->who), "%s", who);
 	pthread_cond_broadcast(&a->cond);
 	if (!a->audit || !(d = describe(r, now_ms())))
-		return NULL;
+		return;
 	cJSON_AddStringToObject(d, "answer", answer);
 	cJSON_AddStringToObject(d, "who", who);
-	return d;
-}
-
-typedef void (*audit_fn)(void *arg, const char *type, cJSON *details);
-
-/* Writes an audit record with the hook read under the lock: called after
- * the lock is dropped (the hook writes a file), when `a` may be gone. */
-static void emit(audit_fn fn, void *arg, const char *type, cJSON *d)
-{
-	if (d && fn)
-		fn(arg, type, d);
-	else
-		cJSON_Delete(d);
+	emit(a, "approval.answer", d);
 }
 
 /* A live "allow once" for name:port (lock held); expired ones are dropped. */
@@ -186,7 +191,7 @@ static int add_grant(struct approvals *a, const struct request *r, const char *w
 		return -ENOMEM;
 	memcpy(g->name, r->name, sizeof(g->name));
 	g->port = r->port;
-	g->until_ms = now_ms() + APPROVAL_ONCE_MS;
+	g->until_ms = now_ms() + (uint64_t)a->once_ms;
 	snprintf(g->who, sizeof(g->who), "%s", who);
 	g->next = a->grants;
 	a->grants = g;
@@ -195,7 +200,7 @@ static int add_grant(struct approvals *a, const struct request *r, const char *w
 
 /* The waiting request for name:port, or a new one (lock held). */
 static struct request *join_or_queue(struct approvals *a, const char *kind, const char *name,
-				     uint16_t port, cJSON **audit)
+				     uint16_t port)
 {
 	struct request *r;
 
@@ -213,7 +218,7 @@ static struct request *join_or_queue(struct approvals *a, const char *kind, cons
 	r->next = a->waiting;
 	a->waiting = r;
 	if (a->audit)
-		*audit = describe(r, r->since_ms);
+		emit(a, "approval.request", describe(r, r->since_ms));
 	return r;
 }
 
@@ -224,29 +229,25 @@ static void deadline_ts(uint64_t ms, struct timespec *ts)
 }
 
 /* Waits (lock held) until r is answered or its deadline passes. */
-static cJSON *wait_answer(struct approvals *a, struct request *r)
+static void wait_answer(struct approvals *a, struct request *r)
 {
 	struct timespec ts;
 
 	deadline_ts(r->deadline_ms, &ts);
 	while (!r->done) {
 		if (pthread_cond_timedwait(&a->cond, &a->lock, &ts) == ETIMEDOUT && !r->done)
-			return finish(a, r, POLICY_DENY, "deny", "timeout");
+			finish(a, r, POLICY_DENY, "deny", "timeout");
 	}
-	return NULL;
 }
 
 enum policy_action approvals_ask(struct approvals *a, const char *kind, const char *name,
 				 uint16_t port, char *who, size_t wholen)
 {
 	char norm[POLICY_NAME_MAX + 1];
-	cJSON *queued = NULL, *answered = NULL;
 	const struct grant *g;
 	struct request *r;
 	enum policy_action res = POLICY_DENY;
 	const char *by = "policy";
-	audit_fn fn;
-	void *fn_arg;
 
 	if (policy_normalise_name(name, norm, sizeof(norm)))
 		goto out_nolock; /* not a host name: nothing a person could approve */
@@ -258,12 +259,12 @@ enum policy_action approvals_ask(struct approvals *a, const char *kind, const ch
 		if (who && wholen)
 			snprintf(who, wholen, "%s", g->who);
 		by = NULL;
-	} else if (!(r = join_or_queue(a, kind, norm, port, &queued))) {
+	} else if (!(r = join_or_queue(a, kind, norm, port))) {
 		by = "out of memory";
 	} else {
 		r->waiters++;
 		a->active++;
-		answered = wait_answer(a, r);
+		wait_answer(a, r);
 		res = r->result;
 		if (who && wholen)
 			snprintf(who, wholen, "%s", r->who);
@@ -273,11 +274,7 @@ enum policy_action approvals_ask(struct approvals *a, const char *kind, const ch
 		if (--a->active == 0 && a->closing)
 			pthread_cond_broadcast(&a->cond);
 	}
-	fn = a->audit;
-	fn_arg = a->audit_arg;
 	pthread_mutex_unlock(&a->lock);
-	emit(fn, fn_arg, "approval.request", queued);
-	emit(fn, fn_arg, "approval.answer", answered);
 out_nolock:
 	if (by && who && wholen)
 		snprintf(who, wholen, "%s", by);
@@ -317,9 +314,6 @@ static int add_rule(struct approvals *a, const struct request *r, const char *wh
 int approvals_answer(struct approvals *a, uint64_t id, enum approval_answer ans, const char *who)
 {
 	struct request *r;
-	cJSON *d = NULL;
-	audit_fn fn;
-	void *fn_arg;
 	int err = 0;
 
 	if (!who || !*who)
@@ -330,32 +324,25 @@ int approvals_answer(struct approvals *a, uint64_t id, enum approval_answer ans,
 	if (!r) {
 		err = -ENOENT;
 	} else if (ans == APPROVAL_DENY) {
-		d = finish(a, r, POLICY_DENY, approval_answer_name(ans), who);
+		finish(a, r, POLICY_DENY, approval_answer_name(ans), who);
 	} else if ((ans == APPROVAL_ALLOW_ALWAYS && a->policy && (err = add_rule(a, r, who))) ||
 		   (err = add_grant(a, r, who))) {
 		/* nothing answered: the request keeps waiting */
 	} else {
-		d = finish(a, r, POLICY_ALLOW, approval_answer_name(ans), who);
+		finish(a, r, POLICY_ALLOW, approval_answer_name(ans), who);
 	}
-	fn = a->audit;
-	fn_arg = a->audit_arg;
 	pthread_mutex_unlock(&a->lock);
-	emit(fn, fn_arg, "approval.answer", d);
 	return err;
 }
 
 void approvals_free(struct approvals *a)
 {
-	cJSON *d;
-
 	if (!a)
 		return;
 	pthread_mutex_lock(&a->lock);
 	a->closing = true;
-	while (a->waiting) {
-		d = finish(a, a->waiting, POLICY_DENY, "deny", "shutdown");
-		cJSON_Delete(d); /* the supervisor is going; its audit log may be too */
-	}
+	while (a->waiting)
+		finish(a, a->waiting, POLICY_DENY, "deny", "shutdown");
 	while (a->active)
 		pthread_cond_wait(&a->cond, &a->lock);
 	pthread_mutex_unlock(&a->lock);

@@ -42,11 +42,17 @@ int approvals_answer(struct approvals *a, uint64_t id, enum approval_answer ans,
 
 /* Where requests and answers are audited: "approval.request" {id, kind,
  * name, port, waiting_ms} when one starts waiting, "approval.answer" (the
- * same and answer, who) when it ends, timeouts included.  The hook takes
- * ownership of details and is called without the queue's lock held.  NULL
- * (the default): nothing is audited. */
+ * same and answer, who) when it ends, timeouts and shutdown included.  The
+ * hook takes ownership of details; it is called with the queue's lock held
+ * (so a request's records are in order) and must not call back into the
+ * queue.  Free the queue before what the hook writes to.  NULL (the
+ * default): nothing is audited. */
 void approvals_set_audit(struct approvals *a, void (*audit)(void *arg, const char *type, cJSON *details),
 			 void *arg);
+
+/* How long an "allow once" lets the name through (APPROVAL_ONCE_MS unless
+ * set; tests set it short). */
+void approvals_set_once_ms(struct approvals *a, int once_ms);
 
 /* "allow" (or "once"), "always", "deny" -> the answer; -EINVAL otherwise. */
 int approval_answer_parse(const char *s, enum approval_answer *out);
