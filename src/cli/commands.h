@@ -24,5 +24,7 @@ int cmd_cp(int argc, char **argv);
 int cmd_logs(int argc, char **argv);
 int cmd_supervise(int argc, char **argv);
 int cmd_image(int argc, char **argv);
+int cmd_policy(int argc, char **argv);
+int cmd_approvals(int argc, char **argv);
 
 #endif

@@ -19,6 +19,8 @@ static const struct command commands[] = {
 	{"disk", "create and inspect layered copy-on-write disks", cmd_disk},
 	{"audit", "show, verify and prove the tamper-evident audit log", cmd_audit},
 	{"image", "build, list and remove Debian root filesystem images", cmd_image},
+	{"policy", "show a sandbox's egress policy, check HOST[:PORT] against it", cmd_policy},
+	{"approvals", "list and answer network requests waiting for approval", cmd_approvals},
 };
 
 static void usage(FILE *f)
