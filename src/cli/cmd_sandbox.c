@@ -23,6 +23,8 @@
 #include "cli/commands.h"
 #include "common/util.h"
 #include "disk/disk.h"
+#include "proxy/policy.h"
+#include "proxy/secrets.h"
 #include "supervisor/control.h"
 #include "supervisor/sandbox.h"
 #include "supervisor/supervisor.h"
@@ -81,10 +83,14 @@ static int script_path(const char *script, const char *arg, char *out, size_t le
 	return run_for_last_line(argv, out, len);
 }
 
+static int remove_tree(const char *dir);
+
 /* ---- create ---- */
 
 struct create_opts {
-	const char *name, *image, *workspace;
+	const char *name, *image, *workspace, *policy;
+	const char *allow[SANDBOX_ALLOW_MAX], *secrets[SANDBOX_SECRETS_MAX];
+	int nallow, nsecrets;
 	uint64_t mem;
 	int cpus;
 	bool rm;
@@ -96,6 +102,8 @@ static int parse_create_opts(const char *cmd, int argc, char **argv, struct crea
 		{"name", required_argument, NULL, 'n'}, {"image", required_argument, NULL, 'i'},
 		{"workspace", required_argument, NULL, 'w'}, {"mem", required_argument, NULL, 'm'},
 		{"cpus", required_argument, NULL, 'c'}, {"rm", no_argument, NULL, 'r'},
+		{"allow", required_argument, NULL, 'a'}, {"policy", required_argument, NULL, 'p'},
+		{"secret", required_argument, NULL, 's'},
 		{NULL, 0, NULL, 0},
 	};
 	int c;
@@ -112,6 +120,17 @@ static int parse_create_opts(const char *cmd, int argc, char **argv, struct crea
 		case 'i': o->image = optarg; break;
 		case 'w': o->workspace = optarg; break;
 		case 'r': o->rm = true; break;
+		case 'p': o->policy = optarg; break;
+		case 'a':
+			if (o->nallow == SANDBOX_ALLOW_MAX)
+				return fail(cmd, "at most %d --allow rules (put more in a --policy file)", SANDBOX_ALLOW_MAX);
+			o->allow[o->nallow++] = optarg;
+			break;
+		case 's':
+			if (o->nsecrets == SANDBOX_SECRETS_MAX)
+				return fail(cmd, "at most %d --secret names", SANDBOX_SECRETS_MAX);
+			o->secrets[o->nsecrets++] = optarg;
+			break;
 		case 'm':
 			if (parse_size(optarg, &o->mem) < 0 || o->mem < 64 * MiB)
 				return fail(cmd, "--mem takes a size of at least 64M, such as 1G (got '%s')", optarg);
@@ -126,6 +145,60 @@ static int parse_create_opts(const char *cmd, int argc, char **argv, struct crea
 		}
 	}
 	return 0;
+}
+
+/* --allow, --policy, --secret: checked now, so that a typo fails the
+ * create rather than the start; kept in the sandbox's config (allow,
+ * secrets) and state folder (policy). */
+static int check_egress(const char *cmd, const struct create_opts *o, struct sandbox_cfg *cfg)
+{
+	struct policy *p = NULL;
+	struct policy_error pe;
+	int err = 0;
+
+	if (policy_new(&p) < 0)
+		return fail(cmd, "%s", "out of memory");
+	if (o->policy && policy_add_file(p, o->policy, &pe) < 0) {
+		err = pe.line ? fail(cmd, "policy error in %s line %u: %s", pe.file, pe.line, pe.reason) :
+				fail(cmd, "policy error in %s: %s", pe.file, pe.reason);
+	}
+	for (int i = 0; !err && i < o->nallow; i++) {
+		if (strlen(o->allow[i]) >= SANDBOX_ALLOW_LEN || policy_add_allow(p, o->allow[i], &pe) < 0)
+			err = fail(cmd, "--allow %s: %s", o->allow[i],
+				   strlen(o->allow[i]) >= SANDBOX_ALLOW_LEN ? "too long" : pe.reason);
+		else
+			snprintf(cfg->allow[cfg->nallow++], SANDBOX_ALLOW_LEN, "%s", o->allow[i]);
+	}
+	policy_free(p);
+	for (int i = 0; !err && i < o->nsecrets; i++) {
+		struct secret sec;
+		if (!secret_name_valid(o->secrets[i]))
+			return fail(cmd, "--secret %s: not a secret name (letters, digits, _)", o->secrets[i]);
+		if (secret_read(o->secrets[i], false, &sec) < 0)
+			return fail(cmd, "--secret %s: no such secret (add it with 'kosa8 secret add')", o->secrets[i]);
+		snprintf(cfg->secrets[cfg->nsecrets++], SANDBOX_SECRET_LEN, "%s", o->secrets[i]);
+	}
+	return err;
+}
+
+/* The --policy file, as it is now, becomes the sandbox's own policy. */
+static int copy_policy(const char *from, const char *dir)
+{
+	char path[PATH_MAX + 16];
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int fd, err;
+
+	if ((err = read_file(from, 1 * MiB, &buf, &len)))
+		return err;
+	snprintf(path, sizeof(path), "%s/policy", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write_all(fd, buf, len) < 0)
+		err = -errno;
+	if (fd >= 0 && close(fd) < 0 && !err)
+		err = -errno;
+	free(buf);
+	return err;
 }
 
 static void random_name(char *buf, size_t len)
@@ -172,6 +245,8 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 			return fail(cmd, "image '%s' cannot be resolved", o->image);
 	} else if (script_path("guest/image/build.sh", o->image, cfg.image, sizeof(cfg.image)) < 0)
 		return fail(cmd, "image '%s' is not built or unknown: see 'kosa8 image ls', build it with 'kosa8 image build'", o->image);
+	if (check_egress(cmd, o, &cfg))
+		return 1;
 	snprintf(cfg.name, sizeof(cfg.name), "%s", name);
 	cfg.mem = o->mem;
 	cfg.cpus = o->cpus;
@@ -185,6 +260,10 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 		unlink(disk);
 		rmdir(rm);
 		return fail(cmd, "cannot create the sandbox's disk: %s", err_msg);
+	}
+	if (o->policy && copy_policy(o->policy, dir) < 0) {
+		remove_tree(dir);
+		return fail(cmd, "cannot copy the policy %s into the sandbox", o->policy);
 	}
 	return 0;
 }
@@ -385,7 +464,40 @@ int cmd_logs(int argc, char **argv)
 
 /* ---- exec / shell / cp: a session with the guest agent ---- */
 
+/* env (optional) gets what the supervisor says every command needs in its
+ * environment (the secrets' placeholders): "NAME=value" strings, malloc'd,
+ * NULL-terminated. */
+static char **take_env(const cJSON *reply)
+{
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(reply, "env"), *v;
+	int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0, i = 0;
+	char **env = calloc((size_t)n + 1, sizeof(*env));
+
+	if (!env)
+		return NULL;
+	cJSON_ArrayForEach(v, a)
+		if (cJSON_IsString(v) && strchr(v->valuestring, '=') && i < n)
+			env[i++] = strdup(v->valuestring);
+	return env;
+}
+
+static void free_env(char **env)
+{
+	for (int i = 0; env && env[i]; i++)
+		free(env[i]);
+	free(env);
+}
+
+static int agent_session_env(const char *cmd, const char *name, cJSON *what, struct agent_client **c,
+			     char ***env);
+
 static int agent_session(const char *cmd, const char *name, cJSON *what, struct agent_client **c)
+{
+	return agent_session_env(cmd, name, what, c, NULL);
+}
+
+static int agent_session_env(const char *cmd, const char *name, cJSON *what, struct agent_client **c,
+			     char ***env)
 {
 	char path[PATH_MAX];
 	cJSON *req = cJSON_CreateObject(), *reply = NULL;
@@ -410,6 +522,8 @@ static int agent_session(const char *cmd, const char *name, cJSON *what, struct 
 			close(fd);
 		return 1;
 	}
+	if (env)
+		*env = take_env(reply);
 	cJSON_Delete(reply);
 	if (agent_client_from_fd(fd, c) < 0)
 		return fail(cmd, "%s", "the guest agent did not answer");
@@ -456,17 +570,25 @@ static int run_in_sandbox(const char *cmd, const char *name, const char *const *
 	struct agent_client *c = NULL;
 	struct agent_exit x;
 	struct winsize ws;
-	int ctl[2] = {-1, -1}, err;
+	int ctl[2] = {-1, -1}, err, n = 0;
 	cJSON *what = cJSON_CreateObject(), *args = cJSON_CreateArray();
+	char **senv = NULL;
+	const char *env[SANDBOX_SECRETS_MAX + 64 + 1];
 
 	for (int i = 0; argv[i]; i++)
 		cJSON_AddItemToArray(args, cJSON_CreateString(argv[i]));
 	cJSON_AddStringToObject(what, "kind", "exec");
 	cJSON_AddItemToObject(what, "argv", args);
-	if (agent_session(cmd, name, what, &c))
+	if (agent_session_env(cmd, name, what, &c, &senv))
 		return 125;
+	/* The placeholders first: a -e of the same name comes later and wins. */
+	for (int i = 0; senv && senv[i] && n < SANDBOX_SECRETS_MAX; i++)
+		env[n++] = senv[i];
+	for (int i = 0; i < eo->nenv; i++)
+		env[n++] = eo->env[i];
+	env[n] = NULL;
 	o.argv = argv;
-	o.env = eo->nenv ? eo->env : NULL;
+	o.env = n ? env : NULL;
 	o.cwd = eo->cwd;
 	o.user = eo->user;
 	o.pty = eo->tty == 1 || (eo->tty == -1 && isatty(0) && isatty(1));
@@ -493,6 +615,7 @@ static int run_in_sandbox(const char *cmd, const char *name, const char *const *
 	}
 	err = agent_exec(c, &o, &x);
 	restore_tty();
+	free_env(senv);
 	if (err) {
 		fail(cmd, "%s", agent_client_error(c));
 		agent_client_close(c);
@@ -630,7 +753,7 @@ int cmd_run(int argc, char **argv)
 	if (i < argc && !strcmp(argv[i], "--"))
 		i++;
 	if (i >= argc)
-		return fail("run", "%s", "usage: kosa8 run [--name N] [--image I] [--cpus N] [--mem SIZE] [--workspace DIR] [--rm] -- CMD..."), 2;
+		return fail("run", "%s", "usage: kosa8 run [--name N] [--image I] [--cpus N] [--mem SIZE] [--workspace DIR] [--allow HOST[:PORT]]... [--policy FILE] [--secret NAME]... [--rm] -- CMD..."), 2;
 	if (create_sandbox("run", &o, name, sizeof(name)))
 		return 125;
 	if (start_sandbox("run", name)) {

@@ -67,6 +67,34 @@ int sandbox_run_dir(const char *name, char *buf, size_t len)
 
 static void put_str(cJSON *o, const char *k, const char *v) { cJSON_AddStringToObject(o, k, v); }
 
+/* A list of strings kept as n fixed-size rows of `stride` bytes. */
+static void put_list(cJSON *o, const char *k, const char *rows, size_t stride, int n)
+{
+	cJSON *a = cJSON_AddArrayToObject(o, k);
+
+	for (int i = 0; a && i < n; i++)
+		cJSON_AddItemToArray(a, cJSON_CreateString(rows + (size_t)i * stride));
+}
+
+/* Absent: empty (files from before these lists existed). */
+static int get_list(const cJSON *o, const char *k, char *rows, size_t stride, int max, int *n)
+{
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, k), *v;
+
+	*n = 0;
+	if (!a)
+		return 0;
+	if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) > max)
+		return -EBADMSG;
+	cJSON_ArrayForEach(v, a) {
+		if (!cJSON_IsString(v) || !v->valuestring[0] || strlen(v->valuestring) >= stride)
+			return -EBADMSG;
+		memcpy(rows + (size_t)*n * stride, v->valuestring, strlen(v->valuestring) + 1);
+		(*n)++;
+	}
+	return 0;
+}
+
 int sandbox_cfg_save(const char *state_dir, const struct sandbox_cfg *c)
 {
 	char path[PATH_MAX], tmp[PATH_MAX + 8];
@@ -84,6 +112,8 @@ int sandbox_cfg_save(const char *state_dir, const struct sandbox_cfg *c)
 	cJSON_AddNumberToObject(o, "cpus", c->cpus);
 	cJSON_AddNumberToObject(o, "created", (double)c->created);
 	cJSON_AddBoolToObject(o, "workspace_copied", c->workspace_copied);
+	put_list(o, "allow", c->allow[0], sizeof(c->allow[0]), c->nallow);
+	put_list(o, "secrets", c->secrets[0], sizeof(c->secrets[0]), c->nsecrets);
 	text = cJSON_Print(o);
 	if (!text || (err = sandbox_path(path, sizeof(path), state_dir, "sandbox.json"))) {
 		err = err ? err : -ENOMEM;
@@ -143,7 +173,10 @@ int sandbox_cfg_load(const char *state_dir, struct sandbox_cfg *c)
 	    (err = get_str(o, "image", c->image, sizeof(c->image))) ||
 	    (err = get_str(o, "workspace", c->workspace, sizeof(c->workspace))) ||
 	    (err = get_num(o, "mem", &mem)) || (err = get_num(o, "cpus", &cpus)) ||
-	    (err = get_num(o, "created", &created))) {
+	    (err = get_num(o, "created", &created)) ||
+	    (err = get_list(o, "allow", c->allow[0], sizeof(c->allow[0]), SANDBOX_ALLOW_MAX, &c->nallow)) ||
+	    (err = get_list(o, "secrets", c->secrets[0], sizeof(c->secrets[0]), SANDBOX_SECRETS_MAX,
+			    &c->nsecrets))) {
 		err = -EBADMSG;
 		goto out;
 	}

@@ -3,6 +3,7 @@
  *   state dir   <kosa8 state>/sandboxes/NAME/  (0700)
  *                 sandbox.json   configuration (this file's struct)
  *                 disk.k8d       top delta of its disk, over the image
+ *                 policy         the sandbox's own egress policy (optional)
  *                 console.log    the guest's serial console
  *                 supervisor.log what the supervisor said
  *   run dir     $XDG_RUNTIME_DIR/kosa8/NAME/ or /tmp/kosa8-UID/NAME/ (0700)
@@ -20,6 +21,10 @@
 #include <stdint.h>
 
 #define SANDBOX_NAME_MAX 63
+#define SANDBOX_ALLOW_MAX 32      /* --allow rules */
+#define SANDBOX_ALLOW_LEN 272     /* "*.name:port" */
+#define SANDBOX_SECRETS_MAX 16    /* --secret names */
+#define SANDBOX_SECRET_LEN 65
 
 struct sandbox_cfg {
 	char name[SANDBOX_NAME_MAX + 1];
@@ -30,6 +35,12 @@ struct sandbox_cfg {
 	int cpus;
 	int64_t created;           /* unix seconds */
 	bool workspace_copied;     /* the first start copied the workspace in */
+	/* Egress (docs/egress.md): --allow rules over the policy files, and
+	 * the secrets whose placeholders the guest gets. */
+	char allow[SANDBOX_ALLOW_MAX][SANDBOX_ALLOW_LEN];
+	int nallow;
+	char secrets[SANDBOX_SECRETS_MAX][SANDBOX_SECRET_LEN];
+	int nsecrets;
 };
 
 /* Names: 1-63 of [a-z0-9_.-], starting with a letter or digit. */
