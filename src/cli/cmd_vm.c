@@ -20,6 +20,7 @@
 static const char vm_usage[] =
 	"usage: kosa8 vm --kernel BZIMAGE [--initrd FILE] [--mem SIZE] [--cpus N]\n"
 	"                [--cmdline ARGS] [--emulate | --no-emulate]\n"
+	"       kosa8 vm --restore CHECKPOINT [--disk NEW.k8d] [--vsock PATH]\n"
 	"\n"
 	"Boots a Linux bzImage in a microVM with the console on this terminal.\n"
 	"  --kernel FILE   x86-64 Linux bzImage (e.g. the one 'make kernel' builds)\n"
@@ -34,6 +35,12 @@ static const char vm_usage[] =
 	"                  guest: connect, send 'CONNECT <port>') and PATH_<port>\n"
 	"                  (guest to host port)\n"
 	"  --cid N         the guest's vsock CID (default 3)\n"
+	"  --control PATH  unix socket taking one command a line: pause, resume,\n"
+	"                  status, stop, checkpoint DIR [NEWTOP] (see\n"
+	"                  docs/snapshot-format.md); answers 'ok ...' or 'error ...'\n"
+	"  --restore DIR   run from a checkpoint instead of booting a kernel (memory\n"
+	"                  and vCPUs come from it; --disk names a new delta created\n"
+	"                  over the checkpoint's disk)\n"
 	"  --emulate       run in a helper VM under software emulation (slow; for\n"
 	"                  hosts without /dev/kvm; automatic there, with a warning)\n"
 	"  --no-emulate    fail instead when /dev/kvm is missing\n"
@@ -54,6 +61,8 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		{"disk-ro", required_argument, NULL, 'D'},
 		{"vsock", required_argument, NULL, 'v'},
 		{"cid", required_argument, NULL, 'C'},
+		{"control", required_argument, NULL, 'x'},
+		{"restore", required_argument, NULL, 'r'},
 		{"emulate", no_argument, NULL, 'E'},
 		{"no-emulate", no_argument, NULL, 'N'},
 		{"help", no_argument, NULL, 'h'},
@@ -77,6 +86,8 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		case 'd': a->disk = optarg; a->disk_ro = false; break;
 		case 'D': a->disk = optarg; a->disk_ro = true; break;
 		case 'v': a->vsock = optarg; break;
+		case 'x': a->control = optarg; break;
+		case 'r': a->restore = optarg; break;
 		case 'C':
 			errno = 0;
 			a->cid = strtoull(optarg, &end, 10);
@@ -93,6 +104,7 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 				*why = "--mem takes a size such as 512M or 2G";
 				return -EINVAL;
 			}
+			a->mem_set = true;
 			break;
 		case 'c':
 			errno = 0;
@@ -102,6 +114,7 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 				return -EINVAL;
 			}
 			a->cpus = (int)n;
+			a->cpus_set = true;
 			break;
 		default:
 			*why = "unknown option or missing value (see 'kosa8 vm --help')";
@@ -112,7 +125,11 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		*why = "unexpected argument (see 'kosa8 vm --help')";
 		return -EINVAL;
 	}
-	if (!a->kernel) {
+	if (a->restore && (a->kernel || a->initrd || a->cmdline || a->mem_set || a->cpus_set)) {
+		*why = "--restore takes the kernel, memory and vCPUs from the checkpoint: leave out --kernel, --initrd, --cmdline, --mem and --cpus";
+		return -EINVAL;
+	}
+	if (!a->kernel && !a->restore) {
 		*why = "--kernel is required (build one with 'make kernel')";
 		return -EINVAL;
 	}
@@ -192,13 +209,36 @@ static int find_testbed(char *buf, size_t len)
 static int run_emulated(const struct vm_args *a)
 {
 	char testbed[PATH_MAX], self[PATH_MAX], kernel[PATH_MAX], initrd[PATH_MAX], disk[PATH_MAX];
-	char mem[32], cpus[16], cid[24];
-	const char *argv[24];
+	char restore[PATH_MAX], mem[32], cpus[16], cid[24];
+	const char *argv[32];
 	int n = 0;
 
 	if (find_testbed(testbed, sizeof(testbed)) < 0) {
 		fprintf(stderr, "kosa8: no /dev/kvm and the software-emulation helper (testbed/run) is not installed\n");
 		return VM_EXIT_ERROR;
+	}
+	if (a->restore) {
+		/* The checkpoint and a new disk delta are paths in the helper's view
+		 * of this host; the disk need not exist yet. */
+		if (!realpath("/proc/self/exe", self) || !realpath(a->restore, restore)) {
+			fprintf(stderr, "kosa8: %s: not found\n", a->restore);
+			return VM_EXIT_ERROR;
+		}
+		if (a->disk && a->disk[0] != '/' &&
+		    (!getcwd(kernel, sizeof(kernel)) ||
+		     snprintf(disk, sizeof(disk), "%s/%s", kernel, a->disk) >= (int)sizeof(disk))) {
+			fprintf(stderr, "kosa8: %s: path too long\n", a->disk);
+			return VM_EXIT_ERROR;
+		}
+		fprintf(stderr, "kosa8: warning: no /dev/kvm here; running in a helper VM under software emulation (slow)\n");
+		argv[n++] = testbed;
+		argv[n++] = "--";
+		argv[n++] = self;
+		argv[n++] = "vm";
+		argv[n++] = "--no-emulate";
+		argv[n++] = "--restore";
+		argv[n++] = restore;
+		goto common;
 	}
 	if (!realpath("/proc/self/exe", self) || !realpath(a->kernel, kernel) ||
 	    (a->initrd && !realpath(a->initrd, initrd)) || (a->disk && !realpath(a->disk, disk))) {
@@ -224,9 +264,14 @@ static int run_emulated(const struct vm_args *a)
 	argv[n++] = mem;
 	argv[n++] = "--cpus";
 	argv[n++] = cpus;
+common:
 	if (a->disk) {
 		argv[n++] = a->disk_ro ? "--disk-ro" : "--disk";
-		argv[n++] = disk;
+		argv[n++] = a->restore && a->disk[0] == '/' ? a->disk : disk;
+	}
+	if (a->control) {
+		argv[n++] = "--control";
+		argv[n++] = a->control;
 	}
 	if (a->vsock) {
 		/* The socket lives inside the helper VM: only commands run there reach it. */
@@ -280,8 +325,9 @@ int cmd_vm(int argc, char **argv)
 		.console_escape = isatty(STDIN_FILENO),
 		.disk_path = a.disk, .disk_read_only = a.disk_ro,
 		.vsock_uds = a.vsock, .vsock_cid = a.cid,
+		.restore_dir = a.restore, .control_path = a.control,
 	};
-	if (vm_check_config(&cfg, &why) < 0) {
+	if (!a.restore && vm_check_config(&cfg, &why) < 0) {
 		fprintf(stderr, "kosa8 vm: %s\n", why);
 		return VM_EXIT_ERROR;
 	}

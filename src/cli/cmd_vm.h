@@ -16,6 +16,9 @@ struct vm_args {
 	int cpus;
 	enum emulate_mode emulate;
 	bool help;
+	const char *restore;  /* --restore DIR: run from a checkpoint */
+	const char *control;  /* --control PATH: pause/resume/checkpoint socket */
+	bool mem_set, cpus_set;
 };
 
 /* Exit statuses of `kosa8 vm`, documented in its --help. */

@@ -26,5 +26,6 @@ int cmd_supervise(int argc, char **argv);
 int cmd_image(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
 int cmd_approvals(int argc, char **argv);
+int cmd_vmctl(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ static const struct command commands[] = {
 	{"logs", "a sandbox's console output", cmd_logs},
 	{"vm", "boot a kernel in a microVM (low level: --kernel, --initrd, ...)", cmd_vm},
 	{"disk", "create and inspect layered copy-on-write disks", cmd_disk},
+	{"vmctl", "send pause, resume or checkpoint to a VM's control socket (low level)", cmd_vmctl},
 	{"audit", "show, verify and prove the tamper-evident audit log", cmd_audit},
 	{"image", "build, list and remove Debian root filesystem images", cmd_image},
 	{"policy", "show a sandbox's egress policy, check HOST[:PORT] against it", cmd_policy},

@@ -195,7 +195,7 @@ static void serve_queue(struct virtio_blk *b, struct virtq_chain *c)
 	pthread_mutex_lock(&t->lock);
 	for (;;) {
 		uint64_t gen = b->generation;
-		int got = virtio_mmio_driver_ok(t) && q->ready ? virtq_pop(q, c) : 0;
+		int got = !b->paused && virtio_mmio_driver_ok(t) && q->ready ? virtq_pop(q, c) : 0;
 		uint32_t len;
 
 		if (got < 0)
@@ -314,6 +314,37 @@ void virtio_blk_drain(struct virtio_blk *b)
 	while (b->busy)
 		pthread_cond_wait(&b->idle, &b->mmio.lock);
 	pthread_mutex_unlock(&b->mmio.lock);
+}
+
+void virtio_blk_pause(struct virtio_blk *b)
+{
+	pthread_mutex_lock(&b->mmio.lock);
+	b->paused = true;
+	while (b->busy)
+		pthread_cond_wait(&b->idle, &b->mmio.lock);
+	pthread_mutex_unlock(&b->mmio.lock);
+}
+
+void virtio_blk_resume(struct virtio_blk *b)
+{
+	pthread_mutex_lock(&b->mmio.lock);
+	b->paused = false;
+	pthread_mutex_unlock(&b->mmio.lock);
+	kick(b); /* requests queued while paused */
+}
+
+void virtio_blk_save(struct virtio_blk *b, struct virtio_mmio_state *out)
+{
+	virtio_mmio_save(&b->mmio, out);
+}
+
+int virtio_blk_restore(struct virtio_blk *b, const struct virtio_mmio_state *in)
+{
+	int err = virtio_mmio_restore(&b->mmio, in);
+
+	if (!err)
+		kick(b);
+	return err;
 }
 
 void virtio_blk_destroy(struct virtio_blk *b)

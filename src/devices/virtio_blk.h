@@ -36,6 +36,7 @@ struct virtio_blk {
 	volatile int stopping;
 	uint64_t generation;    /* bumped by reset: in-flight results are dropped */
 	int busy;               /* the I/O thread is between pop and push */
+	bool paused;            /* checkpoint: take no new request */
 	pthread_cond_t idle;
 	struct virtio_blk_stats stats;
 };
@@ -49,5 +50,17 @@ void virtio_blk_destroy(struct virtio_blk *b);
 
 /* Waits until no request is in flight (for checkpoints and tests). */
 void virtio_blk_drain(struct virtio_blk *b);
+
+/* Checkpoint: once pause returns, the I/O thread has finished the request
+ * it was serving and takes no new one (requests the guest queued meanwhile
+ * stay in the ring, which is saved with guest memory) until resume.  Then
+ * neither guest memory nor the disk changes under a checkpoint. */
+void virtio_blk_pause(struct virtio_blk *b);
+void virtio_blk_resume(struct virtio_blk *b);
+/* The device's saved state is its transport's: capacity and serial come
+ * from the disk and the command line again. */
+void virtio_blk_save(struct virtio_blk *b, struct virtio_mmio_state *out);
+/* Loads it and serves whatever the restored ring holds. */
+int virtio_blk_restore(struct virtio_blk *b, const struct virtio_mmio_state *in);
 
 #endif

@@ -173,6 +173,11 @@ static int setup_vcpu(struct vm *vm, int id, const struct cpuid_leaf *supported,
 	if ((err = cpuid_filter(leaves, nleaves, id, vm->cfg.ncpus)) ||
 	    (err = accel_vcpu_set_cpuid(v->accel, leaves, nleaves)))
 		return err;
+	if (id == 0)
+		vm_cpu_fingerprint(leaves, nleaves, vm->cpu_fp);
+	/* A restored vCPU gets all of its state from the checkpoint. */
+	if (!bsp)
+		return 0;
 	if (accel_vcpu_set_msrs(v->accel, boot_msrs, ARRAY_SIZE(boot_msrs)) < 0)
 		log_warn("vCPU %d: some boot MSRs were refused; continuing", id);
 	if ((err = accel_vcpu_init_lapic(v->accel)))
@@ -317,12 +322,22 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 	vm->cfg = *cfg;
 	vm->stop_pipe[0] = vm->stop_pipe[1] = -1;
 	vm->mem.memfd = -1;
+	vm->control_fd = vm->control_client = -1;
+	pthread_mutex_init(&vm->pause_lock, NULL);
+	pthread_cond_init(&vm->pause_cond, NULL);
+	if (cfg->disk_path)
+		snprintf(vm->disk_top, sizeof(vm->disk_top), "%s", cfg->disk_path);
+	/* From a checkpoint, memory and vCPUs are the checkpoint's. */
+	if (cfg->restore_dir && (err = vm_restore_load(vm, why)))
+		goto fail;
+	cfg = &vm->cfg;
 	/* The kernel and initrd are read and checked once, by load_images(). */
 	if ((err = check_limits(cfg, why)))
-		return err;
+		goto fail;
 	if (pipe2(vm->stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
 		*why = "cannot create a pipe";
-		return -errno;
+		err = -errno;
+		goto fail;
 	}
 	if ((err = accel_open(&vm->accel, why)))
 		goto fail;
@@ -332,7 +347,14 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 		err = -EINVAL;
 		goto fail;
 	}
-	if ((err = guest_mem_create(&vm->mem, cfg->mem_size))) {
+	if (cfg->restore_dir) {
+		char path[4200];
+		snprintf(path, sizeof(path), "%s/%s", cfg->restore_dir, SNAP_MEMORY_FILE);
+		if ((err = guest_mem_open_file(&vm->mem, path, cfg->mem_size))) {
+			*why = "cannot map the checkpoint's memory file (missing, or not the size the checkpoint says)";
+			goto fail;
+		}
+	} else if ((err = guest_mem_create(&vm->mem, cfg->mem_size))) {
 		*why = "cannot allocate guest memory";
 		goto fail;
 	}
@@ -350,6 +372,10 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 	*why = "device set-up failed";
 	if ((err = setup_devices(vm, why)))
 		goto fail;
+	if (cfg->control_path && (err = vm_control_open(vm, cfg->control_path, why)))
+		goto fail;
+	if (cfg->restore_dir)
+		goto vcpus; /* ACPI tables, kernel and boot state are in the checkpoint */
 	err = acpi_build(vm->mem.base + BOOT_BIOS_START, BOOT_BIOS_START,
 			 BOOT_KERNEL_ADDR - BOOT_BIOS_START, cfg->ncpus, &rsdp);
 	if (err < 0) {
@@ -363,16 +389,19 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 	if ((err = load_images(vm, &bsp, rsdp, why)))
 		goto fail;
 	malloc_trim(0);
+vcpus:
 	if ((err = accel_supported_cpuid(vm->accel, supported, CPUID_MAX_LEAVES, &nleaves))) {
 		*why = "KVM would not report its CPUID";
 		goto fail;
 	}
 	for (int i = 0; i < cfg->ncpus; i++) {
-		if ((err = setup_vcpu(vm, i, supported, nleaves, &bsp))) {
+		if ((err = setup_vcpu(vm, i, supported, nleaves, cfg->restore_dir ? NULL : &bsp))) {
 			*why = "KVM could not set up a vCPU";
 			goto fail;
 		}
 	}
+	if (cfg->restore_dir && (err = vm_restore_state(vm, why)))
+		goto fail;
 	return 0;
 fail:
 	vm_destroy(vm);
@@ -406,6 +435,19 @@ static void vcpu_crash(struct vm_vcpu *v, const char *what, uint64_t code)
 	vm_request_stop(v->vm, VM_STOP_CRASH);
 }
 
+static void vcpu_park(struct vm_vcpu *v)
+{
+	struct vm *vm = v->vm;
+
+	pthread_mutex_lock(&vm->pause_lock);
+	vm->parked++;
+	pthread_cond_broadcast(&vm->pause_cond);
+	while (vm->pause_req && !vm_stopping(vm))
+		pthread_cond_wait(&vm->pause_cond, &vm->pause_lock);
+	vm->parked--;
+	pthread_mutex_unlock(&vm->pause_lock);
+}
+
 static void *vcpu_thread(void *arg)
 {
 	struct vm_vcpu *v = arg;
@@ -415,7 +457,12 @@ static void *vcpu_thread(void *arg)
 
 	memset(&e, 0, sizeof(e));
 	while (!vm_stopping(vm)) {
-		err = accel_vcpu_run(v->accel, &e);
+		/* Asked to pause: enter once more with immediate exit, which
+		 * completes the last exit's I/O without running guest code; the
+		 * vCPU parks when that returns as interrupted (a string I/O may
+		 * need more exits first, handled as usual). */
+		bool pausing = __atomic_load_n(&vm->pause_req, __ATOMIC_ACQUIRE);
+		err = pausing ? accel_vcpu_settle(v->accel, &e) : accel_vcpu_run(v->accel, &e);
 		if (err) {
 			vcpu_crash(v, "run failed", (uint64_t)-err);
 			break;
@@ -438,7 +485,10 @@ static void *vcpu_thread(void *arg)
 			vm_request_stop(vm, VM_STOP_POWEROFF);
 			break;
 		case VCPU_EXIT_HLT:
+			break;
 		case VCPU_EXIT_INTR:
+			if (pausing)
+				vcpu_park(v);
 			break;
 		case VCPU_EXIT_FAIL:
 			vcpu_crash(v, "the accelerator failed to run the guest", e.code);
@@ -516,9 +566,10 @@ enum vm_stop vm_run(struct vm *vm)
 
 	block_host_signals(&old);
 	for (int i = 0; i < vm->cfg.ncpus; i++) {
-		if (pthread_create(&vm->vcpus[i].thread, NULL, vcpu_thread, &vm->vcpus[i]) == 0)
+		if (pthread_create(&vm->vcpus[i].thread, NULL, vcpu_thread, &vm->vcpus[i]) == 0) {
 			vm->vcpus[i].started = 1;
-		else
+			vm->nrunning++;
+		} else
 			vm_request_stop(vm, VM_STOP_CRASH);
 	}
 	if (vm->cfg.console_in >= 0 &&
@@ -527,11 +578,20 @@ enum vm_stop vm_run(struct vm *vm)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 
 	while (!vm_stopping(vm)) {
-		struct pollfd pfd = {.fd = vm->stop_pipe[0], .events = POLLIN};
-		if (poll(&pfd, 1, -1) > 0)
+		struct pollfd pfd[3] = {{.fd = vm->stop_pipe[0], .events = POLLIN}};
+		int n = 1 + vm_control_pollfds(vm, pfd + 1);
+		if (poll(pfd, (nfds_t)n, -1) <= 0)
+			continue;
+		if (pfd[0].revents)
 			while (read(vm->stop_pipe[0], buf, sizeof(buf)) > 0)
 				;
+		vm_control_serve(vm, pfd + 1, n - 1);
 	}
+	/* Parked vCPUs wake up and see the stop. */
+	pthread_mutex_lock(&vm->pause_lock);
+	__atomic_store_n(&vm->pause_req, 0, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&vm->pause_cond);
+	pthread_mutex_unlock(&vm->pause_lock);
 	for (int i = 0; i < vm->cfg.ncpus; i++)
 		if (vm->vcpus[i].started)
 			accel_vcpu_kick(vm->vcpus[i].accel);
@@ -550,6 +610,10 @@ enum vm_stop vm_run(struct vm *vm)
 
 void vm_destroy(struct vm *vm)
 {
+	vm_control_close(vm);
+	free(vm->snap_buf);
+	vm->snap_buf = NULL;
+	snapshot_free(&vm->snap);
 	for (int i = 0; i < VM_MAX_VCPUS; i++) {
 		if (vm->vcpus[i].accel)
 			accel_vcpu_destroy(vm->vcpus[i].accel);

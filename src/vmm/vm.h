@@ -4,7 +4,9 @@
 #ifndef KOSA8_VM_H
 #define KOSA8_VM_H
 
+#include <poll.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "devices/acpi_pm.h"
@@ -16,6 +18,7 @@
 #include "vmm/accel.h"
 #include "vmm/bus.h"
 #include "vmm/guest_mem.h"
+#include "vmm/snapshot.h"
 
 #define VM_MAX_VCPUS 254 /* xAPIC ids 0..253, the IOAPIC takes the next one */
 #define VM_DEFAULT_CMDLINE "console=ttyS0 reboot=k panic=-1 pci=off nomodule"
@@ -50,6 +53,11 @@ struct vm_config {
 	bool disk_read_only;
 	const char *vsock_uds;     /* host side of virtio-vsock (unix socket path), or NULL */
 	uint64_t vsock_cid;        /* the guest's vsock address, 3 or more */
+	/* Restore: boot from this checkpoint directory instead of a kernel.
+	 * mem_size and ncpus then come from the checkpoint, and disk_path names
+	 * a new delta to create over the checkpoint's frozen disk. */
+	const char *restore_dir;
+	const char *control_path;  /* unix socket for pause/resume/checkpoint, or NULL */
 };
 
 struct vm_vcpu {
@@ -80,6 +88,21 @@ struct vm {
 	uint64_t crash_code;
 	pthread_t input_thread;
 	int input_started;
+	uint8_t cpu_fp[SNAP_FP_LEN];  /* hash of the CPUID the guest sees */
+	/* Pausing: vCPU threads park while pause_req is set (vm_checkpoint.c). */
+	pthread_mutex_t pause_lock;
+	pthread_cond_t pause_cond;
+	int pause_req;
+	int parked, nrunning;
+	int pause_depth;           /* nested vm_pause() calls; main thread only */
+	char disk_top[4096];       /* the writable delta now (moves at each checkpoint) */
+	/* Restore: the checkpoint being loaded, until vm_create returns. */
+	uint8_t *snap_buf;
+	struct snapshot snap;
+	/* Control socket (vm_control.c): one client at a time. */
+	int control_fd, control_client;
+	size_t control_len;
+	char control_buf[4096];
 };
 
 /* Builds the VM and loads the kernel.  On failure, why is a sentence for the
@@ -90,6 +113,34 @@ enum vm_stop vm_run(struct vm *vm);
 /* Async-signal-safe: asks the VM to stop with the given reason. */
 void vm_request_stop(struct vm *vm, enum vm_stop reason);
 void vm_destroy(struct vm *vm);
+
+/* Stops every vCPU (each completes its pending I/O first, so the saved
+ * state is consistent) and quiesces the devices; nests.  Main thread only.
+ * -ECANCELED when the VM is stopping instead. */
+int vm_pause(struct vm *vm);
+void vm_resume(struct vm *vm);
+bool vm_paused(const struct vm *vm);
+
+/* Writes a checkpoint to the directory dir (must not exist) while the VM
+ * is paused, and lets it go on.  The disk's top delta is frozen into the
+ * checkpoint and the VM continues on a new delta, new_top (NULL: next to
+ * the old top, named after dir).  msg gets one line for the user either
+ * way.  Main thread only. */
+int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg, size_t msglen);
+
+/* Restore steps, called by vm_create (vm_checkpoint.c): load and check the
+ * checkpoint, then, once devices and vCPUs exist, load their state. */
+int vm_restore_load(struct vm *vm, const char **why);
+int vm_restore_state(struct vm *vm, const char **why);
+/* SHA-256 over a CPUID set: what a checkpoint's CPU must match. */
+void vm_cpu_fingerprint(const struct cpuid_leaf *leaves, size_t n, uint8_t fp[SNAP_FP_LEN]);
+
+/* The control socket (vm_control.c), served by vm_run's main loop. */
+int vm_control_open(struct vm *vm, const char *path, const char **why);
+void vm_control_close(struct vm *vm);
+/* Fills up to 2 pollfds; returns how many. */
+int vm_control_pollfds(struct vm *vm, struct pollfd *pfd);
+void vm_control_serve(struct vm *vm, const struct pollfd *pfd, int n);
 
 /* Checks vCPUs, memory and the kernel and initrd files without touching
  * KVM, so that bad input is reported before any set-up (vm_create checks

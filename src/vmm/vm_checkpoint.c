@@ -1,0 +1,480 @@
+/* Pause, checkpoint and restore of a whole VM: vCPUs, in-kernel devices,
+ * the VMM's devices, the disk chain and guest memory (snapshot.h for the
+ * files, docs/snapshot-format.md for the format). */
+#include "vmm/vm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+void vm_cpu_fingerprint(const struct cpuid_leaf *leaves, size_t n, uint8_t fp[SNAP_FP_LEN])
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	unsigned int len = SNAP_FP_LEN;
+
+	memset(fp, 0, SNAP_FP_LEN);
+	if (!ctx)
+		return;
+	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	for (size_t i = 0; i < n; i++) {
+		/* Little-endian words, so the hash does not depend on struct padding. */
+		uint32_t w[7] = {leaves[i].function, leaves[i].index, leaves[i].flags,
+				 leaves[i].eax, leaves[i].ebx, leaves[i].ecx, leaves[i].edx};
+		uint8_t b[28];
+		for (int j = 0; j < 7; j++)
+			for (int k = 0; k < 4; k++)
+				b[j * 4 + k] = (uint8_t)(w[j] >> (8 * k));
+		EVP_DigestUpdate(ctx, b, sizeof(b));
+	}
+	EVP_DigestFinal_ex(ctx, fp, &len);
+	EVP_MD_CTX_free(ctx);
+}
+
+/* ---- pause ---- */
+
+static void devices_pause(struct vm *vm)
+{
+	if (vm->has_blk)
+		virtio_blk_pause(&vm->blk);
+	if (vm->has_vsock)
+		virtio_vsock_pause(&vm->vsock);
+}
+
+static void devices_resume(struct vm *vm)
+{
+	if (vm->has_vsock)
+		virtio_vsock_resume(&vm->vsock);
+	if (vm->has_blk)
+		virtio_blk_resume(&vm->blk);
+}
+
+static bool stopping(struct vm *vm)
+{
+	return __atomic_load_n(&vm->stop_reason, __ATOMIC_ACQUIRE) != VM_STOP_NONE;
+}
+
+int vm_pause(struct vm *vm)
+{
+	struct timespec deadline;
+
+	if (vm->pause_depth++ > 0)
+		return 0;
+	pthread_mutex_lock(&vm->pause_lock);
+	__atomic_store_n(&vm->pause_req, 1, __ATOMIC_RELEASE);
+	while (vm->parked < vm->nrunning && !stopping(vm)) {
+		/* Kicked again on every round: a vCPU between its check of
+		 * pause_req and KVM_RUN gets the immediate exit, one inside
+		 * KVM_RUN (halted guests too) the signal. */
+		for (int i = 0; i < vm->cfg.ncpus; i++)
+			if (vm->vcpus[i].started)
+				accel_vcpu_kick(vm->vcpus[i].accel);
+		clock_gettime(CLOCK_REALTIME, &deadline);
+		deadline.tv_nsec += 50 * 1000 * 1000;
+		if (deadline.tv_nsec >= 1000000000L) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&vm->pause_cond, &vm->pause_lock, &deadline);
+	}
+	pthread_mutex_unlock(&vm->pause_lock);
+	if (stopping(vm))
+		return -ECANCELED;
+	devices_pause(vm);
+	return 0;
+}
+
+void vm_resume(struct vm *vm)
+{
+	if (vm->pause_depth == 0 || --vm->pause_depth > 0)
+		return;
+	if (!stopping(vm))
+		devices_resume(vm);
+	pthread_mutex_lock(&vm->pause_lock);
+	__atomic_store_n(&vm->pause_req, 0, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&vm->pause_cond);
+	pthread_mutex_unlock(&vm->pause_lock);
+}
+
+bool vm_paused(const struct vm *vm) { return vm->pause_depth > 0; }
+
+/* ---- checkpoint ---- */
+
+static int save_accel(struct snap_writer *w, uint32_t base, uint32_t index,
+		      const struct accel_state *st)
+{
+	for (int i = 0; i < st->n; i++)
+		snap_writer_add(w, base | st->recs[i].tag, index, st->recs[i].data, st->recs[i].len);
+	return w->err;
+}
+
+static int save_cpus(struct vm *vm, struct snap_writer *w, const char **why)
+{
+	struct accel_state st;
+	int err;
+
+	for (int i = 0; i < vm->cfg.ncpus; i++) {
+		if ((err = accel_vcpu_save(vm->vcpus[i].accel, &st))) {
+			*why = "KVM would not give a vCPU's state";
+			return err;
+		}
+		err = save_accel(w, SNAP_SEC_VCPU, (uint32_t)i, &st);
+		accel_state_free(&st);
+		if (err)
+			return err;
+	}
+	if ((err = accel_vm_save(vm->accel, &st))) {
+		*why = "KVM would not give the interrupt controllers', PIT's or clock's state";
+		return err;
+	}
+	err = save_accel(w, SNAP_SEC_VM, 0, &st);
+	accel_state_free(&st);
+	return err;
+}
+
+static void save_devices(struct vm *vm, struct snap_writer *w)
+{
+	struct serial8250_state ser;
+	struct virtio_mmio_state ms;
+	struct virtio_vsock_state vs;
+
+	serial8250_save(&vm->serial, &ser);
+	snap_writer_add(w, SNAP_SEC_SERIAL, 0, &ser, sizeof(ser));
+	virtio_mmio_save(&vm->rng.mmio, &ms);
+	snap_writer_add(w, SNAP_SEC_RNG, 0, &ms, sizeof(ms));
+	if (vm->has_blk) {
+		virtio_blk_save(&vm->blk, &ms);
+		snap_writer_add(w, SNAP_SEC_BLK, 0, &ms, sizeof(ms));
+	}
+	if (vm->has_vsock) {
+		virtio_vsock_save(&vm->vsock, &vs);
+		snap_writer_add(w, SNAP_SEC_VSOCK, 0, &vs, sizeof(vs));
+	}
+}
+
+/* Records the chain (absolute paths, bottom first) whose top is frozen into
+ * the checkpoint, then freezes it and moves the VM onto new_top. */
+static int save_disk(struct vm *vm, struct snap_writer *w, const char *dir, const char *new_top,
+		     char *msg, size_t msglen)
+{
+	struct disk *d = vm->blk.disk;
+	char real[PATH_MAX], def_top[PATH_MAX], derr[DISK_ERR_LEN], *chain = NULL, *base;
+	size_t len = 0, cap = 0;
+	unsigned n = disk_layer_count(d);
+	int err = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		size_t l;
+		if (!realpath(disk_layer_path(d, i), real)) {
+			err = -errno;
+			snprintf(msg, msglen, "disk layer %.200s: %s", disk_layer_path(d, i), strerror(errno));
+			goto out;
+		}
+		l = strlen(real);
+		if (len + l + 2 > cap) {
+			char *nc = realloc(chain, cap = (len + l + 2) * 2);
+			if (!nc) {
+				err = -ENOMEM;
+				goto out;
+			}
+			chain = nc;
+		}
+		memcpy(chain + len, real, l);
+		len += l;
+		chain[len++] = '\n';
+	}
+	if (!new_top) {
+		/* Next to the old top, named after the checkpoint. */
+		char tmp[PATH_MAX], tmp2[PATH_MAX];
+		snprintf(tmp, sizeof(tmp), "%s", real);
+		snprintf(tmp2, sizeof(tmp2), "%s", dir);
+		base = basename(tmp2);
+		if (snprintf(def_top, sizeof(def_top), "%s/%s.k8d", dirname(tmp), base) >=
+		    (int)sizeof(def_top)) {
+			snprintf(msg, msglen, "the new disk delta's path would be too long");
+			err = -ENAMETOOLONG;
+			goto out;
+		}
+		new_top = def_top;
+	}
+	if (strlen(new_top) >= sizeof(vm->disk_top)) {
+		snprintf(msg, msglen, "the new disk delta's path is too long");
+		err = -ENAMETOOLONG;
+		goto out;
+	}
+	snap_writer_add(w, SNAP_SEC_DISK, 0, chain, len);
+	if ((err = disk_snapshot(d, new_top, derr, sizeof(derr)))) {
+		snprintf(msg, msglen, "disk: %.400s", derr);
+		goto out;
+	}
+	memcpy(vm->disk_top, new_top, strlen(new_top) + 1);
+out:
+	free(chain);
+	return err;
+}
+
+static int write_checkpoint(struct vm *vm, const char *tmp, const char *dir,
+			    const char *new_top, uint64_t *mem_bytes, char *msg, size_t msglen)
+{
+	struct snap_header h = {.version = SNAP_VERSION, .ncpus = (uint32_t)vm->cfg.ncpus,
+				.mem_size = vm->mem.size};
+	struct snap_memory_desc md = {.size = vm->mem.size, .page_size = 4096};
+	uint8_t mdb[SNAP_MEMORY_DESC_LEN];
+	struct snap_writer w;
+	char path[PATH_MAX + 16];
+	const char *why = NULL;
+	int err;
+
+	memcpy(h.cpu_fp, vm->cpu_fp, SNAP_FP_LEN);
+	snap_writer_init(&w, &h);
+	if ((err = save_cpus(vm, &w, &why))) {
+		snprintf(msg, msglen, "%s: %s", why ? why : "vCPU state", strerror(-err));
+		goto out;
+	}
+	save_devices(vm, &w);
+	if (vm->has_blk && (err = save_disk(vm, &w, dir, new_top, msg, msglen)))
+		goto out;
+	snprintf(path, sizeof(path), "%s/%s", tmp, SNAP_MEMORY_FILE);
+	if ((err = snapshot_write_memory(path, &vm->mem, &md.data_bytes))) {
+		snprintf(msg, msglen, "cannot write guest memory: %s", strerror(-err));
+		goto out;
+	}
+	*mem_bytes = md.data_bytes;
+	snap_memory_desc_encode(&md, mdb);
+	snap_writer_add(&w, SNAP_SEC_MEMORY, 0, mdb, sizeof(mdb));
+	if ((err = snap_writer_finish(&w))) {
+		snprintf(msg, msglen, "cannot build the state file: %s", strerror(-err));
+		goto out;
+	}
+	snprintf(path, sizeof(path), "%s/%s", tmp, SNAP_STATE_FILE);
+	if ((err = snapshot_write_new_file(path, w.buf, w.len)) || (err = snapshot_fsync_dir(tmp)))
+		snprintf(msg, msglen, "cannot write the state file: %s", strerror(-err));
+out:
+	snap_writer_free(&w);
+	return err;
+}
+
+static void remove_tmp(const char *tmp)
+{
+	char path[PATH_MAX + 16];
+
+	snprintf(path, sizeof(path), "%s/%s", tmp, SNAP_MEMORY_FILE);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/%s", tmp, SNAP_STATE_FILE);
+	unlink(path);
+	rmdir(tmp);
+}
+
+/* The checkpoint is built in "<dir>.tmp-<pid>" and renamed to dir only when
+ * complete and durable: a kill at any point leaves at most a temporary
+ * directory, never a checkpoint that looks whole and is not. */
+int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg, size_t msglen)
+{
+	char tmp[PATH_MAX], parent[PATH_MAX];
+	uint64_t t0 = now_us(), t_paused, t_done, mem_bytes = 0;
+	struct stat st;
+	int err;
+
+	if (strlen(dir) + 32 >= sizeof(tmp)) {
+		snprintf(msg, msglen, "checkpoint path is too long");
+		return -ENAMETOOLONG;
+	}
+	if (lstat(dir, &st) == 0) {
+		snprintf(msg, msglen, "%.300s exists already; a checkpoint needs a new directory", dir);
+		return -EEXIST;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.tmp-%d", dir, (int)getpid());
+	if (mkdir(tmp, 0700) < 0) {
+		err = -errno;
+		snprintf(msg, msglen, "cannot create %.300s: %s", tmp, strerror(errno));
+		return err;
+	}
+	if ((err = vm_pause(vm))) {
+		snprintf(msg, msglen, "the VM is stopping");
+		vm_resume(vm);
+		remove_tmp(tmp);
+		return err;
+	}
+	t_paused = now_us();
+	err = write_checkpoint(vm, tmp, dir, new_top, &mem_bytes, msg, msglen);
+	if (!err && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_NOREPLACE) < 0) {
+		err = -errno;
+		snprintf(msg, msglen, "cannot rename the checkpoint into place: %s", strerror(errno));
+	}
+	vm_resume(vm);
+	t_done = now_us();
+	if (err) {
+		remove_tmp(tmp);
+		return err;
+	}
+	snprintf(parent, sizeof(parent), "%s", dir);
+	snapshot_fsync_dir(dirname(parent));
+	snprintf(msg, msglen, "checkpoint %.300s memory_bytes=%llu paused_ms=%.1f total_ms=%.1f disk=%.300s",
+		 dir, (unsigned long long)mem_bytes, (double)(t_done - t_paused) / 1000.0,
+		 (double)(t_done - t0) / 1000.0, vm->has_blk ? vm->disk_top : "none");
+	return 0;
+}
+
+/* ---- restore ---- */
+
+static int restore_fail(struct vm *vm, const char **why, const char *what)
+{
+	snprintf(vm->err_buf, sizeof(vm->err_buf), "%s", what);
+	*why = vm->err_buf;
+	return -EINVAL;
+}
+
+/* A new writable delta at the path given for the disk, over the frozen top
+ * recorded in the checkpoint, so that every restore has its own. */
+static int restore_disk(struct vm *vm, const char **why)
+{
+	const struct snap_section *sec = snapshot_find(&vm->snap, SNAP_SEC_DISK, 0);
+	const char *paths[DISK_MAX_LAYERS];
+	char *storage, derr[DISK_ERR_LEN];
+	int n, err;
+
+	if (!sec && !vm->cfg.disk_path)
+		return 0;
+	if (!sec)
+		return restore_fail(vm, why, "this checkpoint has no disk; leave out --disk");
+	if (!vm->cfg.disk_path)
+		return restore_fail(vm, why,
+				    "this checkpoint has a disk: give --disk NEW.k8d (a new delta is created over the checkpoint's)");
+	storage = malloc((size_t)sec->len + 1);
+	if (!storage)
+		return -ENOMEM;
+	n = snapshot_disk_chain(sec, storage, (size_t)sec->len + 1, paths, DISK_MAX_LAYERS);
+	if (n <= 0) {
+		free(storage);
+		return restore_fail(vm, why, "checkpoint's disk chain is malformed");
+	}
+	err = disk_create(vm->cfg.disk_path, paths[n - 1], NULL, derr, sizeof(derr));
+	free(storage);
+	if (err) {
+		snprintf(vm->err_buf, sizeof(vm->err_buf), "disk: %.400s", derr);
+		*why = vm->err_buf;
+		return err;
+	}
+	vm->cfg.disk_read_only = false;
+	return 0;
+}
+
+int vm_restore_load(struct vm *vm, const char **why)
+{
+	char err[SNAP_ERR_LEN];
+	int rc;
+
+	rc = snapshot_load(vm->cfg.restore_dir, &vm->snap_buf, &vm->snap, err, sizeof(err));
+	if (rc) {
+		snprintf(vm->err_buf, sizeof(vm->err_buf), "%s", err);
+		*why = vm->err_buf;
+		return rc;
+	}
+	vm->cfg.mem_size = vm->snap.h.mem_size;
+	vm->cfg.ncpus = (int)vm->snap.h.ncpus;
+	if (!!snapshot_find(&vm->snap, SNAP_SEC_VSOCK, 0) != !!vm->cfg.vsock_uds)
+		return restore_fail(vm, why, vm->cfg.vsock_uds ?
+				    "this checkpoint has no vsock device; leave out --vsock" :
+				    "this checkpoint has a vsock device: give --vsock PATH");
+	return restore_disk(vm, why);
+}
+
+/* The sections of one vCPU (or of the VM) as an accelerator state set,
+ * pointing into the checkpoint buffer. */
+static void collect(const struct snapshot *s, uint32_t base, uint32_t index,
+		    struct accel_state *st)
+{
+	memset(st, 0, sizeof(*st));
+	for (uint32_t i = 0; i < s->nsections && st->n < ACCEL_MAX_RECS; i++) {
+		const struct snap_section *sec = &s->secs[i];
+		if ((sec->tag & 0xff00u) != base || sec->index != index)
+			continue;
+		st->recs[st->n++] = (struct accel_rec){
+			.tag = sec->tag & 0xffu, .len = sec->len, .data = (uint8_t *)sec->data};
+	}
+}
+
+/* A device record, copied out to an aligned struct of exactly its size. */
+static int device_rec(const struct snapshot *s, uint32_t tag, void *out, size_t len)
+{
+	const struct snap_section *sec = snapshot_find(s, tag, 0);
+
+	if (!sec || sec->len != len)
+		return -EINVAL;
+	memcpy(out, sec->data, len);
+	return 0;
+}
+
+static int restore_devices(struct vm *vm, const char **why)
+{
+	struct serial8250_state ser;
+	struct virtio_mmio_state ms;
+	struct virtio_vsock_state vs;
+
+	if (device_rec(&vm->snap, SNAP_SEC_SERIAL, &ser, sizeof(ser)) ||
+	    serial8250_restore(&vm->serial, &ser))
+		return restore_fail(vm, why, "checkpoint's serial port state is missing or invalid");
+	if (device_rec(&vm->snap, SNAP_SEC_RNG, &ms, sizeof(ms)) ||
+	    virtio_mmio_restore(&vm->rng.mmio, &ms))
+		return restore_fail(vm, why, "checkpoint's virtio-rng state is missing or invalid");
+	if (vm->has_blk && (device_rec(&vm->snap, SNAP_SEC_BLK, &ms, sizeof(ms)) ||
+			    virtio_blk_restore(&vm->blk, &ms)))
+		return restore_fail(vm, why, "checkpoint's virtio-blk state is missing or invalid");
+	/* Open connections are not in a checkpoint: the guest gets a
+	 * transport reset and connects again (virtio 1.2, 5.10.6.6). */
+	if (vm->has_vsock && (device_rec(&vm->snap, SNAP_SEC_VSOCK, &vs, sizeof(vs)) ||
+			      virtio_vsock_restore(&vm->vsock, &vs)))
+		return restore_fail(vm, why, "checkpoint's virtio-vsock state is missing or invalid");
+	return 0;
+}
+
+int vm_restore_state(struct vm *vm, const char **why)
+{
+	struct accel_state st;
+	const char *what = NULL;
+	int err;
+
+	if (memcmp(vm->cpu_fp, vm->snap.h.cpu_fp, SNAP_FP_LEN))
+		return restore_fail(vm, why,
+				    "checkpoint was taken on a CPU with other features (CPUID differs); it cannot run here");
+	for (int i = 0; i < vm->cfg.ncpus; i++) {
+		collect(&vm->snap, SNAP_SEC_VCPU, (uint32_t)i, &st);
+		if ((err = accel_vcpu_restore(vm->vcpus[i].accel, &st, &what))) {
+			snprintf(vm->err_buf, sizeof(vm->err_buf),
+				 "KVM refused vCPU %d's saved %s: %s", i, what ? what : "state", strerror(-err));
+			*why = vm->err_buf;
+			return err;
+		}
+	}
+	if ((err = restore_devices(vm, why)))
+		return err;
+	collect(&vm->snap, SNAP_SEC_VM, 0, &st);
+	if ((err = accel_vm_restore(vm->accel, &st, &what))) {
+		snprintf(vm->err_buf, sizeof(vm->err_buf), "KVM refused the saved %s: %s",
+			 what ? what : "VM state", strerror(-err));
+		*why = vm->err_buf;
+		return err;
+	}
+	free(vm->snap_buf);
+	vm->snap_buf = NULL;
+	snapshot_free(&vm->snap);
+	return 0;
+}

@@ -1,0 +1,211 @@
+/* The VMM's control socket: a unix stream socket that takes one command per
+ * line and answers one line, "ok ..." or "error ...":
+ *
+ *   pause                     stop the vCPUs and devices
+ *   resume                    let them run again
+ *   checkpoint DIR [NEWTOP]   write a checkpoint (vm_checkpoint)
+ *   status                    "ok running" or "ok paused"
+ *   stop                      end the VM as if stopped from the host
+ *
+ * Whoever can connect controls the VM, so the socket is created mode 0600
+ * and its directory is the caller's to protect (the supervisor keeps it in
+ * the sandbox's private state directory).  One client is served at a time;
+ * others wait in the listen backlog.  Lines are bounded: a longer one is
+ * answered with an error and the client dropped. */
+#include "vmm/vm.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+
+int vm_control_open(struct vm *vm, const char *path, const char **why)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	mode_t old;
+	int fd, err;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		*why = "--control path is too long for a unix socket (108 bytes)";
+		return -ENAMETOOLONG;
+	}
+	memcpy(sa.sun_path, path, strlen(path));
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		*why = "cannot create the control socket";
+		return -errno;
+	}
+	old = umask(0077);
+	err = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+	umask(old);
+	if (!err && listen(fd, 4) < 0)
+		err = -errno;
+	if (err) {
+		close(fd);
+		snprintf(vm->err_buf, sizeof(vm->err_buf), "cannot listen on the control socket %.300s: %s",
+			 path, strerror(-err));
+		*why = vm->err_buf;
+		return err;
+	}
+	vm->control_fd = fd;
+	return 0;
+}
+
+void vm_control_close(struct vm *vm)
+{
+	struct sockaddr_un sa;
+	socklen_t len = sizeof(sa);
+
+	if (vm->control_client >= 0)
+		close(vm->control_client);
+	vm->control_client = -1;
+	if (vm->control_fd >= 0) {
+		if (getsockname(vm->control_fd, (struct sockaddr *)&sa, &len) == 0 &&
+		    len > sizeof(sa.sun_family) && sa.sun_path[0])
+			unlink(sa.sun_path);
+		close(vm->control_fd);
+	}
+	vm->control_fd = -1;
+}
+
+int vm_control_pollfds(struct vm *vm, struct pollfd *pfd)
+{
+	if (vm->control_client >= 0) {
+		pfd[0] = (struct pollfd){.fd = vm->control_client, .events = POLLIN};
+		return 1;
+	}
+	if (vm->control_fd >= 0) {
+		pfd[0] = (struct pollfd){.fd = vm->control_fd, .events = POLLIN};
+		return 1;
+	}
+	return 0;
+}
+
+/* One answer line: "ok TEXT" or "error TEXT". */
+static void reply(struct vm *vm, const char *status, const char *text)
+{
+	char line[1024];
+	int n = snprintf(line, sizeof(line) - 1, "%s %s", status, text);
+
+	if (n < 0)
+		return;
+	if (n > (int)sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	/* A client that does not read its answers is its own problem: the
+	 * socket is blocking only for this short line. */
+	if (write_all(vm->control_client, line, (size_t)n) < 0)
+		log_warn("control: could not answer the client");
+}
+
+static void cmd_checkpoint(struct vm *vm, char *args)
+{
+	char msg[900];
+	char *dir = strtok(args, " "), *top = strtok(NULL, " ");
+
+	if (!dir || strtok(NULL, " ")) {
+		reply(vm, "error", "usage: checkpoint DIR [NEWTOP]");
+		return;
+	}
+	if (vm_checkpoint(vm, dir, top, msg, sizeof(msg)) == 0) {
+		log_info("%s", msg);
+		reply(vm, "ok", msg);
+	} else {
+		reply(vm, "error", msg);
+	}
+}
+
+static void run_command(struct vm *vm, char *line)
+{
+	size_t n = strlen(line);
+
+	if (n && line[n - 1] == '\r')
+		line[--n] = '\0';
+	if (!strcmp(line, "pause")) {
+		if (vm->pause_depth > 0)
+			reply(vm, "ok", "paused (already)");
+		else if (vm_pause(vm) == 0)
+			reply(vm, "ok", "paused");
+		else {
+			vm_resume(vm);
+			reply(vm, "error", "the VM is stopping");
+		}
+	} else if (!strcmp(line, "resume")) {
+		if (vm->pause_depth == 0) {
+			reply(vm, "ok", "running (was not paused)");
+		} else {
+			vm_resume(vm);
+			reply(vm, "ok", "running");
+		}
+	} else if (!strncmp(line, "checkpoint ", 11)) {
+		cmd_checkpoint(vm, line + 11);
+	} else if (!strcmp(line, "status")) {
+		reply(vm, "ok", vm->pause_depth ? "paused" : "running");
+	} else if (!strcmp(line, "stop")) {
+		reply(vm, "ok", "stopping");
+		vm_request_stop(vm, VM_STOP_HOST);
+	} else {
+		reply(vm, "error", "unknown command (pause, resume, checkpoint DIR [NEWTOP], status, stop)");
+	}
+}
+
+static void drop_client(struct vm *vm)
+{
+	close(vm->control_client);
+	vm->control_client = -1;
+	vm->control_len = 0;
+}
+
+static void read_client(struct vm *vm)
+{
+	ssize_t n;
+	char *nl;
+
+	n = read(vm->control_client, vm->control_buf + vm->control_len,
+		 sizeof(vm->control_buf) - 1 - vm->control_len);
+	if (n <= 0) {
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			return;
+		drop_client(vm);
+		return;
+	}
+	vm->control_len += (size_t)n;
+	vm->control_buf[vm->control_len] = '\0';
+	while ((nl = memchr(vm->control_buf, '\n', vm->control_len))) {
+		size_t used = (size_t)(nl - vm->control_buf) + 1;
+		*nl = '\0';
+		run_command(vm, vm->control_buf);
+		if (vm->control_client < 0)
+			return;
+		memmove(vm->control_buf, vm->control_buf + used, vm->control_len - used);
+		vm->control_len -= used;
+		vm->control_buf[vm->control_len] = '\0';
+	}
+	if (vm->control_len == sizeof(vm->control_buf) - 1) {
+		reply(vm, "error", "line too long");
+		drop_client(vm);
+	}
+}
+
+void vm_control_serve(struct vm *vm, const struct pollfd *pfd, int n)
+{
+	if (n < 1 || !pfd[0].revents)
+		return;
+	if (pfd[0].fd == vm->control_client) {
+		read_client(vm);
+		return;
+	}
+	if (pfd[0].fd == vm->control_fd) {
+		int c = accept4(vm->control_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (c >= 0) {
+			vm->control_client = c;
+			vm->control_len = 0;
+		}
+	}
+}
