@@ -9,12 +9,17 @@
 #include "supervisor/approvals.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
 
 #define WHO_MAX 64
 
@@ -44,6 +49,7 @@ struct approvals {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct policy *policy;
+	char *policy_file;      /* "allow always" appends here too; may be NULL */
 	int timeout_ms, once_ms;
 	uint64_t last_id;
 	struct request *waiting;
@@ -110,6 +116,19 @@ void approvals_set_audit(struct approvals *a, void (*audit)(void *arg, const cha
 	a->audit = audit;
 	a->audit_arg = arg;
 	pthread_mutex_unlock(&a->lock);
+}
+
+int approvals_set_policy_file(struct approvals *a, const char *path)
+{
+	char *copy = NULL;
+
+	if (path && !(copy = strdup(path)))
+		return -ENOMEM;
+	pthread_mutex_lock(&a->lock);
+	free(a->policy_file);
+	a->policy_file = copy;
+	pthread_mutex_unlock(&a->lock);
+	return 0;
 }
 
 void approvals_set_once_ms(struct approvals *a, int once_ms)
@@ -296,19 +315,47 @@ cJSON *approvals_list(struct approvals *a)
 	return arr;
 }
 
+/* Appends the rule to the sandbox's policy file, with a comment saying who
+ * approved it and when (the file is the user's: it must stay readable). */
+static void persist_rule(const struct approvals *a, const char *rule, uint64_t id, const char *who)
+{
+	char line[POLICY_NAME_MAX + WHO_MAX + 128], when[32];
+	time_t now = time(NULL);
+	struct tm tm;
+	int fd, err;
+
+	if (!a->policy_file)
+		return;
+	gmtime_r(&now, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	snprintf(line, sizeof(line), "%s\t# approval %llu by %s, %s\n", rule, (unsigned long long)id,
+		 who, when);
+	fd = open(a->policy_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	err = fd < 0 ? -errno : write_all(fd, line, strlen(line));
+	if (fd >= 0)
+		close(fd);
+	if (err)
+		log_warn("approvals: cannot add '%s' to %s: %s (it holds until the sandbox stops)", rule,
+			 a->policy_file, strerror(-err));
+}
+
 /* "allow always": an allow rule for exactly what was asked, named after
- * who gave it, added to the live policy. */
+ * who gave it, added to the live policy (and the sandbox's file). */
 static int add_rule(struct approvals *a, const struct request *r, const char *who)
 {
-	char text[POLICY_NAME_MAX + 32], origin[WHO_MAX + 48];
+	char rule[POLICY_NAME_MAX + 16], origin[WHO_MAX + 48];
 	struct policy_error pe;
+	int err;
 
 	if (r->port)
-		snprintf(text, sizeof(text), "allow %s:%u\n", r->name, r->port);
+		snprintf(rule, sizeof(rule), "allow %s:%u", r->name, r->port);
 	else
-		snprintf(text, sizeof(text), "allow %s\n", r->name);
+		snprintf(rule, sizeof(rule), "allow %s", r->name);
 	snprintf(origin, sizeof(origin), "approval %llu by %s", (unsigned long long)r->id, who);
-	return policy_add_text(a->policy, text, strlen(text), origin, &pe);
+	if ((err = policy_add_text(a->policy, rule, strlen(rule), origin, &pe)))
+		return err;
+	persist_rule(a, rule, r->id, who);
+	return 0;
 }
 
 int approvals_answer(struct approvals *a, uint64_t id, enum approval_answer ans, const char *who)
@@ -351,6 +398,7 @@ void approvals_free(struct approvals *a)
 		a->grants = g->next;
 		free(g);
 	}
+	free(a->policy_file);
 	pthread_cond_destroy(&a->cond);
 	pthread_mutex_destroy(&a->lock);
 	free(a);

@@ -50,6 +50,12 @@ int approvals_answer(struct approvals *a, uint64_t id, enum approval_answer ans,
 void approvals_set_audit(struct approvals *a, void (*audit)(void *arg, const char *type, cJSON *details),
 			 void *arg);
 
+/* Where "allow always" also writes its rule, so that it outlives the
+ * running sandbox: the sandbox's policy file (<state dir>/policy), appended
+ * to (created 0600 if missing).  NULL (the default): the live policy only.
+ * A failed write is logged; the rule still holds in the live policy. */
+int approvals_set_policy_file(struct approvals *a, const char *path);
+
 /* How long an "allow once" lets the name through (APPROVAL_ONCE_MS unless
  * set; tests set it short). */
 void approvals_set_once_ms(struct approvals *a, int once_ms);

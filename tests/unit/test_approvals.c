@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "common/util.h"
 #include "proxy/policy.h"
 #include "supervisor/approvals.h"
 #include "supervisor/control.h"
@@ -163,12 +164,17 @@ static void test_always_adds_rule(void **state)
 	struct approvals *a;
 	struct asker k;
 	cJSON *l;
-	char rule[160];
+	char rule[160], dir[] = "/tmp/k8-approvals-XXXXXX", path[64];
+	uint8_t *text;
+	size_t len;
 
 	assert_int_equal(policy_new(&p), 0);
 	assert_int_equal(policy_add_text(p, "ask *.npmjs.org\n", 16, "sandbox", NULL), 0);
 	assert_int_equal(policy_decide(p, "registry.npmjs.org", 443, NULL, 0), POLICY_ASK);
 	assert_int_equal(approvals_new(p, 10000, &a), 0);
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/policy", dir);
+	assert_int_equal(approvals_set_policy_file(a, path), 0);
 	start(&k, a, "dns", "registry.npmjs.org", 0);
 	l = wait_waiting(a, 1);
 	assert_int_equal(approvals_answer(a, first_id(l), APPROVAL_ALLOW_ALWAYS, "bob"), 0);
@@ -190,6 +196,20 @@ static void test_always_adds_rule(void **state)
 	assert_int_equal(policy_decide(p, "www.npmjs.org", 443, NULL, 0), POLICY_ASK);
 	approvals_free(a);
 	policy_free(p);
+	/* Both rules were written to the sandbox's file, which reads back. */
+	assert_int_equal(policy_new(&p), 0);
+	assert_int_equal(policy_add_file(p, path, NULL), 0);
+	assert_int_equal(policy_decide(p, "registry.npmjs.org", 443, rule, sizeof(rule)), POLICY_ALLOW);
+	assert_non_null(strstr(rule, "/policy:1)"));
+	assert_int_equal(policy_decide(p, "www.npmjs.org", 8443, rule, sizeof(rule)), POLICY_ALLOW);
+	assert_non_null(strstr(rule, "/policy:2)"));
+	assert_int_equal(policy_decide(p, "www.npmjs.org", 443, NULL, 0), POLICY_DENY);
+	policy_free(p);
+	assert_int_equal(read_file(path, 4096, &text, &len), 0);
+	assert_non_null(strstr((char *)text, "allow registry.npmjs.org\t# approval 1 by bob, 20"));
+	free(text);
+	unlink(path);
+	rmdir(dir);
 }
 
 static void test_deny_and_ask_again(void **state)
