@@ -181,7 +181,7 @@ static int verify(const char *path, int rounds)
 		double t0 = now(), c0 = cpu_seconds(), t1;
 		if (audit_snapshot_read(path, 1UL << 36, &s))
 			return 1;
-		if (audit_verify(s.log, s.log_len, s.heads, s.heads_len, pub, &r, NULL)) {
+		if (audit_snapshot_verify(&s, pub, &r, NULL)) {
 			fprintf(stderr, "verify failed: %s\n", r.what);
 			return 1;
 		}

@@ -12,7 +12,7 @@
 #include "audit/audit.h"
 #include "common/util.h"
 
-static int map_fd(int fd, size_t max, const uint8_t **p, size_t *len)
+static int map_fd(int fd, size_t max, bool populate, const uint8_t **p, size_t *len)
 {
 	struct stat st;
 	void *m;
@@ -27,34 +27,60 @@ static int map_fd(int fd, size_t max, const uint8_t **p, size_t *len)
 	*len = (size_t)st.st_size;
 	if (!st.st_size)
 		return 0;
-	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
 	if (m == MAP_FAILED)
 		return -errno;
 	*p = m;
 	return 0;
 }
 
+#define SCAN_BUF (1u << 20)
+
 /* End of the last whole record, by lengths alone; a tail that is not the
- * start of a record (damage, not a torn write) is kept: no writer cuts it. */
-static size_t complete_end(const uint8_t *p, size_t len, size_t *torn)
+ * start of a record (damage, not a torn write) is kept: no writer cuts it.
+ * The lengths are read through fd a MiB at a time: on a virtual machine
+ * with shadow page tables the first touch of each mapped page costs
+ * microseconds, more than reading it. */
+static int complete_end(int fd, const uint8_t *p, size_t len, size_t *end, size_t *torn)
 {
-	size_t off = AUDIT_HDR_LEN;
+	uint8_t *buf;
+	size_t off = AUDIT_HDR_LEN, b_off = 0, b_len = 0, want;
+	const uint8_t *h;
+	ssize_t n;
 	uint32_t l;
 
 	*torn = 0;
+	*end = len;
 	if (len <= AUDIT_HDR_LEN)
-		return len;
-	while (len - off >= 8 && !memcmp(p + off, AUDIT_REC_MAGIC, 4)) {
-		l = (uint32_t)p[off + 4] << 24 | (uint32_t)p[off + 5] << 16 |
-		    (uint32_t)p[off + 6] << 8 | p[off + 7];
+		return 0;
+	buf = malloc(SCAN_BUF);
+	if (!buf)
+		return -ENOMEM;
+	while (len - off >= 8) {
+		if (off < b_off || off + 8 > b_off + b_len) {
+			want = len - off < SCAN_BUF ? len - off : SCAN_BUF;
+			do
+				n = pread(fd, buf, want, (off_t)off);
+			while (n < 0 && errno == EINTR);
+			if (n < 8)
+				break; /* shrank under the lock: not kosa8; the mapping reads what is there */
+			b_off = off;
+			b_len = (size_t)n;
+		}
+		h = buf + (off - b_off);
+		if (memcmp(h, AUDIT_REC_MAGIC, 4))
+			break;
+		l = (uint32_t)h[4] << 24 | (uint32_t)h[5] << 16 | (uint32_t)h[6] << 8 | h[7];
 		if (l < AUDIT_REC_MIN || l > AUDIT_REC_MAX || l > len - off)
 			break;
 		off += l;
 	}
+	free(buf);
 	if (off == len || !audit_tail_is_torn(p + off, len - off))
-		return len;
+		return 0;
 	*torn = len - off;
-	return off;
+	*end = off;
+	return 0;
 }
 
 static size_t last_line_end(const uint8_t *p, size_t len)
@@ -81,7 +107,7 @@ int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot 
 			err = -errno;
 			goto out;
 		}
-	err = map_fd(fd, max, &s->log, &s->log_map);
+	err = map_fd(fd, max, false, &s->log, &s->log_map);
 	if (err)
 		goto out;
 	hfd = open(heads_path, O_RDONLY | O_CLOEXEC);
@@ -89,18 +115,32 @@ int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot 
 		err = -errno;
 		goto out;
 	}
-	err = hfd < 0 ? 0 : map_fd(hfd, max, &s->heads, &s->heads_map);
+	err = hfd < 0 ? 0 : map_fd(hfd, max, true, &s->heads, &s->heads_map);
+	if (!err)
+		err = complete_end(fd, s->log, s->log_map, &s->log_len, &s->torn_bytes);
 	if (err)
 		goto out;
-	s->log_len = complete_end(s->log, s->log_map, &s->torn_bytes);
 	s->heads_len = last_line_end(s->heads, s->heads_map);
+	flock(fd, LOCK_UN); /* the mappings and the descriptor stay */
+	s->have_fd = true;
+	s->log_fd = fd;
+	fd = -1;
 out:
 	if (hfd >= 0)
 		close(hfd);
-	close(fd); /* drops the lock; the mappings stay */
+	if (fd >= 0)
+		close(fd);
 	if (err)
 		audit_snapshot_free(s);
 	return err;
+}
+
+int audit_snapshot_verify(const struct audit_snapshot *s, const uint8_t pub[AUDIT_PUBKEY_LEN],
+			  struct audit_verify_result *res, merkle_hash **leaves)
+{
+	if (!s->have_fd)
+		return audit_verify(s->log, s->log_len, s->heads, s->heads_len, pub, res, leaves);
+	return audit_verify_fd(s->log_fd, s->log_len, s->heads, s->heads_len, pub, res, leaves);
 }
 
 void audit_snapshot_free(struct audit_snapshot *s)
@@ -109,6 +149,8 @@ void audit_snapshot_free(struct audit_snapshot *s)
 		munmap((void *)s->log, s->log_map);
 	if (s->heads)
 		munmap((void *)s->heads, s->heads_map);
+	if (s->have_fd)
+		close(s->log_fd);
 	memset(s, 0, sizeof(*s));
 }
 

@@ -4,11 +4,13 @@
 #ifndef KOSA8_AUDIT_BUNDLE_H
 #define KOSA8_AUDIT_BUNDLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "audit/format.h"
+#include "audit/verify.h"
 
 #define AUDIT_BUNDLE_MAGIC "KOSA8-AUDIT-BUNDLE 1\n"
 
@@ -19,17 +21,26 @@ struct audit_snapshot {
 	size_t heads_len;
 	size_t torn_bytes;    /* an incomplete last record left out */
 	size_t log_map, heads_map; /* mapped lengths */
+	bool have_fd;         /* log_fd is the log, open (unlocked) */
+	int log_fd;
 };
 
 /* Maps both files under a shared lock on the log, so that no writer is
  * half-way between its records and its head.  Still under the lock it finds
  * where the last complete record and head line end (a pass over record
- * lengths, no hashing) and leaves out an incomplete tail: that is all a
- * writer may ever cut, so once the lock is dropped, appends go on while the
- * caller reads the snapshot.  A missing heads file reads as empty; a missing
- * log is -ENOENT; a file bigger than max gives -EFBIG. */
+ * lengths, no hashing, reading the file rather than touching the mapping)
+ * and leaves out an incomplete tail: that is all a writer may ever cut, so
+ * once the lock is dropped, appends go on while the caller reads the
+ * snapshot.  The log's pages are mapped, not loaded: what is not touched
+ * costs nothing.  A missing heads file reads as empty; a missing log is
+ * -ENOENT; a file bigger than max gives -EFBIG. */
 int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot *s);
 void audit_snapshot_free(struct audit_snapshot *s);
+
+/* audit_verify() of the snapshot, reading the log through its descriptor
+ * (audit_verify_fd()). */
+int audit_snapshot_verify(const struct audit_snapshot *s, const uint8_t pub[AUDIT_PUBKEY_LEN],
+			  struct audit_verify_result *res, merkle_hash **leaves);
 
 /* Writes a bundle of s and pub to f.  0 or -EIO. */
 int audit_bundle_write(FILE *f, const struct audit_snapshot *s, const uint8_t pub[AUDIT_PUBKEY_LEN]);

@@ -25,6 +25,7 @@
  * u16 sandbox length, u16 actor length, u16 type length, u32 details length,
  * the four fields, then one '\n'. */
 #define AUDIT_REC_MAGIC "K8AR"
+#define AUDIT_REC_PREV_OFF 24     /* where the prev field starts */
 #define AUDIT_REC_FIXED 66        /* bytes before the variable fields */
 #define AUDIT_REC_MIN (AUDIT_REC_FIXED + 1 + 1 + 2 + 1) /* actor, type, "{}", newline */
 #define AUDIT_REC_MAX (1u << 20)  /* a whole record, bytes */

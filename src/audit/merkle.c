@@ -1,40 +1,22 @@
-/* OpenSSL 3 marks the one-shot SHA256_* calls deprecated in favour of EVP,
- * but EVP's per-call dispatch costs more than hashing a 65-byte node does;
- * verify hashes two small inputs per record, so it uses the direct calls
- * (same assembly, SHA-NI where the CPU has it). */
-#define OPENSSL_SUPPRESS_DEPRECATED 1
-
 #include "audit/merkle.h"
 
 #include <errno.h>
-#include <openssl/sha.h>
 #include <string.h>
+
+#include "audit/sha256.h"
 
 void merkle_leaf_hash(const uint8_t *leaf, size_t len, merkle_hash out)
 {
-	static const uint8_t prefix = 0x00;
-	SHA256_CTX c;
-
-	SHA256_Init(&c);
-	SHA256_Update(&c, &prefix, 1);
-	if (len)
-		SHA256_Update(&c, leaf, len);
-	SHA256_Final(out, &c);
+	audit_sha256_pre(0x00, leaf, len, out);
 }
 
 void merkle_node_hash(const merkle_hash left, const merkle_hash right, merkle_hash out)
 {
-	uint8_t buf[1 + 2 * AUDIT_HASH_LEN];
-	SHA256_CTX c;
+	uint8_t buf[2 * AUDIT_HASH_LEN];
 
-	buf[0] = 0x01;
-	memcpy(buf + 1, left, AUDIT_HASH_LEN);
-	memcpy(buf + 1 + AUDIT_HASH_LEN, right, AUDIT_HASH_LEN);
-	/* Not SHA256(): in OpenSSL 3 that one-shot fetches the algorithm
-	 * through EVP on every call, which costs more than the hash. */
-	SHA256_Init(&c);
-	SHA256_Update(&c, buf, sizeof(buf));
-	SHA256_Final(out, &c);
+	memcpy(buf, left, AUDIT_HASH_LEN);
+	memcpy(buf + AUDIT_HASH_LEN, right, AUDIT_HASH_LEN);
+	audit_sha256_pre(0x01, buf, sizeof(buf), out);
 }
 
 void merkle_frontier_init(struct merkle_frontier *f)
@@ -42,20 +24,27 @@ void merkle_frontier_init(struct merkle_frontier *f)
 	f->size = 0;
 }
 
-void merkle_frontier_add(struct merkle_frontier *f, const merkle_hash leaf_hash)
+void merkle_frontier_add_subtree(struct merkle_frontier *f, unsigned level,
+				 const merkle_hash root)
 {
 	merkle_hash carry;
-	unsigned k = 0;
+	unsigned k = level;
 
-	memcpy(carry, leaf_hash, AUDIT_HASH_LEN);
-	/* Like binary increment: every trailing 1 bit of size is a complete
-	 * subtree that merges with the carry into one twice its size. */
+	memcpy(carry, root, AUDIT_HASH_LEN);
+	/* Like binary addition of 2^level: every 1 bit of size from there up
+	 * is a complete subtree that merges with the carry into one twice its
+	 * size.  (size is a multiple of 2^level: nothing below to merge.) */
 	while (f->size >> k & 1) {
 		merkle_node_hash(f->sub[k], carry, carry);
 		k++;
 	}
 	memcpy(f->sub[k], carry, AUDIT_HASH_LEN);
-	f->size++;
+	f->size += 1ULL << level;
+}
+
+void merkle_frontier_add(struct merkle_frontier *f, const merkle_hash leaf_hash)
+{
+	merkle_frontier_add_subtree(f, 0, leaf_hash);
 }
 
 void merkle_frontier_root(const struct merkle_frontier *f, merkle_hash root)
@@ -64,9 +53,12 @@ void merkle_frontier_root(const struct merkle_frontier *f, merkle_hash root)
 	unsigned k;
 
 	if (f->size == 0) {
-		SHA256_CTX c;
-		SHA256_Init(&c);
-		SHA256_Final(root, &c);
+		/* SHA-256 of the empty string */
+		static const merkle_hash empty = {
+			0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4,
+			0xc8, 0x99, 0x6f, 0xb9, 0x24, 0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b,
+			0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52, 0xb8, 0x55};
+		memcpy(root, empty, AUDIT_HASH_LEN);
 		return;
 	}
 	/* The smallest subtree is the right-most; fold leftwards (RFC 9162's

@@ -28,6 +28,11 @@ struct merkle_frontier {
 
 void merkle_frontier_init(struct merkle_frontier *f);
 void merkle_frontier_add(struct merkle_frontier *f, const merkle_hash leaf_hash);
+/* Adds 2^level leaves at once, given the root of their complete subtree;
+ * f->size must be a multiple of 2^level (the subtree is then a node of the
+ * tree of the whole log). */
+void merkle_frontier_add_subtree(struct merkle_frontier *f, unsigned level,
+				 const merkle_hash root);
 void merkle_frontier_root(const struct merkle_frontier *f, merkle_hash root);
 
 /* MTH(D[0:n]) over leaf hashes. */

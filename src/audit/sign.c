@@ -249,22 +249,57 @@ int audit_head_sign(EVP_PKEY *key, struct audit_head *h)
 	return err;
 }
 
-int audit_head_verify(const uint8_t pub[AUDIT_PUBKEY_LEN], const struct audit_head *h)
+struct audit_head_checker {
+	EVP_PKEY *key;
+	EVP_MD_CTX *ctx;
+};
+
+int audit_head_checker_new(const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_head_checker **out)
+{
+	struct audit_head_checker *c = calloc(1, sizeof(*c));
+
+	*out = NULL;
+	if (!c)
+		return -ENOMEM;
+	c->key = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, NULL, pub, AUDIT_PUBKEY_LEN);
+	c->ctx = EVP_MD_CTX_new();
+	if (!c->key || !c->ctx) {
+		audit_head_checker_free(c);
+		return -ENOMEM;
+	}
+	*out = c;
+	return 0;
+}
+
+void audit_head_checker_free(struct audit_head_checker *c)
+{
+	if (!c)
+		return;
+	EVP_MD_CTX_free(c->ctx);
+	EVP_PKEY_free(c->key);
+	free(c);
+}
+
+int audit_head_check(struct audit_head_checker *c, const struct audit_head *h)
 {
 	uint8_t msg[AUDIT_HEAD_MSG_LEN];
-	EVP_PKEY *k = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, NULL, pub, AUDIT_PUBKEY_LEN);
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	int err = -ENOMEM;
 
-	if (!k || !ctx)
-		goto out;
 	audit_head_message(h, msg);
-	err = -EBADMSG;
-	if (EVP_DigestVerifyInit(ctx, NULL, NULL, NULL, k) == 1 &&
-	    EVP_DigestVerify(ctx, h->sig, AUDIT_SIG_LEN, msg, sizeof(msg)) == 1)
-		err = 0;
-out:
-	EVP_MD_CTX_free(ctx);
-	EVP_PKEY_free(k);
+	/* Pure Ed25519 is one-shot: every check starts with a fresh init. */
+	if (EVP_DigestVerifyInit(c->ctx, NULL, NULL, NULL, c->key) == 1 &&
+	    EVP_DigestVerify(c->ctx, h->sig, AUDIT_SIG_LEN, msg, sizeof(msg)) == 1)
+		return 0;
+	return -EBADMSG;
+}
+
+int audit_head_verify(const uint8_t pub[AUDIT_PUBKEY_LEN], const struct audit_head *h)
+{
+	struct audit_head_checker *c;
+	int err = audit_head_checker_new(pub, &c);
+
+	if (err)
+		return err;
+	err = audit_head_check(c, h);
+	audit_head_checker_free(c);
 	return err;
 }

@@ -62,10 +62,20 @@ int audit_heads_parse_all(const uint8_t *buf, size_t len, struct audit_head **he
 	return (int)n;
 }
 
+/* The log's bytes: all in memory (log), or read from fd a buffer at a time
+ * (log NULL).  Naming a problem may need records anywhere after it, so a
+ * streamed walk that meets one stops with -ESTALE and the caller walks
+ * again over a mapping. */
 struct vctx {
 	const uint8_t *log;
+	const uint8_t *hdr; /* the header's bytes (len >= AUDIT_HDR_LEN when streamed) */
 	size_t len;
+	int fd;
+	uint8_t *buf;
+	size_t buf_len;   /* bytes in buf */
+	uint64_t buf_off; /* log offset of buf[0] */
 	const uint8_t *pub;
+	struct prehash *ph;
 	struct audit_head *heads;
 	size_t nheads;
 	struct audit_verify_result *res;
@@ -164,7 +174,7 @@ static int check_head(struct vctx *c, size_t i, const struct merkle_frontier *f,
 	char who[80] = "";
 
 	c->res->bad_head = i;
-	if (audit_head_verify(c->pub, h)) {
+	if (prehash_head_sig(c->ph, i)) {
 		if (memcmp(h->pubkey, c->pub, AUDIT_PUBKEY_LEN))
 			snprintf(who, sizeof(who), " (it names another key)");
 		return fail(c, AUDIT_BAD_SIGNATURE, h->size ? h->size - 1 : 0, off,
@@ -212,7 +222,7 @@ static int check_header(struct vctx *c)
 
 	if (c->len == 0)
 		return 0;
-	r = audit_header_parse(c->log, c->len, &c->res->header);
+	r = audit_header_parse(c->hdr, c->len, &c->res->header);
 	if (r == -EAGAIN) {
 		c->res->torn_tail = true; /* a crash while the log was created */
 		return 0;
@@ -236,57 +246,146 @@ static int check_header(struct vctx *c)
 
 /* Heads of size pos cover the records before pos: checked once the record
  * at pos (if any) has shown whether its link to them holds, so that a
- * plain edit is named by the chain, exactly, before a root mismatch. */
-static int check_heads_at(struct vctx *c, size_t *hi, uint64_t pos,
-			  const struct merkle_frontier *f, uint64_t off)
+ * plain edit is named by the chain, exactly, before a root mismatch.  The
+ * tree of the first pos records is f (the records before the window)
+ * extended by the window's first pos - f->size records. */
+static int check_heads_at(struct vctx *c, size_t *hi, uint64_t pos, const struct merkle_frontier *f,
+			  const struct prehash_window *w, uint64_t off)
 {
+	struct merkle_frontier at;
 	int err;
 
+	if (*hi == c->nheads || c->heads[*hi].size != pos)
+		return 0;
+	at = *f;
+	prehash_extend(w, (size_t)(pos - f->size), &at);
 	for (; *hi < c->nheads && c->heads[*hi].size == pos; (*hi)++)
-		if ((err = check_head(c, *hi, f, off)))
+		if ((err = check_head(c, *hi, &at, off)))
 			return err;
 	return 0;
 }
 
-static int walk(struct vctx *c, bool want_leaves, struct prehash *ph)
+/* The records of one window, in order: sequence number and chain link of
+ * each, then the heads that end just before it.  Every record here is
+ * well-formed (the window ends before one that is not). */
+static int check_window(struct vctx *c, const struct prehash_window *w, const struct merkle_frontier *f,
+			merkle_hash prev, uint64_t *prev_off, size_t *hi, bool want_leaves)
+{
+	struct audit_record r;
+	uint64_t pos = w->first, off;
+	const uint8_t *p;
+	int err;
+
+	for (size_t i = 0; i < w->n; i++, pos++) {
+		off = w->off[i];
+		p = w->bytes + (off - w->base);
+		if (w->seq[i] != pos || memcmp(p + AUDIT_REC_PREV_OFF, prev, AUDIT_HASH_LEN)) {
+			if (!c->log)
+				return -ESTALE;
+			if (audit_record_parse(c->log + off, c->len - off, &r) > 0 &&
+			    (err = classify(c, &r, pos, off, *prev_off, prev)))
+				return err;
+		}
+		if ((err = check_heads_at(c, hi, pos, f, w, *prev_off)))
+			return err;
+		if (want_leaves && (err = keep_leaf(c, pos, w->leaf[i])))
+			return err;
+		memcpy(prev, w->leaf[i], AUDIT_HASH_LEN);
+		*prev_off = off;
+		c->res->records = pos + 1;
+		c->res->bytes = off + w->len[i];
+	}
+	return 0;
+}
+
+/* Read buffer: 4 MiB, room for the largest record a log may hold and a few
+ * windows of typical ones. */
+#define STREAM_BUF (4u << 20)
+
+/* The bytes from off on: in place, or from the read buffer, refilled from
+ * off when it holds fewer than `need` of them (the few bytes of a record cut
+ * by the buffer's end move down first). */
+static int bytes_at(struct vctx *c, uint64_t off, size_t need, const uint8_t **p, size_t *avail)
+{
+	size_t keep, want;
+	ssize_t n;
+
+	if (c->log) {
+		*p = c->log + off;
+		*avail = c->len - off;
+		return 0;
+	}
+	if (off < c->buf_off || off > c->buf_off + c->buf_len)
+		return -EINVAL;
+	keep = (size_t)(c->buf_off + c->buf_len - off);
+	if (keep < need && c->buf_off + c->buf_len < c->len) {
+		memmove(c->buf, c->buf + (off - c->buf_off), keep);
+		c->buf_off = off;
+		c->buf_len = keep;
+		want = c->len - off < STREAM_BUF ? (size_t)(c->len - off) : STREAM_BUF;
+		while (c->buf_len < want) {
+			n = pread(c->fd, c->buf + c->buf_len, want - c->buf_len,
+				  (off_t)(off + c->buf_len));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				return n < 0 ? -errno : -ESTALE; /* the file shrank: look again */
+			c->buf_len += (size_t)n;
+		}
+	}
+	*p = c->buf + (off - c->buf_off);
+	*avail = (size_t)(c->buf_off + c->buf_len - off);
+	return 0;
+}
+
+static int walk(struct vctx *c, bool want_leaves)
 {
 	struct merkle_frontier f;
+	struct prehash_window w = {0};
 	struct audit_record r;
-	merkle_hash prev = {0}, h;
-	uint64_t off = AUDIT_HDR_LEN, prev_off = 0, pos = 0;
-	size_t hi = 0;
+	merkle_hash prev = {0};
+	uint64_t off = AUDIT_HDR_LEN, prev_off = 0, pos;
+	const uint8_t *p = NULL;
+	size_t avail = 0, hi = 0;
 	int n, err;
 
 	merkle_frontier_init(&f);
-	for (;; pos++) {
-		n = off < c->len ? audit_record_parse(c->log + off, c->len - off, &r) : 0;
-		if (n < 0 && audit_tail_is_torn(c->log + off, c->len - off)) {
-			c->res->torn_tail = true;
-			c->res->torn_offset = off;
-			n = 0;
+	for (;;) {
+		/* A window ends where the buffer does; when not even one record
+		 * framed, read on from it (a record is at most AUDIT_REC_MAX). */
+		if ((err = bytes_at(c, off, 1, &p, &avail)))
+			return err;
+		prehash_fill(c->ph, p, avail, off, f.size, &w);
+		if (w.n == 0 && avail < AUDIT_REC_MAX && off + avail < c->len) {
+			if ((err = bytes_at(c, off, AUDIT_REC_MAX, &p, &avail)))
+				return err;
+			prehash_fill(c->ph, p, avail, off, f.size, &w);
 		}
-		if (n < 0)
-			return fail(c, AUDIT_MALFORMED, pos, off,
-				    "record %llu at offset %llu was edited: it is no longer a well-formed record",
-				    (unsigned long long)pos, (unsigned long long)off);
-		if (n > 0 && (r.seq != pos || memcmp(r.prev, prev, AUDIT_HASH_LEN)) &&
-		    (err = classify(c, &r, pos, off, prev_off, prev)))
-			return err;
-		if ((err = check_heads_at(c, &hi, pos, &f, prev_off)))
-			return err;
-		if (n == 0)
+		if (w.n == 0)
 			break;
-		if (!prehash_take(ph, c->log, c->len, off, h))
-			merkle_leaf_hash(r.raw, r.len, h);
-		merkle_frontier_add(&f, h);
-		if (want_leaves && (err = keep_leaf(c, pos, h)))
+		if ((err = check_window(c, &w, &f, prev, &prev_off, &hi, want_leaves)))
 			return err;
-		memcpy(prev, h, AUDIT_HASH_LEN);
-		prev_off = off;
-		off += (uint64_t)n;
-		c->res->records = pos + 1;
-		c->res->bytes = off;
+		off = w.off[w.n - 1] + w.len[w.n - 1];
+		prehash_extend(&w, w.n, &f);
 	}
+	/* off is the end of the log, or bytes that do not frame a record */
+	pos = f.size;
+	if (off < c->len && !c->log)
+		return -ESTALE;
+	n = off < c->len ? audit_record_parse(c->log + off, c->len - off, &r) : 0;
+	if (n < 0 && audit_tail_is_torn(c->log + off, c->len - off)) {
+		c->res->torn_tail = true;
+		c->res->torn_offset = off;
+		n = 0;
+	}
+	if (n < 0)
+		return fail(c, AUDIT_MALFORMED, pos, off,
+			    "record %llu at offset %llu was edited: it is no longer a well-formed record",
+			    (unsigned long long)pos, (unsigned long long)off);
+	w.n = 0;
+	w.first = pos;
+	if ((err = check_heads_at(c, &hi, pos, &f, &w, prev_off)))
+		return err;
 	merkle_frontier_root(&f, c->res->root);
 	c->res->unsigned_records = pos - c->last_good_head_size;
 	if (hi < c->nheads) {
@@ -300,42 +399,85 @@ static int walk(struct vctx *c, bool want_leaves, struct prehash *ph)
 	return 0;
 }
 
-int audit_verify(const uint8_t *log, size_t log_len, const uint8_t *heads, size_t heads_len,
-		 const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
-		 merkle_hash **leaves)
+/* Everything after the header checks.  Returns 0, -EBADMSG with res
+ * filled in, -ESTALE (streamed: walk again over a mapping), or another
+ * negative errno. */
+static int run(struct vctx *c, const uint8_t *heads, size_t heads_len, merkle_hash **leaves)
 {
-	struct vctx c = {.log = log, .len = log_len, .pub = pub, .res = res};
 	size_t bad = 0;
 	int n, err;
 
-	memset(res, 0, sizeof(*res));
-	n = audit_heads_parse_all(heads, heads_len, &c.heads, &bad);
+	memset(c->res, 0, sizeof(*c->res));
+	n = audit_heads_parse_all(heads, heads_len, &c->heads, &bad);
 	if (n == -EBADMSG) {
-		res->bad_head = bad;
-		return fail(&c, AUDIT_BAD_HEADS, 0, 0, "signed head #%zu is not a well-formed head line",
+		c->res->bad_head = bad;
+		return fail(c, AUDIT_BAD_HEADS, 0, 0, "signed head #%zu is not a well-formed head line",
 			    bad);
 	}
 	if (n < 0)
 		return n;
-	c.nheads = (size_t)n;
-	err = check_header(&c);
-	if (!err && log_len >= AUDIT_HDR_LEN) {
-		struct prehash *ph = NULL;
-		/* Without helpers (none wanted, or none could start) the walk
-		 * hashes every record itself. */
-		if (prehash_start(&ph, prehash_threads(log_len)))
-			ph = NULL;
-		err = walk(&c, leaves != NULL, ph);
-		prehash_stop(ph);
+	c->nheads = (size_t)n;
+	err = check_header(c);
+	if (!err && c->len >= AUDIT_HDR_LEN) {
+		err = prehash_start(&c->ph, prehash_threads(c->len), c->heads, c->nheads, c->pub);
+		if (!err)
+			err = walk(c, leaves != NULL);
+		prehash_stop(c->ph);
+		c->ph = NULL;
+	} else if (!err && c->nheads && c->heads[c->nheads - 1].size > 0) {
+		err = fail(c, AUDIT_TRUNCATED, 0, 0, "the log was truncated: it holds no records");
 	}
-	else if (!err && c.nheads && c.heads[c.nheads - 1].size > 0)
-		err = fail(&c, AUDIT_TRUNCATED, 0, 0, "the log was truncated: it holds no records");
 	if (!err && leaves) {
-		*leaves = c.leaves;
-		c.leaves = NULL;
+		*leaves = c->leaves;
+		c->leaves = NULL;
 	}
-	free(c.leaves);
-	free(c.heads);
+	free(c->leaves);
+	free(c->heads);
+	c->leaves = NULL;
+	c->heads = NULL;
+	c->leaves_cap = 0;
+	c->last_good_head_size = 0;
+	return err;
+}
+
+int audit_verify(const uint8_t *log, size_t log_len, const uint8_t *heads, size_t heads_len,
+		 const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
+		 merkle_hash **leaves)
+{
+	struct vctx c = {.log = log, .hdr = log, .len = log_len, .fd = -1, .pub = pub, .res = res};
+
+	return run(&c, heads, heads_len, leaves);
+}
+
+int audit_verify_fd(int fd, size_t log_len, const uint8_t *heads, size_t heads_len,
+		    const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
+		    merkle_hash **leaves)
+{
+	uint8_t hdr[AUDIT_HDR_LEN];
+	struct vctx c = {.hdr = hdr, .len = log_len, .fd = fd, .pub = pub, .res = res};
+	const uint8_t *log;
+	ssize_t n = log_len < AUDIT_HDR_LEN ? 0 : pread(fd, hdr, sizeof(hdr), 0);
+	int err = -ENOMEM;
+
+	/* The header is read on its own; the walk streams what follows. */
+	if (n == (ssize_t)sizeof(hdr) && (c.buf = malloc(STREAM_BUF))) {
+		c.buf_off = AUDIT_HDR_LEN;
+		err = run(&c, heads, heads_len, leaves);
+		free(c.buf);
+		if (err != -ESTALE)
+			return err;
+	}
+	/* A problem to name, a short log, or no memory for the buffer: the
+	 * whole log, mapped. */
+	if (log_len > 0) {
+		log = mmap(NULL, log_len, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (log == MAP_FAILED)
+			return -errno;
+	} else {
+		log = NULL;
+	}
+	err = audit_verify(log, log_len, heads, heads_len, pub, res, leaves);
+	audit_unmap(log, log_len);
 	return err;
 }
 
@@ -375,19 +517,24 @@ int audit_verify_files(const char *log_path, const char *heads_path,
 		       const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
 		       merkle_hash **leaves)
 {
-	const uint8_t *log = NULL, *heads = NULL;
-	size_t log_len = 0, heads_len = 0;
-	int err;
+	const uint8_t *heads = NULL;
+	size_t heads_len = 0;
+	struct stat st;
+	int fd, err;
 
-	err = audit_map_file(log_path, &log, &log_len);
-	if (err)
-		return err;
+	fd = open(log_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
 	err = audit_map_file(heads_path, &heads, &heads_len);
 	if (err == -ENOENT)
 		err = 0;
 	if (!err)
-		err = audit_verify(log, log_len, heads, heads_len, pub, res, leaves);
+		err = audit_verify_fd(fd, (size_t)st.st_size, heads, heads_len, pub, res, leaves);
 	audit_unmap(heads, heads_len);
-	audit_unmap(log, log_len);
+	close(fd);
 	return err;
 }

@@ -54,8 +54,16 @@ int audit_verify(const uint8_t *log, size_t log_len, const uint8_t *heads, size_
 		 const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
 		 merkle_hash **leaves);
 
-/* The same over files (mapped, not read); a missing heads file counts as
- * empty.  Other errors: negative errno. */
+/* The same over the first log_len bytes of the file fd, read a few MiB at a
+ * time (mapping a big file costs more than reading it on some virtual
+ * machines, and as much elsewhere); the file is mapped only to name a
+ * problem.  fd's offset is not used. */
+int audit_verify_fd(int fd, size_t log_len, const uint8_t *heads, size_t heads_len,
+		    const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
+		    merkle_hash **leaves);
+
+/* The same over files (the log read, the heads mapped); a missing heads file
+ * counts as empty.  Other errors: negative errno. */
 int audit_verify_files(const char *log_path, const char *heads_path,
 		       const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
 		       merkle_hash **leaves);

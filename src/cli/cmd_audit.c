@@ -387,11 +387,13 @@ static void print_fail(const struct audit_verify_result *r, const char *what)
 	printf("  %s\n", r->what);
 }
 
-static int verify_bytes(const uint8_t *log, size_t log_len, const uint8_t *heads,
-			size_t heads_len, const uint8_t *pub, const char *what)
+/* A snapshot (s) is read through its descriptor; a bundle's bytes (log) in place. */
+static int verify_bytes(const struct audit_snapshot *s, const uint8_t *log, size_t log_len,
+			const uint8_t *heads, size_t heads_len, const uint8_t *pub, const char *what)
 {
 	struct audit_verify_result r;
-	int err = audit_verify(log, log_len, heads, heads_len, pub, &r, NULL);
+	int err = s ? audit_snapshot_verify(s, pub, &r, NULL)
+		    : audit_verify(log, log_len, heads, heads_len, pub, &r, NULL);
 
 	if (err == -EBADMSG) {
 		print_fail(&r, what);
@@ -428,7 +430,7 @@ static int verify_bundle(const struct aopts *o)
 				"bundle, which proves only that the bundle is self-consistent\n");
 		memcpy(pub, b.pub, sizeof(pub));
 	}
-	rc = verify_bytes(b.log, b.log_len, b.heads, b.heads_len, pub, o->bundle);
+	rc = verify_bytes(NULL, b.log, b.log_len, b.heads, b.heads_len, pub, o->bundle);
 out:
 	free(buf);
 	return rc;
@@ -444,7 +446,7 @@ static int do_verify(struct aopts *o)
 		return verify_bundle(o);
 	if (trusted_key(o, pub) || load_snapshot(o, &s))
 		return 2;
-	rc = verify_bytes(s.log, s.log_len, s.heads, s.heads_len, pub, o->log);
+	rc = verify_bytes(&s, s.log, s.log_len, s.heads, s.heads_len, pub, o->log);
 	if (s.torn_bytes)
 		printf("  note: an incomplete last record (%zu bytes, an interrupted write, never "
 		       "acknowledged) was left out; the next writer cuts it\n", s.torn_bytes);
@@ -479,8 +481,7 @@ static int load_proved(const struct aopts *o, struct proved *p)
 	memset(p, 0, sizeof(*p));
 	if (trusted_key(o, p->pub) || load_snapshot(o, &p->s))
 		return 2;
-	err = audit_verify(p->s.log, p->s.log_len, p->s.heads, p->s.heads_len, p->pub, &p->r,
-			   &p->leaves);
+	err = audit_snapshot_verify(&p->s, p->pub, &p->r, &p->leaves);
 	if (err == -EBADMSG) {
 		print_fail(&p->r, o->log);
 		printf("  no proof from a log that fails verification\n");
