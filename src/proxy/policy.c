@@ -520,11 +520,17 @@ static enum policy_action decide_any_port(const struct policy *p, const char *na
 {
 	enum policy_action best = decide_port(p, name, nlen, 0, which);
 
+	/* A deny without a port closes every port. */
+	if (best == POLICY_DENY && *which >= 0 && !p->rules[*which].port)
+		return best;
 	for (size_t i = 0; i < p->nrules && best != POLICY_ALLOW; i++) {
 		const struct rule *r = &p->rules[i];
 		long w;
 		enum policy_action a;
-		if (!r->port || !rule_matches(r, name, nlen))
+		/* Only a port named by a rule more permissive than what we have
+		 * can do better (a port named only by denies is denied). */
+		if (!r->port || permissiveness(r->action) <= permissiveness(best) ||
+		    !rule_matches(r, name, nlen))
 			continue;
 		a = decide_port(p, name, nlen, r->port, &w);
 		if (permissiveness(a) > permissiveness(best)) {
