@@ -24,6 +24,7 @@ int cmd_cp(int argc, char **argv);
 int cmd_logs(int argc, char **argv);
 int cmd_supervise(int argc, char **argv);
 int cmd_image(int argc, char **argv);
+int cmd_secret(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
 int cmd_approvals(int argc, char **argv);
 int cmd_vmctl(int argc, char **argv);

@@ -20,6 +20,7 @@ static const struct command commands[] = {
 	{"vmctl", "send pause, resume or checkpoint to a VM's control socket (low level)", cmd_vmctl},
 	{"audit", "show, verify and prove the tamper-evident audit log", cmd_audit},
 	{"image", "build, list and remove Debian root filesystem images", cmd_image},
+	{"secret", "API keys the egress proxy adds for the guest (never in the VM)", cmd_secret},
 	{"policy", "show a sandbox's egress policy, check HOST[:PORT] against it", cmd_policy},
 	{"approvals", "list and answer network requests waiting for approval", cmd_approvals},
 };

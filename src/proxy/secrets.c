@@ -467,6 +467,10 @@ int secret_set_load(const char *const *names, size_t n, const char *state_dir,
 	int err = 0;
 
 	*out = NULL;
+	if (n > SECRET_SET_MAX) {
+		free(set);
+		return -E2BIG;
+	}
 	if (!set || (n && !(set->items = calloc(n, sizeof(*set->items))))) {
 		free(set);
 		return -ENOMEM;

@@ -25,6 +25,7 @@
 #define SECRET_HEADER_MAX 64
 #define SECRET_FORMAT_MAX 256
 #define SECRET_VALUE_MAX 8192
+#define SECRET_SET_MAX 64           /* secrets one sandbox may use */
 /* "k8s-placeholder-" NAME "-" 32 hex digits */
 #define SECRET_PLACEHOLDER_MAX (16 + SECRET_NAME_MAX + 1 + 32)
 
@@ -74,7 +75,7 @@ struct secret_set;
 /* Loads the named secrets (values included) and gives each its placeholder,
  * made on first use and kept in state_dir.  Any missing or unusable secret
  * fails the whole load (-ENOENT, -ENOKEY, ...): a sandbox does not start
- * with half its secrets. */
+ * with half its secrets.  At most SECRET_SET_MAX names (-E2BIG). */
 int secret_set_load(const char *const *names, size_t n, const char *state_dir,
 		    struct secret_set **out);
 void secret_set_free(struct secret_set *set);

@@ -1,0 +1,640 @@
+/* The egress proxy: one forwarded guest TCP connection, from its header to
+ * its audit record (egress.h; the rules are in docs/egress.md).
+ *
+ *   header  -> destination must be a synthetic IPv4 address (names.h)
+ *   name    -> policy: allow, deny, or ask a person
+ *   first bytes -> a TLS ClientHello whose SNI equals the name, or an
+ *              HTTP/1.x request whose Host equals the name; nothing else
+ *   upstream -> the host connects (public addresses only by default)
+ *   relay   -> both ways, poll, bounded buffers; plain HTTP has every
+ *              request head checked, not just the first
+ *
+ * Only TLS and HTTP are let through, on any port: an opaque protocol (SSH,
+ * SMTP, a raw socket) carries no name the proxy can hold to the policy, so
+ * a connection "to github.com:22" could be to anything behind that address.
+ * Protocols where the server speaks first therefore time out here. */
+#include "proxy/egress.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "proxy/proxy_int.h"
+#include "proxy/secrets.h"
+
+#define FIRST_BYTES_TIMEOUT_MS 15000   /* clients send their hello at once */
+#define CONNECT_TIMEOUT_MS 15000
+#define RELAY_BUF (64 * 1024)
+
+int egress_parse_header(const uint8_t *buf, size_t len, int *family, uint8_t addr[16],
+			uint16_t *port)
+{
+	size_t alen;
+
+	if (len < 8) {
+		/* Say no as soon as the bytes we have cannot start a header. */
+		if (memcmp(buf, EGRESS_HDR_MAGIC, len < 4 ? len : 4) ||
+		    (len > 4 && buf[4] != 4 && buf[4] != 6) || (len > 5 && buf[5] != 0))
+			return -EBADMSG;
+		return 0;
+	}
+	if (memcmp(buf, EGRESS_HDR_MAGIC, 4) || (buf[4] != 4 && buf[4] != 6) || buf[5] != 0)
+		return -EBADMSG;
+	alen = buf[4] == 4 ? 4 : 16;
+	if (len < 8 + alen)
+		return 0;
+	*family = buf[4];
+	*port = (uint16_t)(buf[6] << 8 | buf[7]);
+	memset(addr, 0, 16);
+	memcpy(addr, buf + 8, alen);
+	return (int)(8 + alen);
+}
+
+void egress_audit(const struct egress_ctx *ctx, const char *type, cJSON *details)
+{
+	if (ctx->audit && details)
+		ctx->audit(ctx->arg, type, details);
+	else
+		cJSON_Delete(details);
+}
+
+ssize_t egress_read_timed(int fd, void *buf, size_t len, int timeout_ms)
+{
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int r = poll(&p, 1, timeout_ms > 0 ? timeout_ms : -1);
+		ssize_t n;
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -ETIMEDOUT;
+		n = read(fd, buf, len);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		return n < 0 ? -errno : n;
+	}
+}
+
+static int min_timeout(const struct egress_ctx *ctx, int ms)
+{
+	return ctx->idle_timeout_ms > 0 && ctx->idle_timeout_ms < ms ? ctx->idle_timeout_ms : ms;
+}
+
+/* Reads exactly the header, never a byte of the stream after it. */
+static int read_header(struct egress_conn *c, int *family, uint8_t addr[16])
+{
+	uint8_t buf[EGRESS_HDR_MAX];
+	size_t got = 0, want = 8;
+	int r;
+
+	for (;;) {
+		ssize_t n = egress_read_timed(c->gfd, buf + got, want - got,
+					      min_timeout(c->ctx, FIRST_BYTES_TIMEOUT_MS));
+		if (n <= 0)
+			return n ? (int)n : -ECONNRESET;
+		got += (size_t)n;
+		if ((r = egress_parse_header(buf, got, family, addr, &c->port)) != 0)
+			return r < 0 ? r : 0;
+		if (got == want)
+			want = buf[4] == 4 ? 12 : 24;
+	}
+}
+
+static void addr_text(int family, const uint8_t addr[16], char *out, size_t len)
+{
+	if (!inet_ntop(family == 4 ? AF_INET : AF_INET6, addr, out, (socklen_t)len))
+		snprintf(out, len, "?");
+}
+
+/* The destination as a name: only a synthetic address has one. */
+static int map_name(struct egress_conn *c, int family, const uint8_t addr[16])
+{
+	uint32_t a;
+
+	if (family != 4) {
+		c->reason = "not a synthetic address";
+		return -EACCES;
+	}
+	memcpy(&a, addr, 4);
+	if (names_lookup(c->ctx->names, ntohl(a), c->name, sizeof(c->name))) {
+		c->reason = "not a synthetic address";
+		return -EACCES;
+	}
+	return 0;
+}
+
+static enum policy_action decide(struct egress_conn *c, char *rule, size_t rulelen, bool *asked)
+{
+	enum policy_action a = policy_decide(c->ctx->policy, c->name, c->port, rule, rulelen);
+
+	*asked = false;
+	if (a == POLICY_ASK) {
+		*asked = true;
+		a = c->ctx->ask ? c->ctx->ask(c->ctx->arg, "connect", c->name, c->port) : POLICY_DENY;
+	}
+	return a == POLICY_ALLOW ? POLICY_ALLOW : POLICY_DENY;
+}
+
+static bool same_name(const char *seen, const char *name)
+{
+	char norm[POLICY_NAME_MAX + 1];
+
+	return !policy_normalise_name(seen, norm, sizeof(norm)) && !strcmp(norm, name);
+}
+
+static int check_tls(struct egress_conn *c, int r, const struct tls_hello *h)
+{
+	if (r < 0) {
+		c->reason = r == -E2BIG ? "ClientHello too large" : "malformed ClientHello";
+		return -EACCES;
+	}
+	if (!h->has_sni) {
+		c->reason = "ClientHello without SNI";
+		return -EACCES;
+	}
+	snprintf(c->seen, sizeof(c->seen), "%s", h->sni);
+	/* With ECH the name that counts is encrypted to the server: the outer
+	 * SNI would say nothing about where the connection really goes. */
+	if (h->ech) {
+		c->reason = "encrypted ClientHello";
+		return -EACCES;
+	}
+	if (!same_name(h->sni, c->name)) {
+		c->reason = "SNI does not match the name";
+		return -EACCES;
+	}
+	return 0;
+}
+
+int egress_check_request(struct egress_conn *c, const uint8_t *buf, const struct http_head *h)
+{
+	const char *target = (const char *)buf + h->target.off;
+	char host[TLS_SNI_MAX + 1];
+
+	c->requests++;
+	if (h->method.len == 7 && !memcmp(buf + h->method.off, "CONNECT", 7)) {
+		c->reason = "CONNECT request";
+		return -EACCES;
+	}
+	/* An absolute-form target names its own host, which a server must
+	 * prefer to Host (RFC 9112 3.2.2): only origin-form is let through. */
+	if (target[0] != '/' && !(h->target.len == 1 && target[0] == '*')) {
+		c->reason = "request target not in origin form";
+		return -EACCES;
+	}
+	for (size_t i = 0; i < h->nfields; i++) {
+		if (http_field_is(buf, h, i, "upgrade")) {
+			c->reason = "protocol upgrade";
+			return -EACCES;
+		}
+	}
+	if (http_host_name(buf, h, host, sizeof(host))) {
+		c->reason = "request without a usable Host";
+		return -EACCES;
+	}
+	if (!c->seen[0])
+		snprintf(c->seen, sizeof(c->seen), "%s", host);
+	if (!same_name(host, c->name)) {
+		snprintf(c->seen, sizeof(c->seen), "%s", host);
+		c->reason = "Host does not match the name";
+		return -EACCES;
+	}
+	return 0;
+}
+
+static int check_http(struct egress_conn *c, int r, const struct http_head *h)
+{
+	if (r < 0) {
+		c->reason = r == -E2BIG ? "HTTP head too large" : "malformed HTTP request";
+		return -EACCES;
+	}
+	return egress_check_request(c, c->first, h);
+}
+
+/* Reads the guest's first bytes until they make a whole ClientHello or
+ * request head, and holds them to the name. */
+static int check_first_bytes(struct egress_conn *c)
+{
+	int timeout = min_timeout(c->ctx, FIRST_BYTES_TIMEOUT_MS);
+	struct tls_hello th;
+	struct http_head hh;
+	int r = 0;
+
+	while (r == 0) {
+		ssize_t n = egress_read_timed(c->gfd, c->first + c->first_len,
+					      sizeof(c->first) - c->first_len, timeout);
+		if (n <= 0) {
+			c->reason = n == -ETIMEDOUT ? "no TLS or HTTP from the client" : "client closed";
+			return n ? (int)n : -ECONNRESET;
+		}
+		c->first_len += (size_t)n;
+		if (c->first[0] == 0x16) {
+			c->proto = "tls";
+			if ((r = tls_hello_parse(c->first, c->first_len, &th)) != 0)
+				return check_tls(c, r, &th);
+		} else if ((c->first[0] >= 'A' && c->first[0] <= 'Z')) {
+			c->proto = "http";
+			if ((r = http_head_parse(c->first, c->first_len, false, &hh)) != 0)
+				return check_http(c, r, &hh);
+		} else {
+			c->reason = "neither TLS nor HTTP";
+			return -EACCES;
+		}
+		if (c->first_len == sizeof(c->first))
+			r = -E2BIG;
+	}
+	c->reason = "first bytes too large";
+	return -EACCES;
+}
+
+/* ---- upstream ---- */
+
+/* Addresses the host's default connector will not reach for a guest:
+ * a name that resolves to them (DNS rebinding, an /etc/hosts entry) would
+ * give the sandbox the host's own services or its private network. */
+static bool addr_public(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET) {
+		uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
+		uint8_t b0 = (uint8_t)(a >> 24), b1 = (uint8_t)(a >> 16);
+		return !(b0 == 0 || b0 == 10 || b0 == 127 || (b0 == 169 && b1 == 254) ||
+			 (b0 == 172 && (b1 & 0xf0) == 16) || (b0 == 192 && b1 == 168) ||
+			 (b0 == 100 && (b1 & 0xc0) == 64) || (b0 == 198 && (b1 & 0xfe) == 18) ||
+			 b0 >= 224);
+	}
+	if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		return !(IN6_IS_ADDR_LOOPBACK(a) || IN6_IS_ADDR_UNSPECIFIED(a) ||
+			 IN6_IS_ADDR_LINKLOCAL(a) || IN6_IS_ADDR_SITELOCAL(a) ||
+			 IN6_IS_ADDR_MULTICAST(a) || IN6_IS_ADDR_V4MAPPED(a) ||
+			 (a->s6_addr[0] & 0xfe) == 0xfc);
+	}
+	return false;
+}
+
+static int connect_timed(const struct addrinfo *ai)
+{
+	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+	struct pollfd p;
+	int err = 0, r;
+	socklen_t el = sizeof(err);
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) && errno != EINPROGRESS) {
+		err = -errno;
+		goto fail;
+	}
+	p = (struct pollfd){.fd = fd, .events = POLLOUT};
+	while ((r = poll(&p, 1, CONNECT_TIMEOUT_MS)) < 0 && errno == EINTR)
+		;
+	if (r <= 0) {
+		err = r ? -errno : -ETIMEDOUT;
+		goto fail;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) || err) {
+		err = err ? -err : -errno;
+		goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	return err;
+}
+
+static int connect_default(const char *name, uint16_t port)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_ADDRCONFIG}, *res, *ai;
+	char svc[8];
+	int fd = -EHOSTUNREACH, r;
+
+	snprintf(svc, sizeof(svc), "%u", port);
+	if ((r = getaddrinfo(name, svc, &hints, &res)))
+		return r == EAI_NONAME || r == EAI_NODATA ? -ENOENT : -EHOSTUNREACH;
+	for (ai = res; ai; ai = ai->ai_next) {
+		if (!addr_public(ai->ai_addr)) {
+			fd = -EACCES;
+			continue;
+		}
+		if ((fd = connect_timed(ai)) >= 0)
+			break;
+	}
+	freeaddrinfo(res);
+	return fd;
+}
+
+static int connect_upstream(struct egress_conn *c)
+{
+	const struct egress_ctx *ctx = c->ctx;
+	int fd = ctx->connect_upstream ? ctx->connect_upstream(ctx->arg, c->name, c->port)
+				       : connect_default(c->name, c->port);
+
+	if (fd < 0) {
+		c->reason = fd == -EACCES ? "name resolves to a non-public address"
+					  : "upstream connection failed";
+		return fd;
+	}
+	c->ufd = fd;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
+	return 0;
+}
+
+/* ---- relay ---- */
+
+/* One direction: bytes read from one side wait here for the other.  For a
+ * plain HTTP guest, `checked` marks how far the request stream has been
+ * vetted: only bytes before it are written. */
+struct pipe {
+	uint8_t *buf;
+	size_t start, end, checked;
+	bool eof, shut;
+	bool filter;                    /* guest -> upstream of plain HTTP */
+	enum http_body body;
+	uint64_t body_left;
+	struct http_chunked chunked;
+};
+
+/* Vets what arrived: each request head (Host, target) whole before any of
+ * it is passed on, bodies counted so the next head is found. */
+static int filter_requests(struct egress_conn *c, struct pipe *p)
+{
+	while (p->checked < p->end) {
+		uint8_t *at = p->buf + p->checked;
+		size_t avail = p->end - p->checked;
+		struct http_head h;
+		int r;
+
+		if (p->body == HTTP_BODY_LENGTH) {
+			size_t n = avail < p->body_left ? avail : (size_t)p->body_left;
+			p->checked += n;
+			if (!(p->body_left -= n))
+				p->body = HTTP_BODY_NONE;
+			continue;
+		}
+		if (p->body == HTTP_BODY_CHUNKED) {
+			long n = http_chunked_feed(&p->chunked, at, avail, NULL, NULL);
+			if (n < 0) {
+				c->reason = "malformed chunked request body";
+				return -EACCES;
+			}
+			p->checked += (size_t)n;
+			if (p->chunked.done)
+				p->body = HTTP_BODY_NONE;
+			continue;
+		}
+		if ((r = http_head_parse(at, avail, false, &h)) == 0)
+			return 0;
+		if (r < 0 || egress_check_request(c, at, &h) ||
+		    http_body_framing(at, &h, false, &p->body, &p->body_left)) {
+			if (!c->reason)
+				c->reason = "malformed HTTP request";
+			return -EACCES;
+		}
+		memset(&p->chunked, 0, sizeof(p->chunked));
+		if (p->body == HTTP_BODY_LENGTH && !p->body_left)
+			p->body = HTTP_BODY_NONE;
+		p->checked += (size_t)r;
+	}
+	return 0;
+}
+
+static size_t writable(const struct pipe *p)
+{
+	return (p->filter ? p->checked : p->end) - p->start;
+}
+
+/* Room to read into; an unvetted head is kept whole by moving the
+ * buffer's content to its front. */
+static size_t room(struct pipe *p)
+{
+	if (p->start == p->end) {
+		p->start = p->end = p->checked = 0;
+	} else if (p->start > 0 && RELAY_BUF - p->end < HTTP_HEAD_MAX) {
+		memmove(p->buf, p->buf + p->start, p->end - p->start);
+		p->end -= p->start;
+		p->checked -= p->start;
+		p->start = 0;
+	}
+	return RELAY_BUF - p->end;
+}
+
+static int pipe_read(struct egress_conn *c, int fd, struct pipe *p)
+{
+	ssize_t n = read(fd, p->buf + p->end, room(p));
+
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	if (n == 0) {
+		p->eof = true;
+		if (p->filter && (p->body != HTTP_BODY_NONE || p->checked != p->end)) {
+			c->reason = "client closed inside a request";
+			return -EACCES;
+		}
+		return 0;
+	}
+	p->end += (size_t)n;
+	return p->filter ? filter_requests(c, p) : 0;
+}
+
+static int pipe_write(int fd, struct pipe *p, uint64_t *count)
+{
+	ssize_t n = send(fd, p->buf + p->start, writable(p), MSG_NOSIGNAL);
+
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	p->start += (size_t)n;
+	*count += (uint64_t)n;
+	return 0;
+}
+
+/* After EOF on one side and its bytes flushed, pass the half-close on. */
+static void pipe_shut(struct pipe *p, int to)
+{
+	if (p->eof && !p->shut && p->start == p->end) {
+		shutdown(to, SHUT_WR);
+		p->shut = true;
+	}
+}
+
+static int relay_loop(struct egress_conn *c, struct pipe *up, struct pipe *down)
+{
+	int timeout = c->ctx->idle_timeout_ms > 0 ? c->ctx->idle_timeout_ms : -1;
+	int err = 0;
+
+	while (!err && !(up->shut && down->shut)) {
+		struct pollfd p[2] = {{.fd = c->gfd}, {.fd = c->ufd}};
+		int r;
+
+		/* Back-pressure: read a side only while its buffer has room. */
+		if (!up->eof && room(up))
+			p[0].events |= POLLIN;
+		if (!down->eof && room(down))
+			p[1].events |= POLLIN;
+		if (writable(up))
+			p[1].events |= POLLOUT;
+		if (writable(down))
+			p[0].events |= POLLOUT;
+		/* A side we want nothing from is left out, so that its
+		 * POLLHUP cannot spin the loop. */
+		for (int i = 0; i < 2; i++)
+			p[i].fd = p[i].events ? p[i].fd : -1;
+		if ((r = poll(p, 2, timeout)) < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			c->reason = r ? "poll failed" : "idle timeout";
+			return r ? -errno : -ETIMEDOUT;
+		}
+		if (p[0].revents & (POLLIN | POLLHUP | POLLERR) && !up->eof)
+			err = pipe_read(c, c->gfd, up);
+		if (!err && p[1].revents & (POLLIN | POLLHUP | POLLERR) && !down->eof)
+			err = pipe_read(c, c->ufd, down);
+		if (!err && p[1].revents & POLLOUT)
+			err = pipe_write(c->ufd, up, &c->bytes_up);
+		if (!err && p[0].revents & POLLOUT)
+			err = pipe_write(c->gfd, down, &c->bytes_down);
+		pipe_shut(up, c->ufd);
+		pipe_shut(down, c->gfd);
+	}
+	return err;
+}
+
+static int relay(struct egress_conn *c)
+{
+	struct pipe up = {.filter = !strcmp(c->proto, "http")}, down = {0};
+	int err = -ENOMEM;
+
+	fcntl(c->gfd, F_SETFL, fcntl(c->gfd, F_GETFL) | O_NONBLOCK);
+	fcntl(c->ufd, F_SETFL, fcntl(c->ufd, F_GETFL) | O_NONBLOCK);
+	if ((up.buf = malloc(RELAY_BUF)) && (down.buf = malloc(RELAY_BUF))) {
+		/* The bytes read for the checks go first (and plain HTTP heads
+		 * are vetted again by the same filter as every later one). */
+		memcpy(up.buf, c->first, c->first_len);
+		up.end = c->first_len;
+		err = up.filter ? filter_requests(c, &up) : 0;
+		if (!err)
+			err = relay_loop(c, &up, &down);
+	}
+	free(up.buf);
+	free(down.buf);
+	return err;
+}
+
+/* ---- the whole connection ---- */
+
+static long ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+static void audit_conn(struct egress_conn *c, const char *decision, const char *rule,
+		       bool asked, const char *addr, const struct timespec *t0)
+{
+	cJSON *d = cJSON_CreateObject();
+
+	if (!d)
+		return;
+	if (c->name[0])
+		cJSON_AddStringToObject(d, "name", c->name);
+	else
+		cJSON_AddStringToObject(d, "address", addr);
+	cJSON_AddNumberToObject(d, "port", c->port);
+	cJSON_AddStringToObject(d, "decision", decision);
+	if (rule && rule[0])
+		cJSON_AddStringToObject(d, "rule", rule);
+	if (asked)
+		cJSON_AddBoolToObject(d, "asked", true);
+	if (c->proto)
+		cJSON_AddStringToObject(d, "protocol", c->proto);
+	if (c->seen[0])
+		cJSON_AddStringToObject(d, c->proto && !strcmp(c->proto, "tls") ? "sni" : "host", c->seen);
+	if (c->reason)
+		cJSON_AddStringToObject(d, "reason", c->reason);
+	cJSON_AddBoolToObject(d, "intercepted", c->intercepted);
+	if (c->requests)
+		cJSON_AddNumberToObject(d, "requests", c->requests);
+	cJSON_AddNumberToObject(d, "bytes_up", (double)c->bytes_up);
+	cJSON_AddNumberToObject(d, "bytes_down", (double)c->bytes_down);
+	cJSON_AddNumberToObject(d, "duration_ms", (double)ms_since(t0));
+	egress_audit(c->ctx, "net.connect", d);
+}
+
+/* Decision, checks, upstream and relay.  *decision is what the audit says. */
+static int serve(struct egress_conn *c, const char **decision, char *rule, size_t rulelen,
+		 bool *asked, char *addrbuf, size_t addrlen)
+{
+	uint8_t addr[16];
+	int family = 0, err;
+
+	if ((err = read_header(c, &family, addr))) {
+		c->reason = "bad connection header";
+		return err;
+	}
+	addr_text(family, addr, addrbuf, addrlen);
+	if ((err = map_name(c, family, addr)))
+		return err;
+	if (decide(c, rule, rulelen, asked) != POLICY_ALLOW) {
+		c->reason = *asked ? "not approved" : "policy";
+		return -EACCES;
+	}
+	*decision = "allow";
+	if ((err = check_first_bytes(c)))
+		return err;
+	if ((err = connect_upstream(c)))
+		return err;
+	/* Secrets go only over TLS, and only to the hosts they are bound to;
+	 * every other connection is relayed untouched. */
+	if (!strcmp(c->proto, "tls") && c->ctx->secrets && secret_set_binds(c->ctx->secrets, c->name)) {
+		c->intercepted = true;
+		return egress_intercept(c);
+	}
+	return relay(c);
+}
+
+int egress_connect_serve(const struct egress_ctx *ctx, int fd)
+{
+	struct egress_conn *c = calloc(1, sizeof(*c));
+	char rule[POLICY_NAME_MAX + 300] = "", addr[INET6_ADDRSTRLEN] = "";
+	const char *decision = "deny";
+	struct timespec t0;
+	bool asked = false;
+	int err;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (!c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	c->ctx = ctx;
+	c->gfd = fd;
+	c->ufd = -1;
+	err = serve(c, &decision, rule, sizeof(rule), &asked, addr, sizeof(addr));
+	/* An allowed name whose checks failed is a refusal too. */
+	if (err == -EACCES)
+		decision = "deny";
+	else if (err && !c->reason)
+		c->reason = "connection error";
+	audit_conn(c, decision, rule, asked, addr, &t0);
+	if (c->ufd >= 0)
+		close(c->ufd);
+	close(fd);
+	free(c);
+	return err;
+}

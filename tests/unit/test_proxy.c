@@ -1,0 +1,728 @@
+/* The egress proxy end to end on loopback, with real clients and servers:
+ *
+ *   curl --resolve NAME:P:127.0.0.1  ->  forwarder (127.0.0.1:P; plays the
+ *   guest agent: writes the K8E1 header for the destination the test
+ *   chose, then the stream)  ->  egress_connect_serve  ->  connect_upstream
+ *   (maps every test name to a local Python server)  ->  HTTP / HTTPS echo
+ *   servers with a test CA made here with the openssl CLI, and one HTTPS
+ *   server whose certificate nothing trusts.
+ *
+ * The servers log what they received (tmp/requests.log): that is how the
+ * test sees what reached "upstream", secrets included. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "common/util.h"
+#include "proxy/ca.h"
+#include "proxy/egress.h"
+#include "proxy/secrets.h"
+
+#define API "api.test.example"
+#define OTHER "other.test.example"
+#define BAD "bad.test.example"
+#define DENIED "denied.test.example"
+#define ASKED "ask.test.example"
+#define TOKEN_VALUE "sk-live-REAL-0123456789abcdef"
+#define HDR_VALUE "hdr-REAL-secret-42"
+
+static const char server_py[] =
+	"import http.server, ssl, sys, threading, json, os\n"
+	"log = open(sys.argv[1], 'a')\n"
+	"class H(http.server.BaseHTTPRequestHandler):\n"
+	"    protocol_version = 'HTTP/1.1'\n"
+	"    def log_message(self, *a): pass\n"
+	"    def body(self):\n"
+	"        if self.headers.get('Transfer-Encoding', '') == 'chunked':\n"
+	"            out = b''\n"
+	"            while True:\n"
+	"                n = int(self.rfile.readline().split(b';')[0], 16)\n"
+	"                if n == 0:\n"
+	"                    while self.rfile.readline() not in (b'\\r\\n', b''): pass\n"
+	"                    return out\n"
+	"                out += self.rfile.read(n); self.rfile.readline()\n"
+	"        return self.rfile.read(int(self.headers.get('Content-Length', 0)))\n"
+	"    def handle_one(self):\n"
+	"        b = self.body()\n"
+	"        text = self.requestline + '\\n' + str(self.headers) + b.decode('latin-1')\n"
+	"        log.write(json.dumps({'server': self.server.tag, 'text': text}) + '\\n'); log.flush()\n"
+	"        if self.path.startswith('/repeat'):\n"
+	"            # the X-Echo header, again and again, chunked in 1000-byte pieces\n"
+	"            data = ((self.headers.get('X-Echo', '') + '|') * 3000).encode()\n"
+	"            self.send_response(200); self.send_header('Transfer-Encoding', 'chunked'); self.end_headers()\n"
+	"            for i in range(0, len(data), 1000):\n"
+	"                c = data[i:i+1000]; self.wfile.write(b'%x\\r\\n' % len(c) + c + b'\\r\\n')\n"
+	"            self.wfile.write(b'0\\r\\n\\r\\n'); return\n"
+	"        data = text.encode('latin-1')\n"
+	"        self.send_response(200); self.send_header('Content-Length', str(len(data)))\n"
+	"        self.send_header('X-Echo-Auth', self.headers.get('Authorization', '-'))\n"
+	"        self.end_headers()\n"
+	"        if self.command != 'HEAD': self.wfile.write(data)\n"
+	"    do_GET = do_POST = do_HEAD = handle_one\n"
+	"def serve(tag, cert):\n"
+	"    s = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H); s.tag = tag\n"
+	"    if cert:\n"
+	"        c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain(cert + '.crt', cert + '.key')\n"
+	"        c.set_alpn_protocols(['http/1.1'])\n"
+	"        s.socket = c.wrap_socket(s.socket, server_side=True)\n"
+	"    threading.Thread(target=s.serve_forever, daemon=True).start()\n"
+	"    return s.server_address[1]\n"
+	"d = sys.argv[2]\n"
+	"print(serve('plain', None), serve('tls', d + '/server'), serve('bad', d + '/untrusted'), flush=True)\n"
+	"sys.stdin.read()  # the test holds the other end: gone with it\n"
+	"os._exit(0)\n";
+
+static char tmp[256];
+static pid_t server_pid;
+static int server_stdin[2];
+static uint16_t port_plain, port_tls, port_bad;
+static int listen_fd;
+static uint16_t listen_port;
+
+static struct policy *policy;
+static struct names *names;
+static struct egress_ctx ctx;
+
+/* What the forwarder puts in the next header. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static int dest_family = 4;
+static uint8_t dest_addr[16];
+static uint16_t dest_port;
+
+static cJSON *audit_records;
+static int asked;
+static enum policy_action ask_answer;
+static int served, serve_last_err;
+
+static void audit_cb(void *arg, const char *type, cJSON *details)
+{
+	pthread_mutex_lock(&lock);
+	cJSON_AddStringToObject(details, "type", type);
+	cJSON_AddItemToArray(audit_records, details);
+	pthread_cond_broadcast(&cond);
+	pthread_mutex_unlock(&lock);
+}
+
+static enum policy_action ask_cb(void *arg, const char *kind, const char *name, uint16_t port)
+{
+	pthread_mutex_lock(&lock);
+	asked++;
+	pthread_mutex_unlock(&lock);
+	assert_string_equal(kind, "connect");
+	return ask_answer;
+}
+
+static int connect_cb(void *arg, const char *name, uint16_t port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_port = htons(!strcmp(name, BAD) ? port_bad : port == 80 ? port_plain : port_tls);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		close(fd);
+		return -errno;
+	}
+	return fd;
+}
+
+static void *serve_thread(void *arg)
+{
+	int fd = (int)(intptr_t)arg, err = egress_connect_serve(&ctx, fd);
+
+	pthread_mutex_lock(&lock);
+	served++;
+	serve_last_err = err;
+	pthread_cond_broadcast(&cond);
+	pthread_mutex_unlock(&lock);
+	return NULL;
+}
+
+/* Copies a <-> b until both directions end. */
+static void shuttle(int a, int b)
+{
+	bool a_eof = false, b_eof = false;
+	char buf[16384];
+
+	while (!a_eof || !b_eof) {
+		struct pollfd p[2] = {{.fd = a_eof ? -1 : a, .events = POLLIN},
+				      {.fd = b_eof ? -1 : b, .events = POLLIN}};
+		if (poll(p, 2, 30000) <= 0)
+			break;
+		for (int i = 0; i < 2; i++) {
+			int from = i ? b : a, to = i ? a : b;
+			ssize_t n;
+			if (!p[i].revents)
+				continue;
+			n = read(from, buf, sizeof(buf));
+			if (n <= 0) {
+				shutdown(to, SHUT_WR);
+				*(i ? &b_eof : &a_eof) = true;
+			} else if (write_all(to, buf, (size_t)n)) {
+				return;
+			}
+		}
+	}
+}
+
+/* Plays the guest agent for one accepted connection. */
+static void *forward_thread(void *arg)
+{
+	int tcp = (int)(intptr_t)arg, sp[2];
+	uint8_t hdr[EGRESS_HDR_MAX] = "K8E1";
+	size_t hlen;
+	pthread_t t;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+	pthread_mutex_lock(&lock);
+	hdr[4] = (uint8_t)dest_family;
+	hdr[5] = 0;
+	hdr[6] = (uint8_t)(dest_port >> 8);
+	hdr[7] = (uint8_t)dest_port;
+	memcpy(hdr + 8, dest_addr, dest_family == 4 ? 4 : 16);
+	hlen = dest_family == 4 ? 12 : 24;
+	pthread_mutex_unlock(&lock);
+	pthread_create(&t, NULL, serve_thread, (void *)(intptr_t)sp[1]);
+	pthread_detach(t);
+	if (!write_all(sp[0], hdr, hlen))
+		shuttle(tcp, sp[0]);
+	close(sp[0]);
+	close(tcp);
+	return NULL;
+}
+
+static void *accept_thread(void *arg)
+{
+	for (;;) {
+		int c = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		pthread_t t;
+		if (c < 0)
+			return NULL;
+		pthread_create(&t, NULL, forward_thread, (void *)(intptr_t)c);
+		pthread_detach(t);
+	}
+}
+
+static void set_dest_name(const char *name, uint16_t port)
+{
+	uint32_t a;
+
+	assert_int_equal(names_assign(names, name, &a), 0);
+	pthread_mutex_lock(&lock);
+	dest_family = 4;
+	a = htonl(a);
+	memcpy(dest_addr, &a, 4);
+	dest_port = port;
+	pthread_mutex_unlock(&lock);
+}
+
+static void reset(void)
+{
+	pthread_mutex_lock(&lock);
+	cJSON_Delete(audit_records);
+	audit_records = cJSON_CreateArray();
+	asked = 0;
+	served = 0;
+	pthread_mutex_unlock(&lock);
+}
+
+/* Waits until n connections were served, returns the audit records. */
+static cJSON *wait_served(int n)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 30;
+	pthread_mutex_lock(&lock);
+	while (served < n && pthread_cond_timedwait(&cond, &lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&lock);
+	assert_true(served >= n);
+	return audit_records;
+}
+
+static const cJSON *last_connect(void)
+{
+	const cJSON *r, *last = NULL;
+
+	cJSON_ArrayForEach(r, audit_records) {
+		if (!strcmp(cJSON_GetObjectItem(r, "type")->valuestring, "net.connect"))
+			last = r;
+	}
+	assert_non_null(last);
+	return last;
+}
+
+static const char *field(const cJSON *r, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItem(r, k);
+	return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* curl through the proxy; its body goes to tmp/out. */
+static int curl(const char *name, const char *scheme, const char *path, const char *cacert,
+		const char *extra)
+{
+	return sh("curl -sS --max-time 30 -o %s/out --resolve %s:%u:127.0.0.1 %s%s%s '%s://%s:%u%s' %s 2>%s/curl.err",
+		  tmp, name, listen_port, cacert ? "--cacert " : "", cacert ? tmp : "",
+		  cacert ? cacert : "", scheme, name, listen_port, path, extra, tmp);
+}
+
+static char *slurp(const char *rel)
+{
+	char path[512];
+	uint8_t *buf = NULL;
+	size_t len;
+
+	snprintf(path, sizeof(path), "%s/%s", tmp, rel);
+	if (read_file(path, 64 * MiB, &buf, &len))
+		return strdup("");
+	buf = realloc(buf, len + 1);
+	buf[len] = 0;
+	return (char *)buf;
+}
+
+static void make_certs(void)
+{
+	const char *ec = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+
+	assert_int_equal(sh("cd %s && openssl req -x509 %s -keyout ca.key -out ca.crt -days 2 -subj /CN=kosa8-test-ca "
+			    "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null",
+			    tmp, ec), 0);
+	assert_int_equal(sh("cd %s && openssl req %s -keyout server.key -out server.csr -subj /CN=" API " 2>/dev/null && "
+			    "printf 'subjectAltName=DNS:" API ",DNS:" OTHER ",DNS:" ASKED "\\n' > san.ext && "
+			    "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
+			    "-extfile san.ext -out server.crt 2>/dev/null", tmp, ec), 0);
+	assert_int_equal(sh("cd %s && openssl req -x509 %s -keyout untrusted.key -out untrusted.crt -days 2 "
+			    "-subj /CN=" BAD " -addext subjectAltName=DNS:" BAD " 2>/dev/null", tmp, ec), 0);
+}
+
+static void start_server(void)
+{
+	char script[300], logp[300], line[128];
+	int p[2];
+	FILE *f;
+
+	snprintf(script, sizeof(script), "%s/server.py", tmp);
+	snprintf(logp, sizeof(logp), "%s/requests.log", tmp);
+	f = fopen(script, "w");
+	fputs(server_py, f);
+	fclose(f);
+	assert_int_equal(pipe(p), 0);
+	assert_int_equal(pipe2(server_stdin, O_CLOEXEC), 0);
+	if ((server_pid = fork()) == 0) {
+		setpgid(0, 0);
+		dup2(p[1], 1);
+		dup2(server_stdin[0], 0);
+		execlp("python3", "python3", script, logp, tmp, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	close(server_stdin[0]);
+	f = fdopen(p[0], "r");
+	assert_non_null(fgets(line, sizeof(line), f));
+	assert_int_equal(sscanf(line, "%hu %hu %hu", &port_plain, &port_tls, &port_bad), 3);
+	fclose(f);
+}
+
+static void start_forwarder(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	pthread_t t;
+
+	listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(bind(listen_fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(listen_fd, 16), 0);
+	getsockname(listen_fd, (struct sockaddr *)&sa, &sl);
+	listen_port = ntohs(sa.sin_port);
+	pthread_create(&t, NULL, accept_thread, NULL);
+	pthread_detach(t);
+}
+
+static int setup(void **state)
+{
+	static const char rules[] = "allow " API "\nallow " OTHER "\nallow " BAD "\ndeny " DENIED
+				    "\nask " ASKED "\n";
+	struct policy_error perr;
+
+	signal(SIGPIPE, SIG_IGN);
+	snprintf(tmp, sizeof(tmp), "/tmp/kosa8-test-proxy-XXXXXX");
+	assert_non_null(mkdtemp(tmp));
+	setenv("KOSA8_CONFIG_DIR", tmp, 1);
+	make_certs();
+	start_server();
+	start_forwarder();
+	assert_int_equal(policy_new(&policy), 0);
+	assert_int_equal(policy_add_text(policy, rules, strlen(rules), "test", &perr), 0);
+	assert_int_equal(names_new(&names), 0);
+	ctx = (struct egress_ctx){.sandbox = "test", .policy = policy, .names = names,
+				  .ask = ask_cb, .audit = audit_cb, .connect_upstream = connect_cb,
+				  .idle_timeout_ms = 20000};
+	audit_records = cJSON_CreateArray();
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	close(server_stdin[1]);
+	kill(-server_pid, SIGTERM);
+	waitpid(server_pid, NULL, 0);
+	sh("rm -rf %s", tmp);
+	return 0;
+}
+
+static void test_header_parse(void **state)
+{
+	uint8_t a[16];
+	int fam;
+	uint16_t port;
+
+	assert_int_equal(egress_parse_header((const uint8_t *)"K8E1\x04\x00\x01\xbb\xc6\x12\x00\x01", 12, &fam, a, &port), 12);
+	assert_int_equal(fam, 4);
+	assert_int_equal(port, 443);
+	assert_int_equal(egress_parse_header((const uint8_t *)"K8E1\x06\x00\x00\x50", 8, &fam, a, &port), 0);
+	assert_int_equal(egress_parse_header((const uint8_t *)"K8E", 3, &fam, a, &port), 0);
+	assert_int_equal(egress_parse_header((const uint8_t *)"K9", 2, &fam, a, &port), -EBADMSG);
+	assert_int_equal(egress_parse_header((const uint8_t *)"K8E1\x05", 5, &fam, a, &port), -EBADMSG);
+	assert_int_equal(egress_parse_header((const uint8_t *)"K8E1\x04\x01\x00\x50", 8, &fam, a, &port), -EBADMSG);
+}
+
+static void test_tls_allowed(void **state)
+{
+	char *out;
+
+	reset();
+	set_dest_name(API, 443);
+	assert_int_equal(curl(API, "https", "/path", "/ca.crt", ""), 0);
+	out = slurp("out");
+	assert_non_null(strstr(out, "GET /path HTTP/1.1"));
+	free(out);
+	wait_served(1);
+	assert_string_equal(field(last_connect(), "decision"), "allow");
+	assert_string_equal(field(last_connect(), "sni"), API);
+	assert_false(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "intercepted")));
+	assert_true(cJSON_GetObjectItem(last_connect(), "bytes_down")->valuedouble > 100);
+}
+
+static void test_sni_mismatch_and_missing(void **state)
+{
+	reset();
+	/* The header says API; the client's SNI says OTHER (domain fronting). */
+	set_dest_name(API, 443);
+	assert_int_not_equal(curl(OTHER, "https", "/path", "/ca.crt", ""), 0);
+	wait_served(1);
+	assert_string_equal(field(last_connect(), "decision"), "deny");
+	assert_string_equal(field(last_connect(), "reason"), "SNI does not match the name");
+	assert_string_equal(field(last_connect(), "sni"), OTHER);
+	/* curl sends no SNI to an IP address. */
+	reset();
+	assert_int_not_equal(sh("curl -sk --max-time 20 https://127.0.0.1:%u/ 2>/dev/null", listen_port), 0);
+	wait_served(1);
+	assert_string_equal(field(last_connect(), "reason"), "ClientHello without SNI");
+	/* openssl s_client with no SNI at all. */
+	reset();
+	sh("timeout 20 openssl s_client -connect 127.0.0.1:%u -noservername </dev/null >/dev/null 2>&1", listen_port);
+	wait_served(1);
+	assert_string_equal(field(last_connect(), "reason"), "ClientHello without SNI");
+}
+
+static void test_http_host(void **state)
+{
+	char *out;
+
+	reset();
+	set_dest_name(API, 80);
+	assert_int_equal(curl(API, "http", "/path", NULL, ""), 0);
+	out = slurp("out");
+	assert_non_null(strstr(out, "GET /path HTTP/1.1"));
+	free(out);
+	wait_served(1);
+	assert_string_equal(field(last_connect(), "decision"), "allow");
+	assert_string_equal(field(last_connect(), "protocol"), "http");
+	reset();
+	assert_int_not_equal(curl(API, "http", "/path", NULL, "-H 'Host: " OTHER "'"), 0);
+	wait_served(1);
+	assert_string_equal(field(last_connect(), "reason"), "Host does not match the name");
+}
+
+/* Talks to egress_connect_serve directly over a socketpair. */
+static int raw_conn(const uint8_t *hdr, size_t hlen, const char *data, char *reply, size_t cap)
+{
+	int sp[2];
+	pthread_t t;
+	size_t got = 0;
+	ssize_t n;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+	pthread_create(&t, NULL, serve_thread, (void *)(intptr_t)sp[1]);
+	write_all(sp[0], hdr, hlen);
+	if (data)
+		write_all(sp[0], data, strlen(data));
+	while (got + 1 < cap && (n = read(sp[0], reply + got, cap - 1 - got)) > 0)
+		got += (size_t)n;
+	reply[got] = 0;
+	close(sp[0]);
+	pthread_join(t, NULL);
+	return serve_last_err;
+}
+
+static void test_second_request_host(void **state)
+{
+	uint8_t hdr[12] = "K8E1\x04\x00\x00\x50";
+	uint32_t a;
+	char reply[8192];
+
+	reset();
+	names_assign(names, API, &a);
+	a = htonl(a);
+	memcpy(hdr + 8, &a, 4);
+	/* Keep-alive: the first request is fine, the second names another
+	 * host; it must never reach the server. */
+	assert_int_equal(raw_conn(hdr, 12,
+				  "GET /one HTTP/1.1\r\nHost: " API "\r\n\r\n"
+				  "GET /two HTTP/1.1\r\nHost: " OTHER "\r\n\r\n", reply, sizeof(reply)), -EACCES);
+	assert_string_equal(field(last_connect(), "reason"), "Host does not match the name");
+	assert_null(strstr(reply, "GET /two"));
+	/* An absolute-form target is refused too. */
+	reset();
+	assert_int_equal(raw_conn(hdr, 12, "GET http://" OTHER "/ HTTP/1.1\r\nHost: " API "\r\n\r\n",
+				  reply, sizeof(reply)), -EACCES);
+	assert_string_equal(field(last_connect(), "reason"), "request target not in origin form");
+	/* Neither TLS nor HTTP. */
+	reset();
+	assert_int_equal(raw_conn(hdr, 12, "\x01\x02garbage", reply, sizeof(reply)), -EACCES);
+	assert_string_equal(field(last_connect(), "reason"), "neither TLS nor HTTP");
+}
+
+static void test_ip_literal(void **state)
+{
+	static const uint8_t v4[12] = "K8E1\x04\x00\x01\xbb\x5d\xb8\xd8\x22";   /* 93.184.216.34 */
+	uint8_t v6[24] = "K8E1\x06\x00\x01\xbb";
+	char reply[64];
+
+	reset();
+	assert_int_equal(raw_conn(v4, sizeof(v4), NULL, reply, sizeof(reply)), -EACCES);
+	assert_string_equal(field(last_connect(), "decision"), "deny");
+	assert_string_equal(field(last_connect(), "reason"), "not a synthetic address");
+	assert_string_equal(field(last_connect(), "address"), "93.184.216.34");
+	reset();
+	v6[23] = 1;
+	assert_int_equal(raw_conn(v6, sizeof(v6), NULL, reply, sizeof(reply)), -EACCES);
+	assert_string_equal(field(last_connect(), "address"), "::1");
+	/* A synthetic address never handed out. */
+	reset();
+	assert_int_equal(raw_conn((const uint8_t *)"K8E1\x04\x00\x01\xbb\xc6\x13\xff\xf0", 12, NULL, reply,
+				  sizeof(reply)), -EACCES);
+	assert_string_equal(field(last_connect(), "reason"), "not a synthetic address");
+}
+
+static void test_deny_and_ask(void **state)
+{
+	reset();
+	set_dest_name(DENIED, 443);
+	assert_int_not_equal(curl(DENIED, "https", "/path", "/ca.crt", ""), 0);
+	wait_served(1);
+	assert_string_equal(field(last_connect(), "decision"), "deny");
+	assert_string_equal(field(last_connect(), "reason"), "policy");
+	assert_int_equal(asked, 0);
+	reset();
+	ask_answer = POLICY_DENY;
+	set_dest_name(ASKED, 443);
+	assert_int_not_equal(curl(ASKED, "https", "/path", "/ca.crt", ""), 0);
+	wait_served(1);
+	assert_int_equal(asked, 1);
+	assert_string_equal(field(last_connect(), "reason"), "not approved");
+	assert_true(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "asked")));
+	reset();
+	ask_answer = POLICY_ALLOW;
+	assert_int_equal(curl(ASKED, "https", "/path", "/ca.crt", ""), 0);
+	wait_served(1);
+	assert_int_equal(asked, 1);
+	assert_string_equal(field(last_connect(), "decision"), "allow");
+}
+
+static size_t count(const char *hay, const char *needle)
+{
+	size_t n = 0;
+
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+static struct secret_set *load_secrets(void)
+{
+	struct secret tok = {.name = "TOKEN", .nhosts = 2}, hdr = {.name = "HDR", .nhosts = 1};
+	const char *names_[] = {"TOKEN", "HDR"};
+	struct secret_set *set;
+
+	strcpy(tok.hosts[0], API);
+	strcpy(tok.hosts[1], BAD);
+	strcpy(hdr.hosts[0], API);
+	strcpy(hdr.header, "X-Api-Key");
+	strcpy(hdr.format, "key {}");
+	assert_int_equal(secret_store(&tok, TOKEN_VALUE, strlen(TOKEN_VALUE), true), 0);
+	assert_int_equal(secret_store(&hdr, HDR_VALUE, strlen(HDR_VALUE), true), 0);
+	assert_int_equal(secret_set_load(names_, 2, tmp, &set), 0);
+	return set;
+}
+
+static void write_text(const char *rel, const char *text)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", tmp, rel);
+	assert_non_null(f = fopen(path, "w"));
+	fputs(text, f);
+	fclose(f);
+}
+
+static void test_intercept(void **state)
+{
+	struct secret_set *set = load_secrets();
+	const char *ph_tok = secret_set_get(set, 0)->placeholder;
+	const char *ph_hdr = secret_set_get(set, 1)->placeholder;
+	char cafile[300], opts[512], *out, *log, *audit, *heads;
+	struct egress_ca *ca;
+
+	assert_int_equal(egress_ca_open(tmp, "test", &ca), 0);
+	write_text("sandbox-ca.crt", egress_ca_cert_pem(ca));
+	snprintf(cafile, sizeof(cafile), "%s/ca.crt", tmp);
+	ctx.secrets = set;
+	ctx.ca = ca;
+	ctx.upstream_ca_file = cafile;
+
+	/* The placeholder in a header becomes the value upstream; the
+	 * configured header is set; what comes back is redacted. */
+	reset();
+	write_text("requests.log", "");
+	set_dest_name(API, 443);
+	snprintf(opts, sizeof(opts), "--compressed -D %s/heads -H 'Authorization: Bearer %s'", tmp, ph_tok);
+	assert_int_equal(curl(API, "https", "/path", "/sandbox-ca.crt", opts), 0);
+	out = slurp("out");
+	log = slurp("requests.log");
+	heads = slurp("heads");
+	assert_non_null(strstr(log, "Authorization: Bearer " TOKEN_VALUE));
+	assert_non_null(strstr(log, "X-Api-Key: key " HDR_VALUE));
+	assert_null(strstr(log, ph_tok));
+	assert_null(strstr(log, "Accept-Encoding"));
+	assert_non_null(strstr(out, ph_tok));
+	assert_non_null(strstr(out, ph_hdr));
+	assert_null(strstr(out, TOKEN_VALUE));
+	assert_null(strstr(out, HDR_VALUE));
+	assert_non_null(strstr(heads, ph_tok));   /* X-Echo-Auth, redacted */
+	assert_null(strstr(heads, TOKEN_VALUE));
+	free(out), free(log), free(heads);
+	wait_served(1);
+	assert_true(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "intercepted")));
+	audit = cJSON_PrintUnformatted(audit_records);
+	assert_non_null(strstr(audit, "\"secret.use\""));
+	assert_non_null(strstr(audit, "\"secret\":\"TOKEN\""));
+	assert_non_null(strstr(audit, "\"secret\":\"HDR\""));
+	assert_null(strstr(audit, TOKEN_VALUE));
+	assert_null(strstr(audit, HDR_VALUE));
+	free(audit);
+
+	/* A long echo of the value, cut at 1000-byte chunk borders upstream:
+	 * every copy is redacted, whatever buffer it straddles. */
+	reset();
+	snprintf(opts, sizeof(opts), "-H 'X-Echo: %s'", ph_tok);
+	assert_int_equal(curl(API, "https", "/repeat", "/sandbox-ca.crt", opts), 0);
+	out = slurp("out");
+	assert_int_equal(count(out, ph_tok), 3000);
+	assert_null(strstr(out, TOKEN_VALUE));
+	free(out);
+	wait_served(1);
+
+	/* Two requests on one connection, the second with a chunked body. */
+	reset();
+	write_text("requests.log", "");
+	snprintf(opts, sizeof(opts), "-H 'Authorization: %s' 'https://" API ":%u/second' -o %s/out2 "
+		 "-H 'Transfer-Encoding: chunked' -d hello-body", ph_tok, listen_port, tmp);
+	assert_int_equal(curl(API, "https", "/first", "/sandbox-ca.crt", opts), 0);
+	log = slurp("requests.log");
+	assert_int_equal(count(log, "Authorization: " TOKEN_VALUE), 2);
+	assert_non_null(strstr(log, "hello-body"));
+	free(log);
+	wait_served(1);
+	assert_int_equal(cJSON_GetObjectItem(last_connect(), "requests")->valueint, 2);
+
+	/* A host the secret is not bound to: not intercepted, the placeholder
+	 * arrives as it was sent. */
+	reset();
+	write_text("requests.log", "");
+	set_dest_name(OTHER, 443);
+	snprintf(opts, sizeof(opts), "-H 'Authorization: Bearer %s'", ph_tok);
+	assert_int_equal(curl(OTHER, "https", "/path", "/ca.crt", opts), 0);
+	log = slurp("requests.log");
+	assert_non_null(strstr(log, ph_tok));
+	assert_null(strstr(log, TOKEN_VALUE));
+	free(log);
+	wait_served(1);
+	assert_false(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "intercepted")));
+
+	/* Upstream whose certificate nothing trusts: refused, nothing sent. */
+	reset();
+	write_text("requests.log", "");
+	set_dest_name(BAD, 443);
+	assert_int_not_equal(curl(BAD, "https", "/path", "/sandbox-ca.crt", opts), 0);
+	wait_served(1);
+	assert_string_equal(field(last_connect(), "decision"), "deny");
+	assert_string_equal(field(last_connect(), "reason"), "upstream certificate not trusted or TLS failed");
+	log = slurp("requests.log");
+	assert_string_equal(log, "");
+	free(log);
+
+	ctx.secrets = NULL;
+	ctx.ca = NULL;
+	ctx.upstream_ca_file = NULL;
+	secret_set_free(set);
+	egress_ca_free(ca);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_header_parse),
+		cmocka_unit_test(test_tls_allowed),
+		cmocka_unit_test(test_sni_mismatch_and_missing),
+		cmocka_unit_test(test_http_host),
+		cmocka_unit_test(test_second_request_host),
+		cmocka_unit_test(test_ip_literal),
+		cmocka_unit_test(test_deny_and_ask),
+		cmocka_unit_test(test_intercept),
+	};
+	return cmocka_run_group_tests_name("proxy", tests, setup, teardown);
+}
