@@ -39,6 +39,11 @@ static const uint8_t *msg_block(const struct msg *m, size_t j, uint8_t buf[64])
 
 	if (j && start + 64 <= m->total)
 		return m->data + start - 1; /* the prefix shifts data by one byte */
+	if (j == 0 && m->total >= 64) { /* the usual first block: no padding */
+		buf[0] = m->prefix;
+		memcpy(buf + 1, m->data, 63);
+		return buf;
+	}
 	memset(buf, 0, 64);
 	from = start;
 	if (j == 0) {
