@@ -111,7 +111,7 @@ static int run_with_input(const char *const argv[], const char *text)
 		dup2(2, 1);   /* anything it says goes to the console */
 		execvpe(argv[0], (char *const *)argv, env);
 		fprintf(stderr, "kosa8-agent: %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
+		_exit(errno == ENOENT ? 127 : 126);
 	}
 	close(p[0]);
 	int werr = write_all_fd(p[1], text, strlen(text));
@@ -121,6 +121,8 @@ static int run_with_input(const char *const argv[], const char *text)
 			return -errno;
 	if (werr)
 		return werr;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+		return -ENOENT;   /* not there: the caller may try another name */
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
 }
 
@@ -137,10 +139,10 @@ static int write_sysctl(const char *path, const char *val)
 }
 
 /* The address on the dummy device only gives connect() a source address;
- * 192.0.2.1 is TEST-NET-1 (RFC 5737), routed nowhere. */
-static const char ip_batch[] =
-	"link set lo up\n"
-	"link add " VOID_DEV " type dummy\n"
+ * 192.0.2.1 is TEST-NET-1 (RFC 5737), routed nowhere.  The kernel makes a
+ * dummy0 of its own (CONFIG_DUMMY, numdummies=1): renamed when present, so
+ * that the guest has exactly lo and kosa8-void. */
+static const char ip_batch_tail[] =
 	"link set " VOID_DEV " up\n"
 	"addr add 192.0.2.1/32 dev " VOID_DEV "\n"
 	"route add default dev " VOID_DEV "\n";
@@ -157,10 +159,24 @@ static const char nat_rules[] =
 	"-A OUTPUT -p tcp -j REDIRECT --to-ports 1081\n"
 	"COMMIT\n";
 
+/* iptables-restore through Debian's alternatives link first; the nft
+ * variant by its own name if that link is missing. */
+static int load_rules(void)
+{
+	static const char *const names[] = { "iptables-restore", "iptables-nft-restore" };
+	int err = -ENOENT;
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && err == -ENOENT; i++) {
+		const char *argv[] = { names[i], "-w", NULL };
+		err = run_with_input(argv, nat_rules);
+	}
+	return err;
+}
+
 int net_setup(void)
 {
 	static const char *const ip[] = { "ip", "-batch", "-", NULL };
-	static const char *const ipt[] = { "iptables-restore", "-w", NULL };
+	char batch[512];
 	int err = 0, e;
 
 	/* IPv6 off: the host's synthetic addresses are IPv4 and a v6 socket
@@ -170,18 +186,21 @@ int net_setup(void)
 		fprintf(stderr, "kosa8-agent: turning IPv6 off: %s\n", strerror(-e));
 		err = err ? err : e;
 	}
-	if ((e = run_with_input(ip, ip_batch))) {
+	snprintf(batch, sizeof(batch), "link set lo up\n%s%s",
+		 access("/sys/class/net/dummy0", F_OK) == 0 ? "link set dummy0 name " VOID_DEV "\n" :
+							      "link add " VOID_DEV " type dummy\n",
+		 ip_batch_tail);
+	if ((e = run_with_input(ip, batch))) {
 		fprintf(stderr, "kosa8-agent: setting up loopback and %s failed\n", VOID_DEV);
 		err = err ? err : e;
 	}
-	if ((e = run_with_input(ipt, nat_rules))) {
-		fprintf(stderr, "kosa8-agent: installing the nat rules failed: no network in this guest\n");
+	if ((e = load_rules())) {
+		fprintf(stderr, "kosa8-agent: installing the nat rules failed (%s): no network in this guest\n",
+			strerror(-e));
 		err = err ? err : e;
 	}
 	return err;
 }
-
-/* ---------------------------------------------------------------- sockets */
 
 /* "A.B.C.D:PORT" -> sockaddr.  -EINVAL if malformed. */
 static int parse_inet(const char *spec, struct sockaddr_in *sa)
