@@ -21,6 +21,8 @@ int cmd_ps(int argc, char **argv);
 int cmd_exec(int argc, char **argv);
 int cmd_shell(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 int cmd_logs(int argc, char **argv);
 int cmd_supervise(int argc, char **argv);
 int cmd_image(int argc, char **argv);

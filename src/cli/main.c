@@ -14,6 +14,8 @@ static const struct command commands[] = {
 	{"exec", "run a command in a running sandbox", cmd_exec},
 	{"shell", "an interactive shell in a running sandbox", cmd_shell},
 	{"cp", "copy files: NAME:PATH HOSTDIR, or HOSTPATH NAME:DIR", cmd_cp},
+	{"diff", "the changes under a sandbox's /workspace, as a patch against the host folder", cmd_diff},
+	{"export", "bring /workspace changes back: --patch FILE, --to DIR, or --apply to the workspace", cmd_export},
 	{"logs", "a sandbox's console output", cmd_logs},
 	{"vm", "boot a kernel in a microVM (low level: --kernel, --initrd, ...)", cmd_vm},
 	{"disk", "create and inspect layered copy-on-write disks", cmd_disk},
