@@ -499,9 +499,11 @@ static int relay_loop(struct egress_conn *c, struct pipe *up, struct pipe *down)
 			c->reason = r ? "poll failed" : "idle timeout";
 			return r ? -errno : -ETIMEDOUT;
 		}
-		if (p[0].revents & (POLLIN | POLLHUP | POLLERR) && !up->eof)
+		/* Only a side asked for input is read: a hang-up seen while
+		 * its buffer is full waits until there is room again. */
+		if (p[0].events & POLLIN && p[0].revents & (POLLIN | POLLHUP | POLLERR))
 			err = pipe_read(c, c->gfd, up);
-		if (!err && p[1].revents & (POLLIN | POLLHUP | POLLERR) && !down->eof)
+		if (!err && p[1].events & POLLIN && p[1].revents & (POLLIN | POLLHUP | POLLERR))
 			err = pipe_read(c, c->ufd, down);
 		if (!err && p[1].revents & POLLOUT)
 			err = pipe_write(c->ufd, up, &c->bytes_up);

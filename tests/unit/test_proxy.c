@@ -470,6 +470,20 @@ static void test_http_host(void **state)
 	wait_served(1);
 	assert_string_equal(field(last_connect(), "decision"), "allow");
 	assert_string_equal(field(last_connect(), "protocol"), "http");
+	/* 8 MiB up and back through the relay's 64 KiB buffers. */
+	reset();
+	assert_int_equal(sh("head -c 8388608 /dev/urandom | base64 -w 76 > %s/big", tmp), 0);
+	{
+		char opt[400];
+		snprintf(opt, sizeof(opt), "--data-binary @%s/big", tmp);
+		assert_int_equal(curl(API, "http", "/path", NULL, opt), 0);
+	}
+	out = slurp("out");
+	assert_true(strlen(out) > 8388608 * 4 / 3);
+	free(out);
+	wait_served(1);
+	assert_true(cJSON_GetObjectItem(last_connect(), "bytes_up")->valuedouble > 8388608.0 * 4 / 3);
+	assert_true(cJSON_GetObjectItem(last_connect(), "bytes_down")->valuedouble > 8388608.0 * 4 / 3);
 	reset();
 	assert_int_not_equal(curl(API, "http", "/path", NULL, "-H 'Host: " OTHER "'"), 0);
 	wait_served(1);
