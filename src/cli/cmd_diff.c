@@ -404,11 +404,13 @@ int cmd_diff(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		if (c == 's') {
 			stat = true;
-		} else {
+		} else if (c == 'h') {
 			printf("usage: kosa8 diff NAME [--stat]\n"
 			       "  the changes under the sandbox's /workspace against the host folder it\n"
 			       "  was created from, as a git patch (binary files, deletions, modes)\n");
-			return c == 'h' ? 0 : 2;
+			return 0;
+		} else {
+			return 2; /* getopt said what was wrong */
 		}
 	}
 	if (optind != argc - 1)
@@ -586,15 +588,16 @@ int cmd_export(int argc, char **argv)
 		case 'a': apply = true; break;
 		case 'y': yes = true; break;
 		default:
-			fputs(usage, c == 'h' ? stdout : stderr);
-			return c == 'h' ? 0 : 2;
+			if (c != 'h')
+				return 2; /* getopt said what was wrong */
+			fputs(usage, stdout);
+			return 0;
 		}
 	}
 	modes = !!to + !!patch + apply;
-	if (optind != argc - 1 || modes != 1) {
-		fputs(usage, stderr);
-		return 2;
-	}
+	if (optind != argc - 1 || modes != 1)
+		return fail("export", "%s", "usage: kosa8 export NAME (--to DIR | --patch FILE | "
+					    "--apply [--yes]); --help says more"), 2;
 	d.name = argv[optind];
 	if (audit_open(d.cmd, &l))
 		return 1;
