@@ -188,6 +188,7 @@ static void *serve(void *arg)
 
 struct asker {
 	struct approvals *a;
+	const char *name;
 	pthread_t t;
 	enum policy_action result;
 	char who[64];
@@ -197,8 +198,21 @@ static void *ask(void *arg)
 {
 	struct asker *k = arg;
 
-	k->result = approvals_ask(k->a, "connect", "registry.npmjs.org", 443, k->who, sizeof(k->who));
+	k->result = approvals_ask(k->a, "connect", k->name, 443, k->who, sizeof(k->who));
 	return NULL;
+}
+
+static void wait_waiting(struct approvals *a, int n)
+{
+	for (int i = 0; i < 500; i++) {
+		cJSON *l = approvals_list(a);
+		int got = cJSON_GetArraySize(l);
+		cJSON_Delete(l);
+		if (got == n)
+			return;
+		usleep(10000);
+	}
+	fail_msg("never saw %d waiting requests", n);
 }
 
 static void test_approvals_cli(void **state)
@@ -220,6 +234,7 @@ static void test_approvals_cli(void **state)
 	assert_int_equal(run("$K approvals"), 0);
 	assert_string_equal(out, "no requests waiting\n");
 	k.a = s.a;
+	k.name = "registry.npmjs.org";
 	assert_int_equal(pthread_create(&k.t, NULL, ask, &k), 0);
 	for (int i = 0; i < 100 && !strstr(out, "registry"); i++) {
 		usleep(50000);
@@ -236,6 +251,26 @@ static void test_approvals_cli(void **state)
 	assert_int_equal(k.result, POLICY_ALLOW);
 	assert_string_equal(k.who, pw->pw_name);
 	assert_int_equal(policy_decide(p, "registry.npmjs.org", 443, NULL, 0), POLICY_ALLOW);
+	/* watch: each new request is put to the user, answered as typed. */
+	k = (struct asker){.a = s.a, .name = "evil.example"};
+	assert_int_equal(pthread_create(&k.t, NULL, ask, &k), 0);
+	wait_waiting(s.a, 1);
+	assert_int_equal(run("printf 'd\\n' | $K approvals watch sb --count 1"), 0);
+	assert_non_null(strstr(out, "sb: request 2: connect evil.example:443 (waiting "));
+	assert_non_null(strstr(out, "sb: request 2: deny\n"));
+	pthread_join(k.t, NULL);
+	assert_int_equal(k.result, POLICY_DENY);
+	assert_string_equal(k.who, pw->pw_name);
+	/* Skipped, then the input ends: nothing answered, watch ends. */
+	k = (struct asker){.a = s.a, .name = "other.example"};
+	assert_int_equal(pthread_create(&k.t, NULL, ask, &k), 0);
+	wait_waiting(s.a, 1);
+	assert_int_equal(run("printf 's\\n' | $K approvals watch sb"), 0);
+	assert_non_null(strstr(out, "request 3: connect other.example:443"));
+	wait_waiting(s.a, 1);
+	assert_int_equal(run("$K approvals allow sb 3"), 0);
+	pthread_join(k.t, NULL);
+	assert_int_equal(k.result, POLICY_ALLOW);
 	/* A sandbox that is not running. */
 	assert_int_equal(run("$K approvals other"), 1);
 	assert_non_null(strstr(out, "sandbox 'other' is not running"));
