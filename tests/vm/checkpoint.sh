@@ -1,0 +1,114 @@
+# Sourced by tests/vm/run-all: checkpoint and restore of a running VM
+# (kosa8 vm --control, kosa8 vmctl, kosa8 vm --restore; docs/snapshot-format.md).
+# Uses run-all's KERNEL, INITRD, WORK, BOOT_TIMEOUT, ok, not_ok, expect_error.
+
+# wait_for FILE PATTERN SECONDS: until a line of FILE matches (grep -E).
+wait_for() {
+	local i
+	for ((i = 0; i < $3 * 10; i++)); do
+		tr -d '\r' <"$1" 2>/dev/null | grep -qE -- "$2" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+counts() { tr -d '\r' <"$1" | sed -n 's/^k8: count=\([0-9][0-9]*\)$/\1/p'; }
+
+# restore_once NAME BIN DIR RUN C_REQ C_REP: runs the checkpoint DIR/cp1 on a
+# new disk delta and checks the guest goes on from where it was: the counter
+# from its checkpoint value, console input, virtio-rng, and the disk as of
+# the checkpoint.  Sets ck_err on failure.
+restore_once() {
+	local bin=$2 d=$3 run=$4 c_req=$5 c_rep=$6 out=$3/out-r$4 pid c1 disk rc
+	ck_err=
+	mkfifo "$d/in-r$run"
+	exec 8<>"$d/in-r$run"
+	"$bin" vm --no-emulate --restore "$d/cp1" --disk "$d/r$run.k8d" <"$d/in-r$run" >"$out" 2>&1 &
+	pid=$!
+	if ! wait_for "$out" '^k8: count=' 120; then
+		ck_err="restore $run: no count line"
+	else
+		c1=$(counts "$out" | head -1)
+		# The first count after the restore continues the checkpointed one:
+		# at least the last one seen before asking for the checkpoint, at
+		# most one past the last one printed when the answer came.
+		if [ "$c1" -lt "$c_req" ] || [ "$c1" -gt $((c_rep + 2)) ]; then
+			ck_err="restore $run: counter resumed at $c1, want $c_req..$((c_rep + 2))"
+		elif ! wait_for "$out" "^k8: count=$((c1 + 10))\$" 120; then
+			ck_err="restore $run: the counter stopped after $c1"
+		fi
+	fi
+	if [ -z "$ck_err" ]; then
+		echo 'echo 3 >/proc/sys/vm/drop_caches; echo "k8: disk=$(dd if=/dev/vda bs=512 count=1 2>/dev/null | tr -d "\000")"' >&8
+		echo 'echo "k8: rng=$(head -c 16 /dev/hwrng | od -An -tx1 | tr -d " \n")"' >&8
+		if ! wait_for "$out" '^k8: rng=[0-9a-f]{32}$' 120; then
+			ck_err="restore $run: console command or virtio-rng did not answer"
+		else
+			disk=$(tr -d '\r' <"$out" | sed -n 's/^k8: disk=//p' | head -1)
+			[ "$disk" = AAAA-before ] || ck_err="restore $run: disk reads '$disk', want the checkpoint's AAAA-before"
+		fi
+	fi
+	echo 'poweroff -f' >&8
+	wait_for "$out" 'reboot: Power down' 60
+	sleep 1
+	kill -9 "$pid" 2>/dev/null
+	wait "$pid"
+	rc=$?
+	exec 8>&-
+	[ -z "$ck_err" ] && [ "$rc" -ne 0 ] && ck_err="restore $run: exit status $rc after poweroff, want 0"
+	[ -z "$ck_err" ]
+}
+
+# A counting guest with a disk is checkpointed while running, goes on
+# (writing over the disk), is killed; the checkpoint then runs twice, each
+# time continuing the count and seeing the disk as it was.
+test_checkpoint_restore() {
+	local name=$1 bin=$2 d=$WORK/ck pid c_req c_rep ans
+	rm -rf "$d" && mkdir -p "$d"
+	"$bin" disk create "$d/disk.k8d" --size 64M >/dev/null || { not_ok "$name" "disk create failed"; return; }
+	mkfifo "$d/in"
+	exec 7<>"$d/in"
+	"$bin" vm --no-emulate --kernel "$KERNEL" --initrd "$INITRD" --cmdline k8.test=counter \
+		--disk "$d/disk.k8d" --control "$d/ctl" <"$d/in" >"$d/out" 2>&1 &
+	pid=$!
+	ck_fail() { kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; exec 7>&-; cp "$d/out" "$WORK/out"; not_ok "$name" "$1"; }
+	wait_for "$d/out" '^k8: count=20$' "$BOOT_TIMEOUT" || { ck_fail "the guest did not count to 20"; return; }
+	echo 'printf AAAA-before | dd of=/dev/vda bs=512 conv=sync,fsync 2>/dev/null; echo k8: wrote=before' >&7
+	wait_for "$d/out" '^k8: wrote=before$' 60 || { ck_fail "the guest did not write the disk"; return; }
+	c_req=$(counts "$d/out" | tail -1)
+	ans=$("$bin" vmctl "$d/ctl" checkpoint "$d/cp1" 2>&1) || { ck_fail "checkpoint failed: $ans"; return; }
+	c_rep=$(counts "$d/out" | tail -1)
+	echo "  checkpoint at count $c_req..$c_rep: $ans"
+	[ -s "$d/cp1/state" ] && [ -f "$d/cp1/memory" ] || { ck_fail "no state or memory file in the checkpoint"; return; }
+	echo 'printf BBBB-after | dd of=/dev/vda bs=512 conv=sync,fsync 2>/dev/null; echo k8: wrote=after' >&7
+	wait_for "$d/out" '^k8: wrote=after$' 60 || { ck_fail "the guest stopped after the checkpoint"; return; }
+	wait_for "$d/out" "^k8: count=$((c_rep + 10))\$" 60 || { ck_fail "the counter stopped after the checkpoint"; return; }
+	kill -9 "$pid"
+	wait "$pid" 2>/dev/null
+	exec 7>&-
+	for run in 1 2; do
+		if ! restore_once "$name" "$bin" "$d" "$run" "$c_req" "$c_rep"; then
+			cp "$d/out-r$run" "$WORK/out"
+			not_ok "$name" "$ck_err"
+			return
+		fi
+	done
+	ok "$name"
+}
+
+# Damaged checkpoints are refused with one clear line.
+test_checkpoint_bad() {
+	local p=$1 bin=$2 d=$WORK/ck
+	if [ ! -s "$d/cp1/state" ]; then
+		not_ok "$p-checkpoint-refused" "no checkpoint to damage (the restore test failed)"
+		return
+	fi
+	rm -rf "$d/bad" && cp -r --sparse=always "$d/cp1" "$d/bad"
+	printf '\377' | dd of="$d/bad/state" bs=1 seek=300 conv=notrunc 2>/dev/null
+	expect_error "$p-checkpoint-corrupt-refused" "checksum mismatch" "$bin" --no-emulate --restore "$d/bad" --disk "$d/rb.k8d"
+	cp "$d/cp1/state" "$d/bad/state" && truncate -s 2000 "$d/bad/state"
+	expect_error "$p-checkpoint-truncated-refused" "truncated" "$bin" --no-emulate --restore "$d/bad" --disk "$d/rb.k8d"
+	cp "$d/cp1/state" "$d/bad/state" && printf '\007' | dd of="$d/bad/state" bs=1 seek=8 conv=notrunc 2>/dev/null
+	expect_error "$p-checkpoint-version-refused" "format version 7" "$bin" --no-emulate --restore "$d/bad" --disk "$d/rb.k8d"
+	expect_error "$p-checkpoint-needs-disk" "give --disk" "$bin" --no-emulate --restore "$d/cp1"
+	expect_error "$p-checkpoint-missing" "not a checkpoint" "$bin" --no-emulate --restore "$d/nothing-here"
+}
