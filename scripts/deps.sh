@@ -13,7 +13,7 @@ PKGS="
   qemu-system-x86 linux-image-amd64
   hyperfine
   bind9-dnsutils
-  curl openssl python3
+  curl openssl python3 git
 "
 # Skip apt entirely when everything is there: keeps 'make check' fast and offline.
 missing=
