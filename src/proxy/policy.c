@@ -27,6 +27,7 @@ struct rule {
 	uint16_t labels;        /* labels in name: how specific the rule is */
 	unsigned line;
 	uint32_t origin;        /* index into policy->origins */
+	int32_t next;           /* the next rule with the same pattern, or -1 */
 	char name[POLICY_NAME_MAX + 1];
 };
 
@@ -39,6 +40,12 @@ struct policy {
 	enum policy_action dflt;
 	int dflt_origin;        /* -1: built in */
 	unsigned dflt_line;
+	/* Patterns (wildcard flag + name) -> the newest rule with that pattern,
+	 * chained through rule.next; open addressing, -1 is empty.  A decision
+	 * looks up the name and each of its suffixes: O(labels), whatever the
+	 * number of rules. */
+	int32_t *index;
+	size_t icap;            /* a power of two, over twice nrules */
 };
 
 const char *policy_action_name(enum policy_action a)
@@ -74,6 +81,7 @@ void policy_free(struct policy *p)
 		free(p->origins[i]);
 	free(p->origins);
 	free(p->rules);
+	free(p->index);
 	pthread_rwlock_destroy(&p->lock);
 	free(p);
 }
@@ -345,26 +353,113 @@ static int intern_origin(struct policy *p, const char *origin, uint32_t *idx)
 	return 0;
 }
 
+/* ---- the pattern index ---- */
+
+static size_t hash_pattern(bool wildcard, const char *name)
+{
+	uint64_t h = wildcard ? 0x9e3779b97f4a7c15ull : 1469598103934665603ull;
+
+	for (; *name; name++)
+		h = (h ^ (uint8_t)*name) * 1099511628211ull;
+	return (size_t)h;
+}
+
+/* The slot of pattern (wildcard, name) in index: its chain or an empty slot. */
+static size_t find_slot(const struct rule *rules, const int32_t *index, size_t icap, bool wildcard,
+			const char *name)
+{
+	size_t mask = icap - 1, i = hash_pattern(wildcard, name) & mask;
+
+	while (index[i] >= 0 &&
+	       (rules[index[i]].wildcard != wildcard || strcmp(rules[index[i]].name, name)))
+		i = (i + 1) & mask;
+	return i;
+}
+
+/* Fills a fresh index (icap slots) with every rule p holds. */
+static void fill_index(struct policy *p, int32_t *index, size_t icap)
+{
+	for (size_t i = 0; i < icap; i++)
+		index[i] = -1;
+	for (size_t i = 0; i < p->nrules; i++) {
+		struct rule *r = &p->rules[i];
+		size_t slot = find_slot(p->rules, index, icap, r->wildcard, r->name);
+		r->next = index[slot];
+		index[slot] = (int32_t)i;
+	}
+	free(p->index);
+	p->index = index;
+	p->icap = icap;
+}
+
+static int32_t chain_of(const struct policy *p, bool wildcard, const char *name)
+{
+	return p->icap ? p->index[find_slot(p->rules, p->index, p->icap, wildcard, name)] : -1;
+}
+
+/* Walks the rules that match a name: those for the name itself, then
+ * those for "*.S" for each suffix S the name is strictly below. */
+struct match_iter {
+	const struct policy *p;
+	const char *key;
+	int32_t i;
+};
+
+static void match_begin(struct match_iter *it, const struct policy *p, const char *name)
+{
+	it->p = p;
+	it->key = name;
+	it->i = chain_of(p, false, name);
+}
+
+static long match_next(struct match_iter *it)
+{
+	long cur;
+
+	while (it->i < 0) {
+		const char *dot = strchr(it->key, '.');
+		if (!dot)
+			return -1;
+		it->key = dot + 1;
+		it->i = chain_of(it->p, true, it->key);
+	}
+	cur = it->i;
+	it->i = it->p->rules[cur].next;
+	return cur;
+}
+
 /* Adds what ps parsed to p, all or nothing. */
 static int commit(struct policy *p, struct parse *ps)
 {
+	size_t icap = 16;
+	int32_t *index;
 	uint32_t oi;
 	int err;
+
+	while (icap < 2 * (p->nrules + ps->n))
+		icap *= 2;
+	if (!(index = malloc(icap * sizeof(*index))))
+		return -ENOMEM;
 
 	if (p->nrules + ps->n > p->cap) {
 		size_t cap = p->nrules + ps->n;
 		struct rule *nr = realloc(p->rules, cap * sizeof(*nr));
-		if (!nr)
+		if (!nr) {
+			free(index);
 			return -ENOMEM;
+		}
 		p->rules = nr;
 		p->cap = cap;
 	}
-	if ((err = intern_origin(p, ps->origin, &oi)))
+	if ((err = intern_origin(p, ps->origin, &oi))) {
+		free(index);
 		return err;
+	}
 	for (size_t i = 0; i < ps->n; i++) {
 		ps->rules[i].origin = oi;
 		p->rules[p->nrules++] = ps->rules[i];
 	}
+	fill_index(p, index, icap);
 	if (ps->has_default) {
 		p->dflt = ps->dflt;
 		p->dflt_origin = (int)oi;
@@ -461,16 +556,6 @@ fail:
 
 /* ---- deciding ---- */
 
-static bool rule_matches(const struct rule *r, const char *name, size_t nlen)
-{
-	size_t rlen;
-
-	if (!r->wildcard)
-		return !strcmp(r->name, name);
-	rlen = strlen(r->name);
-	return nlen > rlen + 1 && name[nlen - rlen - 1] == '.' && !strcmp(name + nlen - rlen, r->name);
-}
-
 /* Is a more specific than b?  An exact name beats any wildcard, a longer
  * suffix a shorter one, a rule with a port one without; between equals the
  * later rule wins (a sandbox's file over the user's, an approval over both). */
@@ -487,24 +572,25 @@ static bool more_specific(const struct rule *a, size_t ai, const struct rule *b,
 
 /* The decision for one concrete port (0: a port no rule names).  *which is
  * the deciding rule's index or -1 for the default. */
-static enum policy_action decide_port(const struct policy *p, const char *name, size_t nlen,
-				      uint16_t port, long *which)
+static enum policy_action decide_port(const struct policy *p, const char *name, uint16_t port,
+				      long *which)
 {
-	long best = -1;
+	struct match_iter it;
+	long best = -1, deny = -1, i;
 
-	for (size_t i = 0; i < p->nrules; i++) {
+	match_begin(&it, p, name);
+	while ((i = match_next(&it)) >= 0) {
 		const struct rule *r = &p->rules[i];
-		if ((r->port && r->port != port) || !rule_matches(r, name, nlen))
+		if (r->port && r->port != port)
 			continue;
-		if (r->action == POLICY_DENY) {
-			*which = (long)i; /* a deny is never overridden */
-			return POLICY_DENY;
-		}
-		if (best < 0 || more_specific(r, i, &p->rules[best], (size_t)best))
-			best = (long)i;
+		/* A deny is never overridden; the first in the files is named. */
+		if (r->action == POLICY_DENY)
+			deny = deny < 0 || i < deny ? i : deny;
+		else if (best < 0 || more_specific(r, (size_t)i, &p->rules[best], (size_t)best))
+			best = i;
 	}
-	*which = best;
-	return best < 0 ? p->dflt : p->rules[best].action;
+	*which = deny >= 0 ? deny : best;
+	return deny >= 0 ? POLICY_DENY : best < 0 ? p->dflt : p->rules[best].action;
 }
 
 static int permissiveness(enum policy_action a)
@@ -515,24 +601,25 @@ static int permissiveness(enum policy_action a)
 /* Port 0 asks "may this name be reached at all": the most permissive
  * decision over every port, i.e. over the ports matching rules name and
  * one port that none names. */
-static enum policy_action decide_any_port(const struct policy *p, const char *name, size_t nlen,
-					  long *which)
+static enum policy_action decide_any_port(const struct policy *p, const char *name, long *which)
 {
-	enum policy_action best = decide_port(p, name, nlen, 0, which);
+	enum policy_action best = decide_port(p, name, 0, which);
+	struct match_iter it;
+	long i;
 
 	/* A deny without a port closes every port. */
 	if (best == POLICY_DENY && *which >= 0 && !p->rules[*which].port)
 		return best;
-	for (size_t i = 0; i < p->nrules && best != POLICY_ALLOW; i++) {
+	match_begin(&it, p, name);
+	while (best != POLICY_ALLOW && (i = match_next(&it)) >= 0) {
 		const struct rule *r = &p->rules[i];
 		long w;
 		enum policy_action a;
 		/* Only a port named by a rule more permissive than what we have
 		 * can do better (a port named only by denies is denied). */
-		if (!r->port || permissiveness(r->action) <= permissiveness(best) ||
-		    !rule_matches(r, name, nlen))
+		if (!r->port || permissiveness(r->action) <= permissiveness(best))
 			continue;
-		a = decide_port(p, name, nlen, r->port, &w);
+		a = decide_port(p, name, r->port, &w);
 		if (permissiveness(a) > permissiveness(best)) {
 			best = a;
 			*which = w;
@@ -567,16 +654,14 @@ enum policy_action policy_decide(const struct policy *p, const char *name, uint1
 	struct policy *mp = (struct policy *)p; /* the lock, not the rules, changes */
 	enum policy_action a;
 	long which;
-	size_t nlen;
 
 	if (!name || normalise(name, norm, sizeof(norm))) {
 		if (rule && rulelen)
 			snprintf(rule, rulelen, "not a host name");
 		return POLICY_DENY;
 	}
-	nlen = strlen(norm);
 	pthread_rwlock_rdlock(&mp->lock);
-	a = port ? decide_port(p, norm, nlen, port, &which) : decide_any_port(p, norm, nlen, &which);
+	a = port ? decide_port(p, norm, port, &which) : decide_any_port(p, norm, &which);
 	if (rule && rulelen) {
 		if (which >= 0)
 			describe_rule(p, &p->rules[which], rule, rulelen);
