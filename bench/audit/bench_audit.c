@@ -11,6 +11,9 @@
  *       end of a file + fdatasync); prints microseconds per round.
  *   bench_audit gen LOG MEGABYTES
  *       writes a log of about that size (no fsync), heads every 1000 records.
+ *   bench_audit parts LOG
+ *       the CPU cost of one signed head's Ed25519 check (µs, over every head
+ *       of LOG) and which SHA-256 rounds run ("sha-ni" or "openssl").
  *   bench_audit verify LOG ROUNDS
  *       reads LOG and its heads under the shared lock and verifies them, best
  *       of ROUNDS; prints MB/s of log bytes (heads included in the work),
@@ -29,6 +32,7 @@
 
 #include "audit/audit.h"
 #include "audit/bundle.h"
+#include "audit/sha256.h"
 #include "audit/sign.h"
 #include "audit/verify.h"
 
@@ -203,6 +207,31 @@ static int verify(const char *path, int rounds)
 	return 0;
 }
 
+static int parts(const char *path)
+{
+	struct audit_snapshot s;
+	struct audit_head *h;
+	struct audit_head_checker *c;
+	size_t bad;
+	double c0;
+	int n;
+
+	if (audit_snapshot_read(path, 1UL << 36, &s))
+		return 1;
+	n = audit_heads_parse_all(s.heads, s.heads_len, &h, &bad);
+	if (n <= 0 || audit_head_checker_new(h[0].pubkey, &c))
+		return 1;
+	c0 = cpu_seconds();
+	for (int i = 0; i < n; i++)
+		if (audit_head_check(c, &h[i]))
+			return 1;
+	printf("%.0f %s\n", (cpu_seconds() - c0) / n * 1e6, audit_sha256_impl());
+	audit_head_checker_free(c);
+	free(h);
+	audit_snapshot_free(&s);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if ((argc == 6 || argc == 7) && !strcmp(argv[1], "append"))
@@ -212,6 +241,8 @@ int main(int argc, char **argv)
 		return fsync_latency(argv[2]);
 	if (argc == 4 && !strcmp(argv[1], "gen"))
 		return gen(argv[2], atol(argv[3]));
+	if (argc == 3 && !strcmp(argv[1], "parts"))
+		return parts(argv[2]);
 	if (argc == 4 && !strcmp(argv[1], "verify"))
 		return verify(argv[2], atoi(argv[3]));
 	fprintf(stderr, "usage: see the top of bench/audit/bench_audit.c\n");
