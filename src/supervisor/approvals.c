@@ -358,13 +358,18 @@ static int add_rule(struct approvals *a, const struct request *r, const char *wh
 	return 0;
 }
 
-int approvals_answer(struct approvals *a, uint64_t id, enum approval_answer ans, const char *who)
+int approvals_answer(struct approvals *a, uint64_t id, enum approval_answer ans, const char *who_in)
 {
+	char who[WHO_MAX];
 	struct request *r;
 	int err = 0;
 
-	if (!who || !*who)
-		who = "unknown";
+	/* who lands in a comment of the policy file: one line, no control
+	 * bytes, or a crafted name could add a rule of its own. */
+	snprintf(who, sizeof(who), "%s", who_in && *who_in ? who_in : "unknown");
+	for (char *c = who; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
 	pthread_mutex_lock(&a->lock);
 	for (r = a->waiting; r && r->id != id; r = r->next)
 		;

@@ -194,6 +194,13 @@ static void test_always_adds_rule(void **state)
 	pthread_join(k.t, NULL);
 	assert_int_equal(policy_decide(p, "www.npmjs.org", 8443, NULL, 0), POLICY_ALLOW);
 	assert_int_equal(policy_decide(p, "www.npmjs.org", 443, NULL, 0), POLICY_ASK);
+	/* A name with a newline cannot write a rule of its own into the file. */
+	start(&k, a, "connect", "third.npmjs.org", 443);
+	l = wait_waiting(a, 1);
+	assert_int_equal(approvals_answer(a, first_id(l), APPROVAL_ALLOW_ALWAYS, "eve\nallow evil.example"), 0);
+	cJSON_Delete(l);
+	pthread_join(k.t, NULL);
+	assert_string_equal(k.who, "eve?allow evil.example");
 	approvals_free(a);
 	policy_free(p);
 	/* Both rules were written to the sandbox's file, which reads back. */
@@ -204,6 +211,8 @@ static void test_always_adds_rule(void **state)
 	assert_int_equal(policy_decide(p, "www.npmjs.org", 8443, rule, sizeof(rule)), POLICY_ALLOW);
 	assert_non_null(strstr(rule, "/policy:2)"));
 	assert_int_equal(policy_decide(p, "www.npmjs.org", 443, NULL, 0), POLICY_DENY);
+	assert_int_equal(policy_decide(p, "evil.example", 443, NULL, 0), POLICY_DENY);
+	assert_int_equal(policy_decide(p, "third.npmjs.org", 443, NULL, 0), POLICY_ALLOW);
 	policy_free(p);
 	assert_int_equal(read_file(path, 4096, &text, &len), 0);
 	assert_non_null(strstr((char *)text, "allow registry.npmjs.org\t# approval 1 by bob, 20"));
