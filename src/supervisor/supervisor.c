@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "supervisor/control.h"
+#include "supervisor/egress.h"
 #include "supervisor/sandbox.h"
 
 struct supervisor {
@@ -25,6 +26,8 @@ struct supervisor {
 	char state_dir[PATH_MAX], run_dir[PATH_MAX];
 	char vsock_path[PATH_MAX], control_path[PATH_MAX];
 	struct audit_log *audit;
+	struct sup_egress *egress;
+	char why[512];             /* a start-up failure, for `kosa8 start` */
 	pid_t vmm;
 	int listen_fd;
 	int sigchld_pipe[2];
@@ -147,6 +150,96 @@ static int copy_workspace(struct supervisor *s)
 	return sandbox_cfg_save(s->state_dir, &s->cfg);
 }
 
+/* The proxy's records (net.dns, net.connect, secret.use, approval.*),
+ * from its connection threads: the audit log takes concurrent appends. */
+static void egress_audit(void *arg, const char *type, cJSON *details)
+{
+	audit(arg, "egress", type, details);
+}
+
+static int start_egress(struct supervisor *s)
+{
+	const char *allow[SANDBOX_ALLOW_MAX], *secrets[SANDBOX_SECRETS_MAX];
+	struct sup_egress_opts o = {
+		.sandbox = s->cfg.name, .state_dir = s->state_dir, .vsock_path = s->vsock_path,
+		.allow = allow, .nallow = (size_t)s->cfg.nallow,
+		.secrets = secrets, .nsecrets = (size_t)s->cfg.nsecrets,
+		.audit = egress_audit, .audit_arg = s,
+	};
+
+	for (int i = 0; i < s->cfg.nallow; i++)
+		allow[i] = s->cfg.allow[i];
+	for (int i = 0; i < s->cfg.nsecrets; i++)
+		secrets[i] = s->cfg.secrets[i];
+	return sup_egress_start(&o, &s->egress, s->why, sizeof(s->why));
+}
+
+#define GUEST_CA_DIR "/usr/local/share/ca-certificates"
+#define GUEST_CA_NAME "kosa8-sandbox.crt"
+#define GUEST_CA_BUNDLE_DIR "/etc/ssl/certs"
+#define GUEST_CA_BUNDLE "ca-certificates.crt"
+
+static int write_text(const char *path, const char *text, const char *mode)
+{
+	FILE *f = fopen(path, mode);
+	int err = 0;
+
+	if (!f)
+		return -errno;
+	if (fputs(text, f) == EOF)
+		err = -EIO;
+	if (fclose(f) == EOF && !err)
+		err = -errno;
+	return err;
+}
+
+/* Puts the sandbox CA's certificate where Debian keeps local CAs and into
+ * the bundle curl, git, python and OpenSSL read (what update-ca-certificates
+ * would do, without running it), through the agent's file API.  The bundle
+ * is fetched, the certificate appended unless present, and put back. */
+static int install_guest_ca(struct supervisor *s, const char *pem)
+{
+	char tmp[] = "/tmp/kosa8-ca-XXXXXX", ca[64], dir[64], bundle[96];
+	struct agent_client *c = NULL;
+	struct ap_tree_stats st;
+	uint8_t *text = NULL;
+	size_t len = 0;
+	int err;
+
+	if (!mkdtemp(tmp))
+		return -errno;
+	snprintf(ca, sizeof(ca), "%s/" GUEST_CA_NAME, tmp);
+	snprintf(dir, sizeof(dir), "%s/b", tmp);
+	snprintf(bundle, sizeof(bundle), "%s/" GUEST_CA_BUNDLE, dir);
+	/* put keeps modes: every guest user reads the trust store. */
+	if ((err = write_text(ca, pem, "w")) || (chmod(ca, 0644) < 0 && (err = -errno)) ||
+	    (err = agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c)) ||
+	    (err = agent_put_tree(c, ca, GUEST_CA_DIR, "root", &st)) ||
+	    (err = mkdir_p(dir, 0700)) ||
+	    (err = agent_get_tree(c, GUEST_CA_BUNDLE_DIR "/" GUEST_CA_BUNDLE, dir, &st)) ||
+	    (err = read_file(bundle, 64 * MiB, &text, &len)))
+		goto out;
+	/* Restarts find it there already. */
+	if (!memmem(text, len, pem, strlen(pem))) {
+		if ((len && text[len - 1] != '\n' && (err = write_text(bundle, "\n", "a"))) ||
+		    (err = write_text(bundle, pem, "a")) || (chmod(bundle, 0644) < 0 && (err = -errno)) ||
+		    (err = agent_put_tree(c, bundle, GUEST_CA_BUNDLE_DIR, "root", &st)))
+			goto out;
+	}
+out:
+	if (err)
+		log_err("installing the sandbox CA in the guest: %s",
+			c ? agent_client_error(c) : strerror(-err));
+	if (c)
+		agent_client_close(c);
+	free(text);
+	unlink(bundle);
+	unlink(ca);
+	rmdir(dir);
+	rmdir(tmp);
+	return err;
+}
+
 static void reply_error(int fd, const char *msg)
 {
 	cJSON *r = cJSON_CreateObject();
@@ -179,7 +272,11 @@ static void handle_agent(struct supervisor *s, int fd, cJSON *req)
 	}
 	/* The CLI says what the session is for (exec argv, cp paths): audited. */
 	audit(s, "user", "agent.session", cJSON_IsObject(what) ? cJSON_Duplicate(what, true) : NULL);
-	reply_ok(fd, NULL, afd);
+	/* Every command gets the secrets' placeholders, never their values. */
+	cJSON *r = cJSON_CreateObject(), *env = cJSON_AddArrayToObject(r, "env");
+	for (const char *const *e = sup_egress_guest_env(s->egress); *e; e++)
+		cJSON_AddItemToArray(env, cJSON_CreateString(*e));
+	reply_ok(fd, r, afd);
 	close(afd);
 }
 
@@ -220,6 +317,8 @@ static void handle_client(struct supervisor *s, int fd)
 	} else if (!strcmp(op->valuestring, "stop")) {
 		request_stop(s);
 		reply_ok(fd, NULL, -1);
+	} else if (control_serve_approvals(sup_egress_approvals(s->egress), fd, req)) {
+		/* approvals.list / approvals.answer */
 	} else {
 		reply_error(fd, "unknown op");
 	}
@@ -264,6 +363,12 @@ static int setup(struct supervisor *s, const char *name, const char **why)
 	if (s->listen_fd < 0) {
 		*why = "cannot listen on the control socket";
 		return s->listen_fd;
+	}
+	/* Before the VMM: the guest's first DNS query must find a listener.
+	 * A bad policy or a missing secret stops the start here. */
+	if ((err = start_egress(s))) {
+		*why = s->why;
+		return err;
 	}
 	return 0;
 }
@@ -332,6 +437,10 @@ int supervisor_main(const char *self, const char *name, int ready_fd)
 				       "the guest agent did not answer in time (see 'kosa8 logs')";
 		goto fail;
 	}
+	if ((err = install_guest_ca(&s, sup_egress_ca_pem(s.egress)))) {
+		why = "installing the sandbox's CA certificate in the guest failed (see the supervisor log)";
+		goto fail;
+	}
 	if ((err = copy_workspace(&s))) {
 		why = "copying the workspace into the sandbox failed";
 		goto fail;
@@ -352,6 +461,8 @@ fail:
 		cJSON_AddStringToObject(d, "error", why);
 		audit(&s, "supervisor", "sandbox.start_failed", d);
 	}
+	/* After the VMM: no guest connection is left to start. */
+	sup_egress_stop(s.egress);
 	if (s.audit) {
 		audit_log_sign_head(s.audit, NULL);
 		audit_log_close(s.audit);

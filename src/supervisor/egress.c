@@ -1,0 +1,437 @@
+/* The supervisor's egress: listeners for the guest's DNS streams and TCP
+ * connections, one thread per accepted connection (bounded), the proxy's
+ * context built from the sandbox's policy, secrets and CA.  See egress.h. */
+#include "supervisor/egress.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "proxy/ca.h"
+#include "proxy/egress.h"
+#include "proxy/names.h"
+#include "proxy/secrets.h"
+#include "supervisor/approvals.h"
+
+#define STOP_WAIT_MS 3000
+
+struct listener {
+	struct sup_egress *e;
+	const struct egress_ctx *ctx;
+	int (*serve)(const struct egress_ctx *ctx, int fd);
+	int fd;
+	char path[PATH_MAX];
+	pthread_t thread;
+	bool running;
+};
+
+struct sup_egress {
+	struct policy *policy;
+	struct names *names;
+	struct approvals *approvals;
+	struct secret_set *secrets;
+	struct egress_ca *ca;
+	struct egress_ctx dns_ctx, tcp_ctx;
+	struct listener dns, tcp;
+	atomic_int active;          /* connection threads running */
+	pthread_mutex_t lock;       /* stopping, asking */
+	bool stopping;
+	int asking;                 /* threads inside approvals_ask */
+	char sandbox[64];
+	void (*audit)(void *arg, const char *type, cJSON *details);
+	void *audit_arg;
+};
+
+static const char *const no_env[] = {NULL};
+
+/* ---- policy ---- */
+
+static void policy_why(char *why, size_t len, const struct policy_error *pe)
+{
+	if (pe->line)
+		snprintf(why, len, "policy error in %s line %u: %s", pe->file, pe->line, pe->reason);
+	else
+		snprintf(why, len, "policy error in %s: %s", pe->file, pe->reason);
+}
+
+/* Adds path's rules if the file exists. */
+static int add_optional_file(struct policy *p, const char *path, char *why, size_t whylen)
+{
+	struct policy_error pe;
+	int err = policy_add_file(p, path, &pe);
+
+	if (err == -ENOENT)
+		return 0;
+	if (err)
+		policy_why(why, whylen, &pe);
+	return err;
+}
+
+int sup_egress_policy(const char *state_dir, const char *const *allow, size_t nallow,
+		      struct policy **out, char *why, size_t whylen)
+{
+	char dir[PATH_MAX], path[PATH_MAX + 16];
+	struct policy *p = NULL;
+	struct policy_error pe;
+	int err;
+
+	if ((err = policy_new(&p))) {
+		snprintf(why, whylen, "out of memory for the policy");
+		return err;
+	}
+	if ((err = kosa8_config_dir(dir, sizeof(dir))) == 0) {
+		snprintf(path, sizeof(path), "%s/policy", dir);
+		err = add_optional_file(p, path, why, whylen);
+	} else {
+		snprintf(why, whylen, "cannot find the configuration folder for the default policy");
+	}
+	if (!err && state_dir) {
+		snprintf(path, sizeof(path), "%s/policy", state_dir);
+		err = add_optional_file(p, path, why, whylen);
+	}
+	for (size_t i = 0; !err && i < nallow; i++)
+		if ((err = policy_add_allow(p, allow[i], &pe)))
+			snprintf(why, whylen, "--allow %s: %s", allow[i], pe.reason);
+	if (err) {
+		policy_free(p);
+		return err;
+	}
+	*out = p;
+	return 0;
+}
+
+/* ---- connections ---- */
+
+struct conn {
+	struct listener *l;
+	int fd;
+};
+
+static void *conn_thread(void *arg)
+{
+	struct conn *c = arg;
+	struct sup_egress *e = c->l->e;
+
+	c->l->serve(c->l->ctx, c->fd);   /* closes fd; audits what it did */
+	free(c);
+	atomic_fetch_sub(&e->active, 1);
+	return NULL;
+}
+
+static void spawn_conn(struct listener *l, int fd)
+{
+	struct sup_egress *e = l->e;
+	struct conn *c = NULL;
+	pthread_attr_t at;
+	pthread_t t;
+
+	if (atomic_fetch_add(&e->active, 1) >= SUP_EGRESS_MAX_CONNS || !(c = malloc(sizeof(*c)))) {
+		log_err("egress: %s connection refused: %d connections open", l->path, SUP_EGRESS_MAX_CONNS);
+		goto refuse;
+	}
+	c->l = l;
+	c->fd = fd;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 256 * 1024);
+	if (pthread_create(&t, &at, conn_thread, c) != 0) {
+		pthread_attr_destroy(&at);
+		goto refuse;
+	}
+	pthread_attr_destroy(&at);
+	return;
+refuse:
+	free(c);
+	close(fd);
+	atomic_fetch_sub(&e->active, 1);
+}
+
+static void *accept_thread(void *arg)
+{
+	struct listener *l = arg;
+
+	for (;;) {
+		int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0) {
+			spawn_conn(l, fd);
+		} else if (errno == EINVAL || errno == EBADF) {
+			return NULL;   /* shut down by sup_egress_stop */
+		} else if (errno != EINTR && errno != ECONNABORTED) {
+			/* EMFILE and the like: breathe rather than spin. */
+			usleep(50 * 1000);
+		}
+	}
+}
+
+/* Listens on <vsock>_<port>: the VMM's vsock device connects there for the
+ * guest's connections to host port `port`. */
+static int listen_port(struct listener *l, const char *vsock, unsigned port)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	struct stat st;
+	int err;
+
+	if ((size_t)snprintf(l->path, sizeof(l->path), "%s_%u", vsock, port) >= sizeof(a.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(a.sun_path, l->path);
+	if (lstat(l->path, &st) == 0 && S_ISSOCK(st.st_mode))
+		unlink(l->path);   /* left by a supervisor that died */
+	l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (l->fd < 0)
+		return -errno;
+	if (bind(l->fd, (struct sockaddr *)&a, sizeof(a)) < 0 || chmod(l->path, 0600) < 0 ||
+	    listen(l->fd, 128) < 0)
+		goto fail;
+	if ((err = pthread_create(&l->thread, NULL, accept_thread, l)) != 0) {
+		errno = err;
+		goto fail;
+	}
+	l->running = true;
+	return 0;
+fail:
+	err = -errno;
+	close(l->fd);
+	l->fd = -1;
+	unlink(l->path);
+	return err;
+}
+
+static void listener_stop(struct listener *l)
+{
+	if (l->fd < 0)
+		return;
+	/* accept() returns EINVAL on a shut-down listening socket. */
+	shutdown(l->fd, SHUT_RDWR);
+	if (l->running)
+		pthread_join(l->thread, NULL);
+	close(l->fd);
+	l->fd = -1;
+	unlink(l->path);
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- the proxy's callbacks ---- */
+
+/* Counted, so that stopping can deny every waiter and know when the queue
+ * is no longer in use before freeing it. */
+static enum policy_action ask(void *arg, const char *kind, const char *name, uint16_t port)
+{
+	struct sup_egress *e = arg;
+	enum policy_action a;
+
+	pthread_mutex_lock(&e->lock);
+	if (e->stopping) {
+		pthread_mutex_unlock(&e->lock);
+		return POLICY_DENY;
+	}
+	e->asking++;
+	pthread_mutex_unlock(&e->lock);
+	a = approvals_ask(e->approvals, kind, name, port, NULL, 0);
+	pthread_mutex_lock(&e->lock);
+	e->asking--;
+	pthread_mutex_unlock(&e->lock);
+	return a;
+}
+
+/* Denies whatever waits ("shutdown") until no thread is asking. */
+static void deny_waiters(struct sup_egress *e, uint64_t deadline)
+{
+	for (;;) {
+		pthread_mutex_lock(&e->lock);
+		e->stopping = true;
+		int asking = e->asking;
+		pthread_mutex_unlock(&e->lock);
+		if (!asking || mono_ms() >= deadline)
+			return;
+		cJSON *list = approvals_list(e->approvals), *r;
+		cJSON_ArrayForEach(r, list) {
+			const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "id");
+			if (cJSON_IsNumber(id))
+				approvals_answer(e->approvals, (uint64_t)id->valuedouble, APPROVAL_DENY,
+						 "shutdown");
+		}
+		cJSON_Delete(list);
+		usleep(20 * 1000);
+	}
+}
+
+static void audit_hook(void *arg, const char *type, cJSON *details)
+{
+	struct sup_egress *e = arg;
+
+	if (e->audit)
+		e->audit(e->audit_arg, type, details);
+	else
+		cJSON_Delete(details);
+}
+
+/* ---- start / stop ---- */
+
+static int load_secrets(struct sup_egress *e, const struct sup_egress_opts *o, char *why, size_t whylen)
+{
+	int err;
+
+	if (!o->nsecrets)
+		return 0;
+	err = secret_set_load(o->secrets, o->nsecrets, o->state_dir, &e->secrets);
+	if (!err)
+		return 0;
+	/* Say which one: the set loads all or nothing. */
+	for (size_t i = 0; i < o->nsecrets; i++) {
+		struct secret s;
+		int e2 = secret_read(o->secrets[i], true, &s);
+		if (e2 == 0) {
+			secret_clear(&s);
+			continue;
+		}
+		snprintf(why, whylen, "secret %s: %s", o->secrets[i],
+			 e2 == -ENOENT ? "no such secret (see 'kosa8 secret ls')" :
+			 e2 == -ENOKEY ? "its environment variable is unset or not a valid value" :
+					 strerror(-e2));
+		return e2;
+	}
+	snprintf(why, whylen, "loading the sandbox's secrets failed: %s", strerror(-err));
+	return err;
+}
+
+static void ctx_init(struct sup_egress *e, struct egress_ctx *c, int idle_ms)
+{
+	memset(c, 0, sizeof(*c));
+	c->sandbox = e->sandbox;
+	c->policy = e->policy;
+	c->names = e->names;
+	c->secrets = e->secrets;
+	c->ca = e->secrets ? e->ca : NULL;
+	c->ask = ask;
+	c->audit = audit_hook;
+	/* For a corporate proxy's CA, and for tests with their own CA. */
+	c->upstream_ca_file = getenv("KOSA8_UPSTREAM_CA_FILE");
+	if (c->upstream_ca_file && !*c->upstream_ca_file)
+		c->upstream_ca_file = NULL;
+	c->arg = e;
+	c->idle_timeout_ms = idle_ms;
+}
+
+int sup_egress_start(const struct sup_egress_opts *o, struct sup_egress **out, char *why,
+		     size_t whylen)
+{
+	struct sup_egress *e = calloc(1, sizeof(*e));
+	int err;
+
+	if (!e)
+		return -ENOMEM;
+	e->dns.fd = e->tcp.fd = -1;
+	pthread_mutex_init(&e->lock, NULL);
+	snprintf(e->sandbox, sizeof(e->sandbox), "%s", o->sandbox);
+	e->audit = o->audit;
+	e->audit_arg = o->audit_arg;
+	if ((err = sup_egress_policy(o->state_dir, o->allow, o->nallow, &e->policy, why, whylen)) ||
+	    (err = load_secrets(e, o, why, whylen)))
+		goto fail;
+	if ((err = names_new(&e->names)) ||
+	    (err = approvals_new(e->policy, APPROVAL_TIMEOUT_MS, &e->approvals))) {
+		snprintf(why, whylen, "cannot set up the egress tables: %s", strerror(-err));
+		goto fail;
+	}
+	approvals_set_audit(e->approvals, audit_hook, e);
+	/* "allow always" outlives this run: it goes into the sandbox's policy. */
+	{
+		char pf[PATH_MAX + 16];
+		snprintf(pf, sizeof(pf), "%s/policy", o->state_dir);
+		if ((err = approvals_set_policy_file(e->approvals, pf))) {
+			snprintf(why, whylen, "cannot set up approvals: %s", strerror(-err));
+			goto fail;
+		}
+	}
+	if ((err = egress_ca_open(o->state_dir, o->sandbox, &e->ca))) {
+		snprintf(why, whylen, "the sandbox's egress CA in %s cannot be used: %s", o->state_dir,
+			 strerror(-err));
+		goto fail;
+	}
+	/* A DNS stream stays open as long as the guest keeps it (the agent
+	 * reuses a few for every query); TCP connections time out when idle. */
+	ctx_init(e, &e->dns_ctx, 0);
+	ctx_init(e, &e->tcp_ctx, SUP_EGRESS_IDLE_MS);
+	e->dns = (struct listener){.e = e, .ctx = &e->dns_ctx, .serve = egress_dns_serve, .fd = -1};
+	e->tcp = (struct listener){.e = e, .ctx = &e->tcp_ctx, .serve = egress_connect_serve, .fd = -1};
+	if ((err = listen_port(&e->dns, o->vsock_path, EGRESS_DNS_PORT)) ||
+	    (err = listen_port(&e->tcp, o->vsock_path, EGRESS_TCP_PORT))) {
+		snprintf(why, whylen, "cannot listen for the guest's network next to %s: %s", o->vsock_path,
+			 strerror(-err));
+		goto fail;
+	}
+	*out = e;
+	return 0;
+fail:
+	sup_egress_stop(e);
+	return err;
+}
+
+void sup_egress_stop(struct sup_egress *e)
+{
+	uint64_t deadline = mono_ms() + STOP_WAIT_MS;
+
+	if (!e)
+		return;
+	listener_stop(&e->dns);
+	listener_stop(&e->tcp);
+	if (e->approvals)
+		deny_waiters(e, deadline);
+	pthread_mutex_lock(&e->lock);
+	bool idle = e->asking == 0;
+	pthread_mutex_unlock(&e->lock);
+	if (!idle) {
+		log_err("egress: a connection is still waiting for an approval at stop");
+		return;
+	}
+	approvals_free(e->approvals);
+	e->approvals = NULL;
+	/* The VMM is gone by now, so every guest connection has ended or is
+	 * about to.  A thread still busy (an upstream that does not answer)
+	 * keeps the tables: leaking them at exit beats freeing them under it. */
+	while (atomic_load(&e->active) > 0 && mono_ms() < deadline)
+		usleep(20 * 1000);
+	if (atomic_load(&e->active) > 0) {
+		log_err("egress: %d connection(s) still open at stop", atomic_load(&e->active));
+		return;
+	}
+	names_free(e->names);
+	policy_free(e->policy);
+	secret_set_free(e->secrets);
+	egress_ca_free(e->ca);
+	pthread_mutex_destroy(&e->lock);
+	free(e);
+}
+
+struct approvals *sup_egress_approvals(struct sup_egress *e)
+{
+	return e ? e->approvals : NULL;
+}
+
+const char *const *sup_egress_guest_env(struct sup_egress *e)
+{
+	return e && e->secrets ? secret_set_env(e->secrets) : no_env;
+}
+
+const char *sup_egress_ca_pem(struct sup_egress *e)
+{
+	return e && e->ca ? egress_ca_cert_pem(e->ca) : NULL;
+}

