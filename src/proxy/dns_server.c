@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -156,6 +157,25 @@ static int read_timed(int fd, uint8_t *buf, size_t len, int timeout_ms)
 	return 1;
 }
 
+/* Writes the whole answer.  MSG_NOSIGNAL: a guest that hangs up before its
+ * answer must not raise SIGPIPE in the supervisor (a pipe, for tests, falls
+ * back to write). */
+static int send_all(int fd, const uint8_t *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == ENOTSOCK)
+			return write_all(fd, buf, len);
+		if (n < 0)
+			return -errno;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 static int serve_one(const struct egress_ctx *ctx, int fd, uint8_t *in)
 {
 	uint8_t out[2 + DNS_MSG_MAX];
@@ -172,7 +192,7 @@ static int serve_one(const struct egress_ctx *ctx, int fd, uint8_t *in)
 		return 1; /* dropped: nothing to say to it */
 	out[0] = (uint8_t)(n >> 8);
 	out[1] = (uint8_t)n;
-	return (r = write_all(fd, out, (size_t)n + 2)) ? r : 1;
+	return (r = send_all(fd, out, (size_t)n + 2)) ? r : 1;
 }
 
 int egress_dns_serve(const struct egress_ctx *ctx, int fd)

@@ -512,6 +512,14 @@ static void test_stream(void **state)
 	assert_int_equal(read_some(fd, r, sizeof(r), 3000), 0);
 	close(fd);
 	assert_int_equal(wait_serve_rc(), -ECONNRESET);
+	/* A guest that hangs up before its answers: the server's writes fail
+	 * (EPIPE/ECONNRESET), without a SIGPIPE that would end this process. */
+	__atomic_store_n(&last_serve_rc, 1, __ATOMIC_SEQ_CST);
+	fd = tcp_connect();
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(write(fd, two, sizeof(two)), (ssize_t)sizeof(two));
+	close(fd);
+	assert_true(wait_serve_rc() < 0);
 	/* A clean end between messages is not an error. */
 	__atomic_store_n(&last_serve_rc, 1, __ATOMIC_SEQ_CST);
 	fd = tcp_connect();
