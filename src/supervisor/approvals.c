@@ -22,6 +22,9 @@
 #include "common/util.h"
 
 #define WHO_MAX 64
+/* A guest asking for many names at once must not bury the person under
+ * requests: past this many waiting, new ones are denied at once. */
+#define APPROVALS_MAX_WAITING 64
 
 struct request {
 	uint64_t id;
@@ -222,11 +225,12 @@ static struct request *join_or_queue(struct approvals *a, const char *kind, cons
 				     uint16_t port)
 {
 	struct request *r;
+	unsigned n = 0;
 
-	for (r = a->waiting; r; r = r->next)
+	for (r = a->waiting; r; r = r->next, n++)
 		if (r->port == port && !strcmp(r->name, name))
 			return r;
-	if (!(r = calloc(1, sizeof(*r))))
+	if (n >= APPROVALS_MAX_WAITING || !(r = calloc(1, sizeof(*r))))
 		return NULL;
 	r->id = ++a->last_id;
 	snprintf(r->kind, sizeof(r->kind), "%s", kind ? kind : "connect");
@@ -279,7 +283,7 @@ enum policy_action approvals_ask(struct approvals *a, const char *kind, const ch
 			snprintf(who, wholen, "%s", g->who);
 		by = NULL;
 	} else if (!(r = join_or_queue(a, kind, norm, port))) {
-		by = "out of memory";
+		by = "queue full";
 	} else {
 		r->waiters++;
 		a->active++;

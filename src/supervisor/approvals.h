@@ -6,7 +6,8 @@
  * APPROVAL_ONCE_MS (so the DNS answer and the connection that follows it
  * ask once, not twice); "allow always" adds an allow rule for the name to
  * the sandbox's policy; "deny" refuses it.  A second request for a name that
- * is already waiting joins the first rather than queueing again.  Every
+ * is already waiting joins the first rather than queueing again; past 64
+ * waiting requests new ones are denied at once (who = "queue full").  Every
  * answer names who gave it (a user name, from the control socket's peer
  * credentials, or "timeout"). */
 #ifndef KOSA8_SUPERVISOR_APPROVALS_H

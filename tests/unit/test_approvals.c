@@ -294,6 +294,30 @@ static void test_not_a_name(void **state)
 	approvals_free(a);
 }
 
+static void test_queue_bounded(void **state)
+{
+	struct approvals *a;
+	struct asker k[65];
+	char names[65][32], who[64];
+
+	assert_int_equal(approvals_new(NULL, 10000, &a), 0);
+	for (int i = 0; i < 64; i++) {
+		snprintf(names[i], sizeof(names[i]), "n%d.example", i);
+		start(&k[i], a, "dns", names[i], 0);
+	}
+	cJSON_Delete(wait_waiting(a, 64));
+	/* The 65th is refused at once; the 64 are still there. */
+	assert_int_equal(approvals_ask(a, "dns", "one-more.example", 0, who, sizeof(who)), POLICY_DENY);
+	assert_string_equal(who, "queue full");
+	cJSON_Delete(wait_waiting(a, 64));
+	approvals_free(a);
+	for (int i = 0; i < 64; i++) {
+		pthread_join(k[i].t, NULL);
+		assert_int_equal(k[i].result, POLICY_DENY);
+		assert_string_equal(k[i].who, "shutdown");
+	}
+}
+
 static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
 static char records[8][256];
 static int nrecords;
@@ -415,6 +439,7 @@ int main(void)
 		cmocka_unit_test(test_deny_and_ask_again),
 		cmocka_unit_test(test_duplicates_join),
 		cmocka_unit_test(test_not_a_name),
+		cmocka_unit_test(test_queue_bounded),
 		cmocka_unit_test(test_audited),
 		cmocka_unit_test(test_control_requests),
 	};
