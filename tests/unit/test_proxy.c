@@ -372,7 +372,7 @@ static void start_forwarder(void)
 
 static int setup(void **state)
 {
-	static const char rules[] = "allow " API "\nallow " OTHER "\nallow " BAD "\ndeny " DENIED
+	static const char rules[] = "allow localhost\nallow " API "\nallow " OTHER "\nallow " BAD "\ndeny " DENIED
 				    "\nask " ASKED "\n";
 	struct policy_error perr;
 
@@ -561,6 +561,34 @@ static void test_ip_literal(void **state)
 	assert_string_equal(field(last_connect(), "reason"), "not a synthetic address");
 }
 
+/* The host's own connector refuses names that resolve to loopback or
+ * private addresses; a guest that sends nothing is cut at the timeout. */
+static void test_default_connector_and_timeout(void **state)
+{
+	uint8_t hdr[12] = "K8E1\x04\x00\x00\x50";
+	char reply[256];
+	uint32_t a;
+
+	reset();
+	ctx.connect_upstream = NULL;
+	assert_int_equal(names_assign(names, "localhost", &a), 0);
+	a = htonl(a);
+	memcpy(hdr + 8, &a, 4);
+	assert_int_equal(raw_conn(hdr, 12, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n", reply,
+				  sizeof(reply)), -EACCES);
+	assert_string_equal(field(last_connect(), "reason"), "name resolves to a non-public address");
+	assert_string_equal(reply, "");
+	ctx.connect_upstream = connect_cb;
+
+	reset();
+	ctx.idle_timeout_ms = 300;
+	set_dest_name(API, 80);
+	memcpy(hdr + 8, dest_addr, 4);
+	assert_int_equal(raw_conn(hdr, 12, NULL, reply, sizeof(reply)), -ETIMEDOUT);
+	assert_string_equal(field(last_connect(), "reason"), "no TLS or HTTP from the client");
+	ctx.idle_timeout_ms = 20000;
+}
+
 static void test_deny_and_ask(void **state)
 {
 	reset();
@@ -735,6 +763,7 @@ int main(void)
 		cmocka_unit_test(test_http_host),
 		cmocka_unit_test(test_second_request_host),
 		cmocka_unit_test(test_ip_literal),
+		cmocka_unit_test(test_default_connector_and_timeout),
 		cmocka_unit_test(test_deny_and_ask),
 		cmocka_unit_test(test_intercept),
 	};
