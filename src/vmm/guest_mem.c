@@ -72,7 +72,6 @@ int guest_mem_open_file(struct guest_mem *m, const char *path, uint64_t size)
 		err = -EINVAL;
 		goto out;
 	}
-	/* The mapping keeps the file alive; the descriptor is not needed. */
 	m->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd, 0);
 	if (m->base == MAP_FAILED) {
 		m->base = NULL;
@@ -85,6 +84,9 @@ int guest_mem_open_file(struct guest_mem *m, const char *path, uint64_t size)
 	m->regions[0].host = m->base;
 	if (m->nregions == 2)
 		m->regions[1].host = m->base + m->regions[0].size;
+	m->from_file = true;
+	m->file_fd = fd;
+	return 0;
 out:
 	close(fd);
 	return err;
@@ -96,6 +98,8 @@ void guest_mem_destroy(struct guest_mem *m)
 		munmap(m->base, m->size);
 	if (m->memfd >= 0)
 		close(m->memfd);
+	if (m->from_file)
+		close(m->file_fd);
 	memset(m, 0, sizeof(*m));
 	m->memfd = -1;
 }

@@ -27,6 +27,10 @@ struct guest_mem {
 	uint8_t *base;  /* the whole memfd, mapped contiguously */
 	struct guest_region regions[2];
 	int nregions;
+	/* RAM mapped MAP_PRIVATE from a checkpoint's memory file: the file stays
+	 * open so that the next checkpoint can ask it where its data is. */
+	bool from_file;
+	int file_fd;
 };
 
 int guest_mem_create(struct guest_mem *m, uint64_t size);

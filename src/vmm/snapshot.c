@@ -407,38 +407,117 @@ static bool page_is_zero(const uint8_t *p)
 	return true;
 }
 
-/* Writes the non-zero pages of [start, end) of RAM, runs of them coalesced
- * into one pwrite of up to MEM_WRITE_CHUNK. */
-static int write_range(int fd, const uint8_t *base, uint64_t start, uint64_t end,
-		       uint64_t *data_bytes)
+/* Writes the non-zero pages among npages from page offset start of RAM
+ * (all of them, or those cand marks), runs of them coalesced into one
+ * pwrite of up to MEM_WRITE_CHUNK. */
+static int write_pages(int fd, const uint8_t *base, uint64_t start, uint64_t npages,
+		       const uint8_t *cand, uint64_t *data_bytes)
 {
-	uint64_t run = start, off;
+	uint64_t run = start, off, end = start + npages * PAGE;
 
 	for (off = start; off <= end; off += PAGE) {
-		bool zero = off == end || page_is_zero(base + off);
-		if (!zero && off - run < MEM_WRITE_CHUNK)
+		bool skip = off == end || (cand && !cand[(off - start) / PAGE]) ||
+			    page_is_zero(base + off);
+		if (!skip && off - run < MEM_WRITE_CHUNK)
 			continue;
-		if (off > run) {
-			ssize_t n = 0;
-			for (uint64_t done = 0; done < off - run; done += (uint64_t)n) {
-				n = pwrite(fd, base + run + done, off - run - done, (off_t)(run + done));
-				if (n < 0 && errno == EINTR) {
-					n = 0;
-					continue;
-				}
-				if (n <= 0)
-					return n < 0 ? -errno : -EIO;
-			}
-			*data_bytes += off - run;
+		for (uint64_t done = 0; done < off - run;) {
+			ssize_t n = pwrite(fd, base + run + done, off - run - done, (off_t)(run + done));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				return n < 0 ? -errno : -EIO;
+			done += (uint64_t)n;
 		}
-		run = zero ? off + PAGE : off;
+		*data_bytes += off - run;
+		run = skip ? off + PAGE : off;
 	}
 	return 0;
 }
 
+/* Guest RAM in a memfd: the kernel knows which ranges were ever touched
+ * (SEEK_DATA); the rest is holes and not even read. */
+static int write_memfd(int fd, const struct guest_mem *m, uint64_t *data_bytes)
+{
+	uint64_t pos = 0;
+	int err;
+
+	while (pos < m->size) {
+		off_t d = lseek(m->memfd, (off_t)pos, SEEK_DATA), h;
+		uint64_t data, hole;
+		if (d < 0)
+			return errno == ENXIO ? 0 : -errno; /* ENXIO: no data after pos */
+		data = (uint64_t)d & ~(uint64_t)(PAGE - 1);
+		h = lseek(m->memfd, d, SEEK_HOLE);
+		hole = h < 0 ? m->size : ALIGN_UP((uint64_t)h, (uint64_t)PAGE);
+		if (hole > m->size)
+			hole = m->size;
+		if ((err = write_pages(fd, m->base, data, (hole - data) / PAGE, NULL, data_bytes)))
+			return err;
+		pos = hole;
+	}
+	return 0;
+}
+
+/* /proc/self/pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst). */
+#define PM_PRESENT (1ULL << 63)
+#define PM_SWAPPED (1ULL << 62)
+#define PM_FILE_OR_SHARED (1ULL << 61)
+#define PM_CHUNK_PAGES 512
+
+/* Marks the pages of [off, off + n pages) that the backing file has data for. */
+static void mark_file_data(int file_fd, uint64_t off, uint64_t n, uint8_t *cand)
+{
+	uint64_t pos = off, end = off + n * PAGE;
+
+	while (pos < end) {
+		off_t d = lseek(file_fd, (off_t)pos, SEEK_DATA), h;
+		if (d < 0 || (uint64_t)d >= end)
+			return;
+		h = lseek(file_fd, d, SEEK_HOLE);
+		if (h < 0 || (uint64_t)h > end)
+			h = (off_t)end;
+		for (uint64_t p = (uint64_t)d & ~(uint64_t)(PAGE - 1); p < (uint64_t)h; p += PAGE)
+			cand[(p - off) / PAGE] = 1;
+		pos = ALIGN_UP((uint64_t)h, (uint64_t)PAGE);
+	}
+}
+
+/* Guest RAM that is a private view of a checkpoint's file (a restored VM):
+ * a page can hold data if the file has data there, or if the guest wrote
+ * it since (then it is an anonymous copy, which pagemap shows).  Other
+ * pages are zero and are never touched, so the file is not read whole. */
+static int write_private(int fd, const struct guest_mem *m, uint64_t *data_bytes)
+{
+	uint64_t pm[PM_CHUNK_PAGES];
+	uint8_t cand[PM_CHUNK_PAGES];
+	int pmfd, err = 0;
+
+	pmfd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	if (pmfd < 0)
+		return -errno;
+	for (uint64_t off = 0; off < m->size && !err; off += PM_CHUNK_PAGES * PAGE) {
+		uint64_t n = (m->size - off) / PAGE < PM_CHUNK_PAGES ? (m->size - off) / PAGE
+								      : PM_CHUNK_PAGES;
+		off_t at = (off_t)(((uintptr_t)(m->base + off) / PAGE) * sizeof(uint64_t));
+		ssize_t got = pread(pmfd, pm, n * sizeof(uint64_t), at);
+
+		if (got != (ssize_t)(n * sizeof(uint64_t))) {
+			err = got < 0 ? -errno : -EIO;
+			break;
+		}
+		memset(cand, 0, sizeof(cand));
+		for (uint64_t i = 0; i < n; i++)
+			if (((pm[i] & PM_PRESENT) && !(pm[i] & PM_FILE_OR_SHARED)) || (pm[i] & PM_SWAPPED))
+				cand[i] = 1;
+		mark_file_data(m->file_fd, off, n, cand);
+		err = write_pages(fd, m->base, off, n, cand, data_bytes);
+	}
+	close(pmfd);
+	return err;
+}
+
 int snapshot_write_memory(const char *path, const struct guest_mem *m, uint64_t *data_bytes)
 {
-	uint64_t pos = 0, end = m->size;
 	int fd, err = 0;
 
 	*data_bytes = 0;
@@ -447,31 +526,16 @@ int snapshot_write_memory(const char *path, const struct guest_mem *m, uint64_t 
 		return -errno;
 	/* The file gets its full size first: whatever is not written stays a
 	 * hole and reads as zeros. */
-	if (ftruncate(fd, (off_t)m->size) < 0) {
+	if (ftruncate(fd, (off_t)m->size) < 0)
 		err = -errno;
-		goto out;
-	}
-	while (pos < end) {
-		uint64_t data = pos, hole = end;
-		/* A memfd knows which of its pages were ever touched; a private
-		 * file mapping (a restored VM) is scanned whole. */
-		if (m->memfd >= 0) {
-			off_t d = lseek(m->memfd, (off_t)pos, SEEK_DATA);
-			if (d < 0)
-				break; /* ENXIO: no data after pos */
-			data = (uint64_t)d & ~(uint64_t)(PAGE - 1);
-			off_t h = lseek(m->memfd, d, SEEK_HOLE);
-			hole = h < 0 ? end : ALIGN_UP((uint64_t)h, (uint64_t)PAGE);
-			if (hole > end)
-				hole = end;
-		}
-		if ((err = write_range(fd, m->base, data, hole, data_bytes)))
-			goto out;
-		pos = hole;
-	}
-	if (fsync(fd) < 0)
+	else if (m->memfd >= 0)
+		err = write_memfd(fd, m, data_bytes);
+	else if (m->from_file)
+		err = write_private(fd, m, data_bytes);
+	else
+		err = write_pages(fd, m->base, 0, m->size / PAGE, NULL, data_bytes);
+	if (!err && fsync(fd) < 0)
 		err = -errno;
-out:
 	close(fd);
 	if (err)
 		unlink(path);

@@ -239,6 +239,41 @@ static void test_memory_file(void **state)
 	rmdir(dir);
 }
 
+/* A restored VM's RAM (private view of a file) checkpointed again: what
+ * the file had, minus what the guest zeroed, plus what it wrote. */
+static void test_memory_file_of_restored_ram(void **state)
+{
+	const uint64_t size = 32 << 20;
+	struct guest_mem m, r, r2;
+	char dir[] = "/tmp/kosa8-test-snap-XXXXXX", p1[128], p2[128];
+	uint64_t data = 0;
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(p1, sizeof(p1), "%s/memory1", dir);
+	snprintf(p2, sizeof(p2), "%s/memory2", dir);
+	assert_int_equal(guest_mem_create(&m, size), 0);
+	memset(m.base + 4096 * 3, 0x5a, 4096);
+	memset(m.base + (20 << 20), 0xc3, 3 * 4096);
+	m.base[size - 1] = 0x77;
+	assert_int_equal(snapshot_write_memory(p1, &m, &data), 0);
+	guest_mem_destroy(&m);
+
+	assert_int_equal(guest_mem_open_file(&r, p1, size), 0);
+	assert_true(r.from_file);
+	memset(r.base + 4096 * 3, 0x11, 100);        /* copy-on-write of a file page */
+	memset(r.base + 4096 * 100, 0x22, 4096);     /* a page the file has as a hole */
+	memset(r.base + (20 << 20), 0, 4096);        /* a file page zeroed */
+	assert_int_equal(snapshot_write_memory(p2, &r, &data), 0);
+	assert_int_equal(data, 5 * 4096);
+	assert_int_equal(guest_mem_open_file(&r2, p2, size), 0);
+	assert_int_equal(memcmp(r.base, r2.base, size), 0);
+	guest_mem_destroy(&r2);
+	guest_mem_destroy(&r);
+	unlink(p1);
+	unlink(p2);
+	rmdir(dir);
+}
+
 static void test_write_new_file_exclusive(void **state)
 {
 	char dir[] = "/tmp/kosa8-test-snap-XXXXXX", path[128];
@@ -262,6 +297,7 @@ int main(void)
 		cmocka_unit_test(test_trailing_and_missing),
 		cmocka_unit_test(test_disk_chain_bad),
 		cmocka_unit_test(test_memory_file),
+		cmocka_unit_test(test_memory_file_of_restored_ram),
 		cmocka_unit_test(test_write_new_file_exclusive),
 	};
 
