@@ -20,6 +20,18 @@ void guest_mem_layout(uint64_t size, struct guest_region regions[2], int *nregio
 	}
 }
 
+/* The regions over a fresh mapping of size bytes at m->base. */
+static void set_regions(struct guest_mem *m, uint64_t size)
+{
+	/* Guest memory is of no use in a core dump and may hold user secrets. */
+	madvise(m->base, size, MADV_DONTDUMP);
+	m->size = size;
+	guest_mem_layout(size, m->regions, &m->nregions);
+	m->regions[0].host = m->base;
+	if (m->nregions == 2)
+		m->regions[1].host = m->base + m->regions[0].size;
+}
+
 int guest_mem_create(struct guest_mem *m, uint64_t size)
 {
 	int err;
@@ -40,13 +52,7 @@ int guest_mem_create(struct guest_mem *m, uint64_t size)
 		m->base = NULL;
 		goto fail_errno;
 	}
-	/* Guest memory is of no use in a core dump and may hold user secrets. */
-	madvise(m->base, size, MADV_DONTDUMP);
-	m->size = size;
-	guest_mem_layout(size, m->regions, &m->nregions);
-	m->regions[0].host = m->base;
-	if (m->nregions == 2)
-		m->regions[1].host = m->base + m->regions[0].size;
+	set_regions(m, size);
 	return 0;
 fail_errno:
 	err = -errno;
@@ -78,12 +84,7 @@ int guest_mem_open_file(struct guest_mem *m, const char *path, uint64_t size)
 		err = -errno;
 		goto out;
 	}
-	madvise(m->base, size, MADV_DONTDUMP);
-	m->size = size;
-	guest_mem_layout(size, m->regions, &m->nregions);
-	m->regions[0].host = m->base;
-	if (m->nregions == 2)
-		m->regions[1].host = m->base + m->regions[0].size;
+	set_regions(m, size);
 	m->from_file = true;
 	m->file_fd = fd;
 	return 0;

@@ -35,28 +35,6 @@
 #define PAGE 4096u
 #define MEM_WRITE_CHUNK (1u << 20) /* one pwrite covers at most this much */
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
 {
 	va_list ap;
@@ -111,10 +89,10 @@ void snap_writer_init(struct snap_writer *w, const struct snap_header *h)
 		return;
 	memset(w->buf, 0, SNAP_HEADER_LEN);
 	memcpy(w->buf, SNAP_MAGIC, SNAP_MAGIC_LEN);
-	put32(w->buf + H_VERSION, SNAP_VERSION);
-	put32(w->buf + H_HEADER_LEN, SNAP_HEADER_LEN);
-	put32(w->buf + H_NCPUS, h->ncpus);
-	put64(w->buf + H_MEM_SIZE, h->mem_size);
+	put_le32(w->buf + H_VERSION, SNAP_VERSION);
+	put_le32(w->buf + H_HEADER_LEN, SNAP_HEADER_LEN);
+	put_le32(w->buf + H_NCPUS, h->ncpus);
+	put_le64(w->buf + H_MEM_SIZE, h->mem_size);
 	memcpy(w->buf + H_CPU_FP, h->cpu_fp, SNAP_FP_LEN);
 	w->len = SNAP_HEADER_LEN;
 }
@@ -131,13 +109,13 @@ void snap_writer_add(struct snap_writer *w, uint32_t tag, uint32_t index, const 
 	if (w->err)
 		return;
 	h = w->buf + w->len;
-	put32(h, tag);
-	put32(h + 4, index);
-	put32(h + 8, (uint32_t)len);
+	put_le32(h, tag);
+	put_le32(h + 4, index);
+	put_le32(h + 8, (uint32_t)len);
 	if (len)
 		memcpy(h + SNAP_SECTION_HDR_LEN, data, len);
 	memset(h + SNAP_SECTION_HDR_LEN + len, 0, padded - len);
-	put32(h + 12, section_crc(h, h + SNAP_SECTION_HDR_LEN, (uint32_t)len));
+	put_le32(h + 12, section_crc(h, h + SNAP_SECTION_HDR_LEN, (uint32_t)len));
 	w->len += SNAP_SECTION_HDR_LEN + padded;
 	if (tag != SNAP_SEC_END)
 		w->nsections++;
@@ -148,8 +126,8 @@ int snap_writer_finish(struct snap_writer *w)
 	snap_writer_add(w, SNAP_SEC_END, 0, NULL, 0);
 	if (w->err)
 		return w->err;
-	put32(w->buf + H_NSECTIONS, w->nsections);
-	put32(w->buf + H_CRC, disk_crc32c(0, w->buf, H_CRC));
+	put_le32(w->buf + H_NSECTIONS, w->nsections);
+	put_le32(w->buf + H_CRC, disk_crc32c(0, w->buf, H_CRC));
 	return 0;
 }
 
@@ -161,10 +139,10 @@ void snap_writer_free(struct snap_writer *w)
 
 void snap_memory_desc_encode(const struct snap_memory_desc *d, uint8_t out[SNAP_MEMORY_DESC_LEN])
 {
-	put64(out, d->size);
-	put64(out + 8, d->data_bytes);
-	put32(out + 16, d->page_size);
-	put32(out + 20, d->flags);
+	put_le64(out, d->size);
+	put_le64(out + 8, d->data_bytes);
+	put_le32(out + 16, d->page_size);
+	put_le32(out + 20, d->flags);
 }
 
 /* ---- parser ---- */
@@ -178,20 +156,20 @@ static int parse_header(const uint8_t *buf, size_t len, struct snap_header *h,
 		return fail(err, errlen, -EINVAL, "not a kosa8 checkpoint (bad magic)");
 	if (len < SNAP_HEADER_LEN)
 		return fail(err, errlen, -EINVAL, "checkpoint state file is truncated (%zu bytes)", len);
-	version = get32(buf + H_VERSION);
+	version = get_le32(buf + H_VERSION);
 	if (version != SNAP_VERSION)
 		return fail(err, errlen, -EPROTO,
 			    "checkpoint format version %u; this kosa8 reads version %u", version,
 			    SNAP_VERSION);
-	if (CRC_BAD(get32(buf + H_CRC), disk_crc32c(0, buf, H_CRC)))
+	if (CRC_BAD(get_le32(buf + H_CRC), disk_crc32c(0, buf, H_CRC)))
 		return fail(err, errlen, -EBADMSG, "checkpoint header checksum mismatch (corrupt file)");
-	if (get32(buf + H_HEADER_LEN) != SNAP_HEADER_LEN || get32(buf + H_FLAGS) != 0)
+	if (get_le32(buf + H_HEADER_LEN) != SNAP_HEADER_LEN || get_le32(buf + H_FLAGS) != 0)
 		return fail(err, errlen, -EINVAL, "checkpoint header has unknown fields");
 	h->version = version;
-	h->ncpus = get32(buf + H_NCPUS);
-	h->mem_size = get64(buf + H_MEM_SIZE);
+	h->ncpus = get_le32(buf + H_NCPUS);
+	h->mem_size = get_le64(buf + H_MEM_SIZE);
 	memcpy(h->cpu_fp, buf + H_CPU_FP, SNAP_FP_LEN);
-	*nsections = get32(buf + H_NSECTIONS);
+	*nsections = get_le32(buf + H_NSECTIONS);
 	if (h->ncpus < 1 || h->ncpus > SNAP_MAX_CPUS)
 		return fail(err, errlen, -EINVAL, "checkpoint has %u vCPUs (1..%d)", h->ncpus,
 			    SNAP_MAX_CPUS);
@@ -212,9 +190,9 @@ static int parse_section(const uint8_t *buf, size_t len, size_t *off, struct sna
 
 	if (len - *off < SNAP_SECTION_HDR_LEN)
 		return fail(err, errlen, -EINVAL, "checkpoint state file is truncated (section %u)", n);
-	s->tag = get32(h);
-	s->index = get32(h + 4);
-	s->len = get32(h + 8);
+	s->tag = get_le32(h);
+	s->index = get_le32(h + 4);
+	s->len = get_le32(h + 8);
 	if (s->len > SNAP_MAX_SECTION)
 		return fail(err, errlen, -EINVAL, "checkpoint section %u is too large (%u bytes)", n,
 			    s->len);
@@ -222,7 +200,7 @@ static int parse_section(const uint8_t *buf, size_t len, size_t *off, struct sna
 	if (len - *off - SNAP_SECTION_HDR_LEN < padded)
 		return fail(err, errlen, -EINVAL, "checkpoint state file is truncated (section %u)", n);
 	s->data = h + SNAP_SECTION_HDR_LEN;
-	if (CRC_BAD(get32(h + 12), section_crc(h, s->data, s->len)))
+	if (CRC_BAD(get_le32(h + 12), section_crc(h, s->data, s->len)))
 		return fail(err, errlen, -EBADMSG,
 			    "checkpoint section %u (tag 0x%x) checksum mismatch (corrupt file)", n,
 			    s->tag);
@@ -315,10 +293,10 @@ int snapshot_memory_desc(const struct snap_section *sec, struct snap_memory_desc
 {
 	if (!sec || sec->len != SNAP_MEMORY_DESC_LEN)
 		return -EINVAL;
-	out->size = get64(sec->data);
-	out->data_bytes = get64(sec->data + 8);
-	out->page_size = get32(sec->data + 16);
-	out->flags = get32(sec->data + 20);
+	out->size = get_le64(sec->data);
+	out->data_bytes = get_le64(sec->data + 8);
+	out->page_size = get_le32(sec->data + 16);
+	out->flags = get_le32(sec->data + 20);
 	if (out->page_size != PAGE || out->flags || out->data_bytes > out->size)
 		return -EINVAL;
 	return 0;
