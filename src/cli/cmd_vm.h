@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "vmm/seccomp.h"
+
 enum emulate_mode { EMULATE_AUTO, EMULATE_ALWAYS, EMULATE_NEVER };
 
 struct vm_args {
@@ -19,6 +21,8 @@ struct vm_args {
 	const char *restore;  /* --restore DIR: run from a checkpoint */
 	const char *control;  /* --control PATH: pause/resume/checkpoint socket */
 	bool mem_set, cpus_set;
+	bool no_seccomp;     /* --no-seccomp */
+	bool seccomp_rules;  /* --seccomp-rules: print the table and exit */
 };
 
 /* Exit statuses of `kosa8 vm`, documented in its --help. */
@@ -29,6 +33,7 @@ enum vm_exit_status {
 	VM_EXIT_REBOOT = 3,
 	VM_EXIT_CRASH = 4,
 	VM_EXIT_HOST_STOP = 5,
+	VM_EXIT_SECCOMP = VMM_SECCOMP_EXIT, /* vmm/seccomp.h */
 };
 
 /* Parses argv (argv[0] = "vm").  On error returns -EINVAL with why set to a

@@ -15,6 +15,7 @@
 #include "vmm/acpi.h"
 #include "vmm/boot_x86.h"
 #include "vmm/cpuid.h"
+#include "vmm/seccomp.h"
 
 #define MAX_KERNEL_BYTES (256 * MiB)
 #define MAX_INITRD_BYTES (2 * GiB)
@@ -321,6 +322,8 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 	memset(vm, 0, sizeof(*vm));
 	vm->cfg = *cfg;
 	vm->stop_pipe[0] = vm->stop_pipe[1] = -1;
+	pthread_mutex_init(&vm->gate_lock, NULL);
+	pthread_cond_init(&vm->gate_cond, NULL);
 	vm->mem.memfd = -1;
 	vm->control_fd = vm->control_client = -1;
 	pthread_mutex_init(&vm->pause_lock, NULL);
@@ -435,6 +438,34 @@ static void vcpu_crash(struct vm_vcpu *v, const char *what, uint64_t code)
 	vm_request_stop(v->vm, VM_STOP_CRASH);
 }
 
+static void gate_set(struct vm *vm, int state)
+{
+	pthread_mutex_lock(&vm->gate_lock);
+	vm->gate = state;
+	pthread_cond_broadcast(&vm->gate_cond);
+	pthread_mutex_unlock(&vm->gate_lock);
+}
+
+/* Waits for the main thread to finish the process-wide set-up, then puts
+ * the vCPU's own filter on this thread.  False: do not run the guest. */
+static bool vcpu_gate(struct vm_vcpu *v)
+{
+	struct vm *vm = v->vm;
+	int state, err;
+
+	pthread_mutex_lock(&vm->gate_lock);
+	while (!(state = vm->gate))
+		pthread_cond_wait(&vm->gate_cond, &vm->gate_lock);
+	pthread_mutex_unlock(&vm->gate_lock);
+	if (state < 0)
+		return false;
+	if (vm->cfg.seccomp && (err = vmm_seccomp_enter_vcpu())) {
+		vcpu_crash(v, "cannot install the vCPU seccomp filter", (uint64_t)-err);
+		return false;
+	}
+	return true;
+}
+
 static void vcpu_park(struct vm_vcpu *v)
 {
 	struct vm *vm = v->vm;
@@ -456,6 +487,8 @@ static void *vcpu_thread(void *arg)
 	int err;
 
 	memset(&e, 0, sizeof(e));
+	if (!vcpu_gate(v))
+		return NULL;
 	while (!vm_stopping(vm)) {
 		/* Asked to pause: enter once more with immediate exit, which
 		 * completes the last exit's I/O without running guest code; the
@@ -561,8 +594,10 @@ static void block_host_signals(sigset_t *old)
 
 enum vm_stop vm_run(struct vm *vm)
 {
+	const char *why;
 	sigset_t old;
 	char buf[64];
+	int err;
 
 	block_host_signals(&old);
 	for (int i = 0; i < vm->cfg.ncpus; i++) {
@@ -576,6 +611,14 @@ enum vm_stop vm_run(struct vm *vm)
 	    pthread_create(&vm->input_thread, NULL, input_thread, vm) == 0)
 		vm->input_started = 1;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	/* Every thread exists now, so one TSYNC load covers them all. */
+	if (vm->cfg.seccomp && (err = vmm_seccomp_install(&why))) {
+		log_err("%s: %s", why, strerror(-err));
+		vm_request_stop(vm, VM_STOP_CRASH);
+		gate_set(vm, -1);
+	} else {
+		gate_set(vm, 1);
+	}
 
 	while (!vm_stopping(vm)) {
 		struct pollfd pfd[3] = {{.fd = vm->stop_pipe[0], .events = POLLIN}};

@@ -53,6 +53,7 @@ struct vm_config {
 	bool disk_read_only;
 	const char *vsock_uds;     /* host side of virtio-vsock (unix socket path), or NULL */
 	uint64_t vsock_cid;        /* the guest's vsock address, 3 or more */
+	bool seccomp;              /* filter system calls once set-up is over (vmm/seccomp.h) */
 	/* Restore: boot from this checkpoint directory instead of a kernel.
 	 * mem_size and ncpus then come from the checkpoint, and disk_path names
 	 * a new delta to create over the checkpoint's frozen disk. */
@@ -88,6 +89,11 @@ struct vm {
 	uint64_t crash_code;
 	pthread_t input_thread;
 	int input_started;
+	/* vCPUs wait here until the main thread has installed the seccomp
+	 * filter on every thread: no guest instruction runs unfiltered. */
+	pthread_mutex_t gate_lock;
+	pthread_cond_t gate_cond;
+	int gate;                  /* 0 closed, 1 open, -1 abandoned */
 	uint8_t cpu_fp[SNAP_FP_LEN];  /* hash of the CPUID the guest sees */
 	/* Pausing: vCPU threads park while pause_req is set (vm_checkpoint.c). */
 	pthread_mutex_t pause_lock;

@@ -1,0 +1,262 @@
+#include "vmm/seccomp.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/kvm.h>
+#include <linux/seccomp.h>
+#include <pthread.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "common/util.h"
+
+/* Thread roles.  R_VCPU: vCPU threads.  R_HOST: every other thread (main,
+ * console input, virtio-blk I/O, virtio-vsock), which the process filter
+ * covers as one role because it is installed once for all of them. */
+#define R_VCPU 1u
+#define R_HOST 2u
+#define R_ALL (R_VCPU | R_HOST)
+
+enum arg_check {
+	ARGS_ANY,
+	ARGS_IOCTL,   /* arg 1 must equal .request */
+	ARGS_NO_EXEC, /* arg 2 (prot) must not have PROT_EXEC */
+	ARGS_ARG0,    /* arg 0 must equal .request */
+};
+
+struct rule {
+	const char *name;
+	int nr;
+	enum arg_check args;
+	unsigned long request;
+	unsigned roles;
+	const char *why;
+};
+
+#define SC(n) #n, SCMP_SYS(n)
+#define IOC(req) "ioctl:" #req, SCMP_SYS(ioctl), ARGS_IOCTL, (req)
+
+/* Everything the VMM may do once the guest runs.  Set-up (opening KVM,
+ * files, sockets, creating the VM) happens before the filter exists. */
+static const struct rule rules[] = {
+	/* Running the guest. */
+	{IOC(KVM_RUN), R_VCPU, "enter the guest"},
+	{IOC(KVM_IRQ_LINE), R_ALL, "raise and lower device interrupts (UART on vCPUs, virtio on I/O threads)"},
+	/* Moving bytes. */
+	{SC(read), ARGS_ANY, 0, R_HOST, "console input, the stop pipe, eventfd kicks, host sockets"},
+	{SC(write), ARGS_ANY, 0, R_ALL, "console output, eventfd kicks, the stop pipe, host sockets, logs"},
+	{SC(readv), ARGS_ANY, 0, R_HOST, "vsock: host socket into a guest buffer chain"},
+	{SC(sendmsg), ARGS_ANY, 0, R_HOST, "vsock: guest buffer chain to a host socket (MSG_NOSIGNAL)"},
+	{SC(recvfrom), ARGS_ANY, 0, R_HOST, "vsock: the host client's CONNECT line (MSG_PEEK)"},
+	{SC(sendto), ARGS_ANY, 0, R_HOST, "vsock: the OK line to a host client"},
+	{SC(preadv), ARGS_ANY, 0, R_HOST, "virtio-blk reads from the disk layers"},
+	{SC(pread64), ARGS_ANY, 0, R_HOST, "disk: block-map reads"},
+	{SC(pwritev), ARGS_ANY, 0, R_HOST, "virtio-blk writes to the top delta"},
+	{SC(pwrite64), ARGS_ANY, 0, R_HOST, "disk: block-map and header updates"},
+	{SC(fdatasync), ARGS_ANY, 0, R_HOST, "virtio-blk flush: make the guest's writes durable"},
+	{SC(fallocate), ARGS_ANY, 0, R_HOST, "virtio-blk discard: punch holes in the top delta"},
+	{IOC(FIONREAD), R_HOST, "vsock: how much a host socket holds, within the guest's credit"},
+	/* Host sockets of the vsock device. */
+	{SC(accept4), ARGS_ANY, 0, R_HOST, "vsock: a host client connects to the device's socket"},
+	{SC(socket), ARGS_ANY, 0, R_HOST, "vsock: the guest connects to a host port (U_port)"},
+	{SC(connect), ARGS_ANY, 0, R_HOST, "vsock: the guest connects to a host port (U_port)"},
+	{SC(shutdown), ARGS_ANY, 0, R_HOST, "vsock: half-close from the guest"},
+	{SC(close), ARGS_ANY, 0, R_HOST, "vsock connections ending; tear-down"},
+	/* Waiting. */
+	{SC(poll), ARGS_ANY, 0, R_HOST, "I/O threads and the main thread wait for work"},
+	{SC(epoll_wait), ARGS_ANY, 0, R_HOST, "the vsock thread waits for host sockets"},
+	{SC(epoll_ctl), ARGS_ANY, 0, R_HOST, "the vsock thread watches new and closed host sockets"},
+	{SC(futex), ARGS_ANY, 0, R_ALL, "mutexes and condition variables between threads"},
+	{SC(clock_gettime), ARGS_ANY, 0, R_ALL, "timeouts (the vDSO falls back to the system call under nested KVM)"},
+	{SC(clock_nanosleep), ARGS_ANY, 0, R_HOST, "the console thread waits for the guest's UART"},
+	/* Entropy. */
+	{SC(getrandom), ARGS_ANY, 0, R_VCPU, "virtio-rng: the guest's entropy (served on the vCPU that notifies)"},
+	/* Memory: the allocator, never executable. */
+	{SC(mmap), ARGS_NO_EXEC, 0, R_ALL, "the allocator (never PROT_EXEC)"},
+	{SC(mprotect), ARGS_NO_EXEC, 0, R_ALL, "the allocator's arenas (never PROT_EXEC)"},
+	{SC(munmap), ARGS_ANY, 0, R_ALL, "the allocator gives memory back"},
+	{SC(madvise), ARGS_ANY, 0, R_ALL, "the allocator gives pages back (MADV_DONTNEED)"},
+	{SC(brk), ARGS_ANY, 0, R_HOST, "the main arena grows and shrinks"},
+	/* Threads and signals. */
+	{SC(rt_sigprocmask), ARGS_ANY, 0, R_ALL, "threads block host signals; raise()"},
+	{SC(rt_sigreturn), ARGS_ANY, 0, R_ALL, "return from the vCPU kick and stop-signal handlers"},
+	{SC(restart_syscall), ARGS_ANY, 0, R_ALL, "the kernel resumes a sleep a signal interrupted"},
+	{SC(tgkill), ARGS_ANY, 0, R_HOST, "kick a vCPU out of KVM_RUN (pthread_kill)"},
+	{SC(getpid), ARGS_ANY, 0, R_HOST, "pthread_kill names the process"},
+	{SC(exit), ARGS_ANY, 0, R_ALL, "a thread ends"},
+	{SC(exit_group), ARGS_ANY, 0, R_HOST, "the VMM ends"},
+	{SC(seccomp), ARGS_ARG0, SECCOMP_SET_MODE_FILTER, R_HOST,
+	 "each vCPU thread stacks its own, narrower filter (can only take rights away)"},
+	/* The terminal, given back at exit. */
+	{IOC(TCGETS), R_HOST, "isatty/tcgetattr on the console"},
+	{IOC(TCSETSF), R_HOST, "restore the user's terminal (tcsetattr TCSAFLUSH)"},
+};
+
+static bool installed;
+static const char *names[512];
+
+/* Names for the report, resolved before the filter exists: the SIGSYS
+ * handler must not allocate (the trapped call may come from malloc). */
+static void resolve_names(void)
+{
+	for (int nr = 0; nr < (int)ARRAY_SIZE(names); nr++) {
+		char *n = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+		names[nr] = n ? n : NULL; /* kept for the life of the process */
+	}
+}
+
+static void put(const char *s) { (void)!write(STDERR_FILENO, s, strlen(s)); }
+
+static void put_num(unsigned long v)
+{
+	char buf[24];
+	int i = sizeof(buf);
+
+	buf[--i] = 0;
+	do
+		buf[--i] = (char)('0' + v % 10);
+	while ((v /= 10) && i > 0);
+	put(buf + i);
+}
+
+static void on_sigsys(int sig, siginfo_t *si, void *uc)
+{
+	int nr = si->si_syscall;
+
+	put("kosa8 vm: killed by seccomp: syscall ");
+	put(nr >= 0 && nr < (int)ARRAY_SIZE(names) && names[nr] ? names[nr] : "?");
+	put(" (");
+	put_num((unsigned long)nr);
+	put(")\n");
+	syscall(SYS_exit_group, VMM_SECCOMP_EXIT);
+}
+
+static bool omitted(const char *name)
+{
+	const char *list = getenv("KOSA8_SECCOMP_OMIT");
+	size_t n = strlen(name);
+
+	for (const char *p = list; p && *p;) {
+		const char *end = strchrnul(p, ',');
+		if ((size_t)(end - p) == n && strncmp(p, name, n) == 0)
+			return true;
+		p = *end ? end + 1 : end;
+	}
+	return false;
+}
+
+static int add_rule(scmp_filter_ctx ctx, const struct rule *r)
+{
+	switch (r->args) {
+	case ARGS_IOCTL:
+		return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, r->nr, 1,
+					SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, r->request));
+	case ARGS_ARG0:
+		return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, r->nr, 1,
+					SCMP_A0(SCMP_CMP_EQ, r->request));
+	case ARGS_NO_EXEC:
+		return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, r->nr, 1,
+					SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
+	default:
+		return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, r->nr, 0);
+	}
+}
+
+/* The sanitizer build's runtime needs more at exit (LeakSanitizer stops the
+ * world with a tracer thread).  Never part of a release build. */
+#if defined(__SANITIZE_ADDRESS__)
+static const int sanitizer_extra[] = {
+	SCMP_SYS(clone), SCMP_SYS(clone3), SCMP_SYS(ptrace), SCMP_SYS(wait4), SCMP_SYS(prctl),
+	SCMP_SYS(sched_yield), SCMP_SYS(sched_getaffinity), SCMP_SYS(getppid),
+	SCMP_SYS(sigaltstack), SCMP_SYS(rt_sigaction), SCMP_SYS(openat), SCMP_SYS(newfstatat),
+	SCMP_SYS(fstat), SCMP_SYS(lseek), SCMP_SYS(getdents64), SCMP_SYS(readlink),
+	SCMP_SYS(open), SCMP_SYS(getdents),
+	SCMP_SYS(mmap), SCMP_SYS(mprotect), SCMP_SYS(set_robust_list), SCMP_SYS(rseq),
+	SCMP_SYS(nanosleep), SCMP_SYS(kill), SCMP_SYS(pipe2), SCMP_SYS(dup2), SCMP_SYS(dup),
+	SCMP_SYS(set_tid_address), SCMP_SYS(setrlimit), SCMP_SYS(prlimit64), SCMP_SYS(ioctl),
+	SCMP_SYS(uname), SCMP_SYS(sysinfo),
+};
+#endif
+
+static int load(unsigned role, uint32_t tsync, const char **why)
+{
+	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_TRAP);
+	int err = -ENOMEM;
+
+	*why = "cannot build the seccomp filter";
+	if (!ctx)
+		return err;
+	for (size_t i = 0; i < ARRAY_SIZE(rules); i++) {
+		if (!(rules[i].roles & role) || omitted(rules[i].name))
+			continue;
+		if ((err = add_rule(ctx, &rules[i])) < 0)
+			goto out;
+	}
+#if defined(__SANITIZE_ADDRESS__)
+	for (size_t i = 0; i < ARRAY_SIZE(sanitizer_extra); i++)
+		if ((err = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, sanitizer_extra[i], 0)) < 0)
+			goto out;
+#endif
+	/* no_new_privs is set once, by vmm_seccomp_install (prctl is not allowed
+	 * afterwards, when the vCPU filters are loaded). */
+	if ((err = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0)) < 0)
+		goto out;
+	if (tsync && (err = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1)) < 0)
+		goto out;
+	*why = "the kernel refused the seccomp filter";
+	err = seccomp_load(ctx);
+out:
+	seccomp_release(ctx);
+	return err;
+}
+
+int vmm_seccomp_install(const char **why)
+{
+	struct sigaction sa;
+	int err;
+
+	resolve_names();
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_sigsys;
+	sa.sa_flags = SA_SIGINFO;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGSYS, &sa, NULL) < 0) {
+		*why = "cannot install the SIGSYS handler";
+		return -errno;
+	}
+	/* no_new_privs: needed to load a filter without CAP_SYS_ADMIN, and the
+	 * VMM never gains privileges by exec anyway. */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		*why = "cannot set no_new_privs";
+		return -errno;
+	}
+	if ((err = load(R_ALL, 1, why)))
+		return err;
+	installed = true;
+	return 0;
+}
+
+int vmm_seccomp_enter_vcpu(void)
+{
+	const char *why;
+
+	return installed ? load(R_VCPU, 0, &why) : 0;
+}
+
+void vmm_seccomp_print_rules(FILE *out)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(rules); i++) {
+		const struct rule *r = &rules[i];
+		fprintf(out, "%-24s %-10s %s\n", r->name,
+			r->roles == R_ALL ? "all" : r->roles == R_VCPU ? "vcpu" : "host", r->why);
+	}
+}
