@@ -71,6 +71,7 @@ static const struct rule rules[] = {
 	{SC(connect), ARGS_ANY, 0, R_HOST, "vsock: the guest connects to a host port (U_port)"},
 	{SC(shutdown), ARGS_ANY, 0, R_HOST, "vsock: half-close from the guest"},
 	{SC(close), ARGS_ANY, 0, R_HOST, "vsock connections ending; tear-down"},
+	{SC(unlink), ARGS_ANY, 0, R_HOST, "vsock: the device removes its listening socket when the VM ends"},
 	/* Waiting. */
 	{SC(poll), ARGS_ANY, 0, R_HOST, "I/O threads and the main thread wait for work"},
 	{SC(epoll_wait), ARGS_ANY, 0, R_HOST, "the vsock thread waits for host sockets"},
