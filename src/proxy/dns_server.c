@@ -18,7 +18,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +26,7 @@
 
 #include "common/util.h"
 #include "proxy/dns.h"
+#include "proxy/proxy_int.h"
 
 /* Short, so that a name whose rule is removed stops working soon in the
  * guest; the address itself never changes for the sandbox's life. */
@@ -64,7 +64,7 @@ static void audit_query(const struct egress_ctx *ctx, const struct dns_query *q,
 	cJSON *d;
 
 	if (!ctx->audit || !(d = cJSON_CreateObject()))
-		return;
+		return; /* nothing built when nobody listens */
 	if (parsed) {
 		cJSON_AddStringToObject(d, "name", q->name);
 		cJSON_AddStringToObject(d, "qtype", qtype_name(q->qtype, tbuf, sizeof(tbuf)));
@@ -77,7 +77,7 @@ static void audit_query(const struct egress_ctx *ctx, const struct dns_query *q,
 	cJSON_AddStringToObject(d, "rcode", rcode_name(rcode));
 	if (addr && inet_ntop(AF_INET, addr, abuf, sizeof(abuf)))
 		cJSON_AddStringToObject(d, "address", abuf);
-	ctx->audit(ctx->arg, "net.dns", d);
+	egress_audit(ctx, "net.dns", d);
 }
 
 /* The answer to a message that did not parse (or is to be dropped). */
@@ -136,20 +136,9 @@ static int read_timed(int fd, uint8_t *buf, size_t len, int timeout_ms)
 	size_t got = 0;
 
 	while (got < len) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		int r = poll(&p, 1, timeout_ms > 0 ? timeout_ms : -1);
-		ssize_t n;
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -ETIMEDOUT;
-		n = read(fd, buf + got, len - got);
-		if (n < 0 && errno == EINTR)
-			continue;
+		ssize_t n = egress_read_timed(fd, buf + got, len - got, timeout_ms);
 		if (n < 0)
-			return -errno;
+			return (int)n;
 		if (n == 0)
 			return got ? -ECONNRESET : 0;
 		got += (size_t)n;
