@@ -109,6 +109,10 @@ static int run_with_input(const char *const argv[], const char *text)
 	if (pid == 0) {
 		dup2(p[0], 0);
 		dup2(2, 1);   /* anything it says goes to the console */
+		/* execvpe searches the caller's PATH, not env's, and the kernel
+		 * starts PID 1 without one (glibc then looks in /bin:/usr/bin
+		 * only, missing iptables in /usr/sbin). */
+		setenv("PATH", env[0] + 5, 1);
 		execvpe(argv[0], (char *const *)argv, env);
 		fprintf(stderr, "kosa8-agent: %s: %s\n", argv[0], strerror(errno));
 		_exit(errno == ENOENT ? 127 : 126);
