@@ -323,6 +323,8 @@ static long replace(struct buf *out, const uint8_t *in, size_t n, const struct p
 {
 	size_t pos = 0, keep;
 
+	if (!n)
+		return 0;   /* in may be NULL then: an empty body */
 	for (;;) {
 		const uint8_t *best = NULL;
 		size_t bi = 0;
