@@ -116,6 +116,18 @@ static void *client(void *arg)
 	return NULL;
 }
 
+static char dir[] = "/tmp/kosa8-fuzz-intercept-XXXXXX", up[] = "/tmp/kosa8-fuzz-upca-XXXXXX";
+
+/* The scratch folders hold CA keys: gone when the fuzzer exits. */
+static void cleanup(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s %s", dir, up);
+	if (system(cmd))
+		fprintf(stderr, "fuzz_intercept: could not remove %s, %s\n", dir, up);
+}
+
 static void make_dir(char *tmpl)
 {
 	if (!mkdtemp(tmpl))
@@ -124,7 +136,6 @@ static void make_dir(char *tmpl)
 
 static void init(void)
 {
-	static char dir[] = "/tmp/kosa8-fuzz-intercept-XXXXXX", up[] = "/tmp/kosa8-fuzz-upca-XXXXXX";
 	static char cafile[128];
 	struct secret s = {.name = "TOKEN", .nhosts = 1};
 	const char *names[] = {"TOKEN"};
@@ -143,6 +154,7 @@ static void init(void)
 	signal(SIGPIPE, SIG_IGN);
 	make_dir(dir);
 	make_dir(up);
+	atexit(cleanup);
 	setenv("KOSA8_CONFIG_DIR", dir, 1);
 	strcpy(s.hosts[0], NAME);
 	if (secret_store(&s, VALUE, strlen(VALUE), true) || secret_set_load(names, 1, dir, &set) ||
