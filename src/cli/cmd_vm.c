@@ -1,6 +1,14 @@
 #include "cli/cmd_vm.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -13,6 +21,9 @@
 #include "cli/commands.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "disk/disk.h"
+#include "vmm/accel.h"
+#include "vmm/jail.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
@@ -45,6 +56,8 @@ static const char vm_usage[] =
 	"  --emulate       run in a helper VM under software emulation (slow; for\n"
 	"                  hosts without /dev/kvm; automatic there, with a warning)\n"
 	"  --no-emulate    fail instead when /dev/kvm is missing\n"
+	"  --jail          run the VMM in its own namespaces with an empty root that\n"
+	"                  holds only these files, no network, no capabilities\n"
 	"  --no-seccomp    do not filter the VMM's system calls (debugging only)\n"
 	"  --seccomp-rules print the system calls the VMM may make, and why\n"
 	"On a terminal, Ctrl-A x stops the VM.\n"
@@ -70,6 +83,8 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		{"emulate", no_argument, NULL, 'E'},
 		{"no-emulate", no_argument, NULL, 'N'},
 		{"no-seccomp", no_argument, NULL, 'S'},
+		{"jail", no_argument, NULL, 'J'},
+		{"jail-probe", no_argument, NULL, 'P'},
 		{"seccomp-rules", no_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -105,6 +120,8 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		case 'E': a->emulate = EMULATE_ALWAYS; break;
 		case 'N': a->emulate = EMULATE_NEVER; break;
 		case 'S': a->no_seccomp = true; break;
+		case 'J': a->jail = true; break;
+		case 'P': a->jail = a->jail_probe = true; break;
 		case 'R': a->seccomp_rules = true; return 0;
 		case 'h': a->help = true; return 0;
 		case 'm':
@@ -265,6 +282,8 @@ static int run_emulated(const struct vm_args *a)
 	argv[n++] = "--no-emulate";
 	if (a->no_seccomp)
 		argv[n++] = "--no-seccomp";
+	if (a->jail)
+		argv[n++] = "--jail";
 	argv[n++] = "--kernel";
 	argv[n++] = kernel;
 	if (a->initrd) {
@@ -314,12 +333,155 @@ static int exit_status(enum vm_stop stop)
 	}
 }
 
+/* ---- the jail (vmm/jail.h) ---- */
+
+/* Adds the disk's layers: all read-only but a writable top. */
+static int jail_disk(struct jail *j, const struct vm_config *cfg)
+{
+	struct disk *d = NULL;
+	char err[256];
+	int rc;
+
+	if ((rc = disk_open(&d, cfg->disk_path, DISK_RDONLY, err, sizeof(err))) < 0)
+		return rc;
+	for (unsigned i = 0; i < disk_layer_count(d) && rc == 0; i++)
+		rc = jail_add(j, disk_layer_path(d, i),
+			      !cfg->disk_read_only && i + 1 == disk_layer_count(d));
+	disk_close(d);
+	return rc;
+}
+
+/* Paths are made absolute first: the jail's working directory is its root. */
+static int abs_path(const char **p, char *buf)
+{
+	if (!*p)
+		return 0;
+	if (!realpath(*p, buf))
+		return -errno;
+	*p = buf;
+	return 0;
+}
+
+/* The vsock device creates its socket in that directory, and connects to
+ * its U_<port> siblings there. */
+static int jail_vsock(struct jail *j, const char **uds, char *buf)
+{
+	const char *slash = strrchr(*uds, '/');
+	const char *base = slash ? slash + 1 : *uds;
+	size_t dlen = slash ? (size_t)(slash - *uds) : 0, n;
+	char dir[PATH_MAX];
+	int rc;
+
+	if (dlen >= sizeof(dir))
+		return -ENAMETOOLONG;
+	memcpy(dir, *uds, dlen);
+	dir[dlen] = 0;
+	if (!realpath(!slash ? "." : dlen ? dir : "/", buf))
+		return -errno;
+	if ((rc = jail_add(j, buf, true)))
+		return rc;
+	n = strlen(buf);
+	if (n + 1 + strlen(base) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	buf[n] = '/';
+	memcpy(buf + n + 1, base, strlen(base) + 1);
+	*uds = buf;
+	return 0;
+}
+
+static int enter_jail(struct vm_config *cfg, bool probe_only, const char **why)
+{
+	static char kernel[PATH_MAX], initrd[PATH_MAX], disk[PATH_MAX], vsock[PATH_MAX],
+		restore[PATH_MAX];
+	static struct jail j;
+	int rc;
+
+	*why = "a file the VM needs is missing";
+	if ((rc = abs_path(&cfg->kernel_path, kernel)) || (rc = abs_path(&cfg->initrd_path, initrd)) ||
+	    (rc = abs_path(&cfg->disk_path, disk)) || (rc = abs_path(&cfg->restore_dir, restore)))
+		return rc;
+	*why = "too many files for the jail, or one cannot be found";
+	if ((cfg->kernel_path && (rc = jail_add(&j, cfg->kernel_path, false))) ||
+	    (cfg->initrd_path && (rc = jail_add(&j, cfg->initrd_path, false))) ||
+	    (cfg->restore_dir && (rc = jail_add(&j, cfg->restore_dir, false))))
+		return rc;
+	*why = "cannot open the disk to find its layers";
+	if (cfg->disk_path && (rc = jail_disk(&j, cfg)))
+		return rc;
+	*why = "the vsock socket's directory cannot be found";
+	if (cfg->vsock_uds && (rc = jail_vsock(&j, &cfg->vsock_uds, vsock)))
+		return rc;
+	if (!probe_only && (rc = accel_preopen(why)))
+		return rc;
+	return jail_enter(&j, why);
+}
+
+/* --jail-probe (for the tests): what a process in the jail can reach.
+ * One line per probe, "jail: NAME reached" or "jail: NAME refused (why)". */
+static void probe(const char *name, int rc)
+{
+	printf("jail: %s %s%s%s\n", name, rc >= 0 ? "reached" : "refused (",
+	       rc >= 0 ? "" : strerror(-rc), rc >= 0 ? "" : ")");
+}
+
+static int probe_open(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	return 0;
+}
+
+static int probe_connect(int family, const void *addr, socklen_t len)
+{
+	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0), rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, addr, len) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+static int jail_probe(void)
+{
+	struct sockaddr_in lo = {.sin_family = AF_INET, .sin_port = htons(22),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_in out = {.sin_family = AF_INET, .sin_port = htons(53),
+				  .sin_addr.s_addr = htonl(0x08080808)};
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+	DIR *root = opendir("/");
+	struct dirent *e;
+
+	probe("/etc/passwd", probe_open("/etc/passwd"));
+	probe("/proc/self/status", probe_open("/proc/self/status"));
+	probe("/dev/null", probe_open("/dev/null"));
+	probe("tcp-127.0.0.1:22", probe_connect(AF_INET, &lo, sizeof(lo)));
+	probe("tcp-8.8.8.8:53", probe_connect(AF_INET, &out, sizeof(out)));
+	probe("mkdir-/x", mkdir("/x", 0700) < 0 ? -errno : 0);
+	memset(d, 0, sizeof(d));
+	if (syscall(SYS_capget, &h, d) == 0)
+		printf("jail: capabilities %08x%08x\n", d[1].effective | d[1].permitted,
+		       d[0].effective | d[0].permitted);
+	while (root && (e = readdir(root)))
+		if (e->d_name[0] != '.')
+			printf("jail: root has /%s\n", e->d_name);
+	if (root)
+		closedir(root);
+	return 0;
+}
+
 int cmd_vm(int argc, char **argv)
 {
 	static struct vm vm;
 	struct vm_args a;
 	const char *why = NULL;
 	enum vm_stop stop;
+	int err;
 
 	if (vm_args_parse(argc, argv, &a, &why) < 0) {
 		fprintf(stderr, "kosa8 vm: %s\n", why);
@@ -351,6 +513,12 @@ int cmd_vm(int argc, char **argv)
 	}
 	if (a.emulate == EMULATE_ALWAYS || (a.emulate == EMULATE_AUTO && !kvm_present()))
 		return run_emulated(&a);
+	if (a.jail && (err = enter_jail(&cfg, a.jail_probe, &why)) < 0) {
+		fprintf(stderr, "kosa8 vm: jail: %s: %s\n", why, strerror(-err));
+		return VM_EXIT_ERROR;
+	}
+	if (a.jail_probe)
+		return jail_probe();
 	if (vm_create(&vm, &cfg, &why) < 0) {
 		fprintf(stderr, "kosa8 vm: %s\n", why);
 		return VM_EXIT_ERROR;

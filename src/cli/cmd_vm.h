@@ -22,6 +22,8 @@ struct vm_args {
 	const char *control;  /* --control PATH: pause/resume/checkpoint socket */
 	bool mem_set, cpus_set;
 	bool no_seccomp;     /* --no-seccomp */
+	bool jail;           /* --jail: vmm/jail.h */
+	bool jail_probe;     /* --jail-probe: enter the jail, report what it reaches */
 	bool seccomp_rules;  /* --seccomp-rules: print the table and exit */
 };
 

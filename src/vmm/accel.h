@@ -93,6 +93,9 @@ struct accel_caps {
 
 /* Opens the accelerator.  On failure err_msg gets a sentence for the user
  * that says what is wrong and what to do. */
+/* Opens the accelerator's device now, for the next accel_open() (which
+ * then needs no file system access: the VMM's jail hides /dev). */
+int accel_preopen(const char **err_msg);
 int accel_open(struct accel_vm **vm, const char **err_msg);
 void accel_close(struct accel_vm *vm);
 void accel_caps(struct accel_vm *vm, struct accel_caps *caps);

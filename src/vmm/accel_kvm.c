@@ -94,6 +94,31 @@ static void kvm_enable_msr_exits(struct accel_vm *vm)
 		vm->caps.user_msr_exits = true;
 }
 
+/* /dev/kvm opened ahead of a jail that will hide it (accel_preopen). */
+static int preopened_kvm_fd = -1;
+
+static int open_kvm(int *fd, const char **err_msg)
+{
+	int err;
+
+	*fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+	if (*fd >= 0)
+		return 0;
+	err = -errno;
+	if (err == -ENOENT)
+		*err_msg = "/dev/kvm does not exist: enable virtualization (VT-x/AMD-V) and load kvm_intel or kvm_amd, or use --emulate (slow, software emulation)";
+	else if (err == -EACCES || err == -EPERM)
+		*err_msg = "no permission to open /dev/kvm: add yourself to the 'kvm' group (then log in again)";
+	else
+		*err_msg = "cannot open /dev/kvm: KVM is not usable on this host; use --emulate (slow, software emulation)";
+	return err;
+}
+
+int accel_preopen(const char **err_msg)
+{
+	return preopened_kvm_fd >= 0 ? 0 : open_kvm(&preopened_kvm_fd, err_msg);
+}
+
 int accel_open(struct accel_vm **out, const char **err_msg)
 {
 	struct accel_vm *vm;
@@ -104,15 +129,10 @@ int accel_open(struct accel_vm **out, const char **err_msg)
 		return -ENOMEM;
 	vm->vm_fd = -1;
 	pthread_mutex_init(&vm->msr_lock, NULL);
-	vm->kvm_fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
-	if (vm->kvm_fd < 0) {
-		err = -errno;
-		if (err == -ENOENT)
-			*err_msg = "/dev/kvm does not exist: enable virtualization (VT-x/AMD-V) and load kvm_intel or kvm_amd, or use --emulate (slow, software emulation)";
-		else if (err == -EACCES || err == -EPERM)
-			*err_msg = "no permission to open /dev/kvm: add yourself to the 'kvm' group (then log in again)";
-		else
-			*err_msg = "cannot open /dev/kvm: KVM is not usable on this host; use --emulate (slow, software emulation)";
+	if (preopened_kvm_fd >= 0) {
+		vm->kvm_fd = preopened_kvm_fd;
+		preopened_kvm_fd = -1;
+	} else if ((err = open_kvm(&vm->kvm_fd, err_msg))) {
 		goto fail;
 	}
 	if (ioctl(vm->kvm_fd, KVM_GET_API_VERSION, 0) != KVM_API_VERSION) {
