@@ -313,8 +313,11 @@ cJSON *approvals_list(struct approvals *a)
 		return NULL;
 	pthread_mutex_lock(&a->lock);
 	/* Oldest first: the list is kept newest first. */
-	for (struct request *r = a->waiting; r; r = r->next)
-		cJSON_InsertItemInArray(arr, 0, describe(r, now));
+	for (struct request *r = a->waiting; r; r = r->next) {
+		cJSON *d = describe(r, now);
+		cJSON_AddNumberToObject(d, "waiters", r->waiters); /* joined connections */
+		cJSON_InsertItemInArray(arr, 0, d);
+	}
 	pthread_mutex_unlock(&a->lock);
 	return arr;
 }

@@ -36,7 +36,9 @@ void approvals_free(struct approvals *a);
  * NULL) gets the answerer. */
 enum policy_action approvals_ask(struct approvals *a, const char *kind, const char *name,
 				 uint16_t port, char *who, size_t wholen);
-/* The waiting requests: [{"id":N,"kind":..,"name":..,"port":..,"waiting_ms":..}]. */
+/* The waiting requests, oldest first:
+ * [{"id":N,"kind":..,"name":..,"port":..,"waiting_ms":..,"waiters":..}]
+ * (waiters: how many DNS/proxy threads wait on it, joined duplicates too). */
 cJSON *approvals_list(struct approvals *a);
 /* -ENOENT if id is not waiting (answered already, timed out). */
 int approvals_answer(struct approvals *a, uint64_t id, enum approval_answer ans, const char *who);

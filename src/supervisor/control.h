@@ -22,7 +22,7 @@ struct approvals;
  * request it reads: returns 1 when req's op is one of these (the reply is
  * sent on fd), 0 when it is not (nothing sent).
  *   {"op":"approvals.list"}
- *     -> {"ok":true,"requests":[{"id","kind","name","port","waiting_ms"},...]}
+ *     -> {"ok":true,"requests":[{"id","kind","name","port","waiting_ms","waiters"},...]}
  *   {"op":"approvals.answer","id":N,"answer":"allow"|"always"|"deny"}
  *     -> {"ok":true}, or {"ok":false,"error":...} (e.g. no longer waiting)
  * Who answered is the peer's user name (SO_PEERCRED), for the audit log.
