@@ -86,7 +86,7 @@ echo "| raw SHA-256, \`openssl speed -evp sha256\`, 16 KiB blocks | $sha_wall | 
 echo "| verify, library, helper threads as chosen (read under lock, chain, tree, signatures), best of 3 | $verify_wall | $verify_cpu |"
 echo "| verify, library, one thread, best of 3 | $verify1_wall | $verify1_cpu |"
 echo "| verify, library, two threads (forced), best of 3 | $verify2_wall | $verify2_cpu |"
-echo "| \`kosa8 audit verify\` end to end, once (process start, key, mapping) | $cli_mbs | |"
+echo "| \`kosa8 audit verify\` end to end, once (process start, key, snapshot, verify) | $cli_mbs | |"
 echo "| ratio verify / raw SHA-256 (helpers as chosen) | $(ratio "$verify_wall" "$sha_wall") | $(ratio "$verify_cpu" "$sha_cpu") |"
 echo "| ratio verify / raw SHA-256 (one thread) | $(ratio "$verify1_wall" "$sha_wall") | $(ratio "$verify1_cpu" "$sha_cpu") |"
 echo "| ratio verify / raw SHA-256 (two threads) | $(ratio "$verify2_wall" "$sha_wall") | $(ratio "$verify2_cpu" "$sha_cpu") |"
