@@ -69,6 +69,11 @@ static const char server_py[] =
 	"            for i in range(0, len(data), 1000):\n"
 	"                c = data[i:i+1000]; self.wfile.write(b'%x\\r\\n' % len(c) + c + b'\\r\\n')\n"
 	"            self.wfile.write(b'0\\r\\n\\r\\n'); return\n"
+	"        if self.path.startswith('/close'):\n"
+	"            # no length, no chunks: the body ends when the connection does\n"
+	"            self.send_response(200); self.send_header('Connection', 'close'); self.end_headers()\n"
+	"            self.wfile.write(((self.headers.get('X-Echo', '') + '|') * 10).encode())\n"
+	"            self.close_connection = True; return\n"
 	"        data = text.encode('latin-1')\n"
 	"        self.send_response(200); self.send_header('Content-Length', str(len(data)))\n"
 	"        self.send_header('X-Echo-Auth', self.headers.get('Authorization', '-'))\n"
@@ -704,6 +709,26 @@ static void test_intercept(void **state)
 	assert_int_equal(curl(API, "https", "/repeat", "/sandbox-ca.crt", opts), 0);
 	out = slurp("out");
 	assert_int_equal(count(out, ph_tok), 3000);
+	assert_null(strstr(out, TOKEN_VALUE));
+	free(out);
+	wait_served(1);
+
+	/* A close-delimited response (re-framed as chunked for the guest),
+	 * and a HEAD whose Content-Length announces no body. */
+	reset();
+	snprintf(opts, sizeof(opts), "-H 'X-Echo: %s'", ph_tok);
+	assert_int_equal(curl(API, "https", "/close", "/sandbox-ca.crt", opts), 0);
+	out = slurp("out");
+	assert_int_equal(count(out, ph_tok), 10);
+	assert_null(strstr(out, TOKEN_VALUE));
+	free(out);
+	wait_served(1);
+	reset();
+	snprintf(opts, sizeof(opts), "-I -H 'Authorization: Bearer %s'", ph_tok);
+	assert_int_equal(curl(API, "https", "/path", "/sandbox-ca.crt", opts), 0);
+	out = slurp("out");
+	assert_non_null(strstr(out, "HTTP/1.1 200"));
+	assert_non_null(strstr(out, ph_tok));   /* X-Echo-Auth, redacted */
 	assert_null(strstr(out, TOKEN_VALUE));
 	free(out);
 	wait_served(1);
