@@ -33,6 +33,7 @@ static int read_value(const char *name, char *buf, size_t cap, size_t *len)
 	struct termios old, quiet;
 	bool tty = isatty(0) && tcgetattr(0, &old) == 0;
 	size_t n = 0;
+	bool big = false;
 	int c;
 
 	if (tty) {
@@ -42,15 +43,17 @@ static int read_value(const char *name, char *buf, size_t cap, size_t *len)
 		tcsetattr(0, TCSAFLUSH, &quiet);
 	}
 	while ((c = getchar()) != EOF && !(tty && c == '\n')) {
-		if (n + 1 >= cap)
+		if (n + 1 >= cap) {
+			big = true;
 			break;
+		}
 		buf[n++] = (char)c;
 	}
 	if (tty) {
 		tcsetattr(0, TCSAFLUSH, &old);
 		fputc('\n', stderr);
 	}
-	if (n + 1 >= cap)
+	if (big)
 		return -E2BIG;
 	if (n && buf[n - 1] == '\n')
 		n--;
@@ -141,8 +144,9 @@ static int secret_add_cmd(int argc, char **argv)
 		return 2;
 	}
 	if (!s.from_env[0]) {
-		if (!(value = malloc(SECRET_VALUE_MAX + 2)) ||
-		    read_value(s.name, value, SECRET_VALUE_MAX + 2, &len)) {
+		/* room for the longest value, a CR LF after it, and the NUL */
+		if (!(value = malloc(SECRET_VALUE_MAX + 3)) ||
+		    read_value(s.name, value, SECRET_VALUE_MAX + 3, &len)) {
 			fprintf(stderr, "kosa8 secret add: value longer than %d bytes\n", SECRET_VALUE_MAX);
 			err = -E2BIG;
 			goto out;
@@ -163,7 +167,7 @@ static int secret_add_cmd(int argc, char **argv)
 		fprintf(stderr, "kosa8 secret: cannot store %s: %s\n", s.name, strerror(-err));
 out:
 	if (value) {
-		OPENSSL_cleanse(value, SECRET_VALUE_MAX + 2);
+		OPENSSL_cleanse(value, SECRET_VALUE_MAX + 3);
 		free(value);
 	}
 	return err ? 1 : 0;

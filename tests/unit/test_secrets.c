@@ -227,6 +227,24 @@ static void test_cli(void **state)
 	assert_int_equal(run_cli("", 2, ls), 0);
 	assert_int_equal(run_cli("", 3, rm), 0);
 	assert_int_equal(run_cli("", 3, rm), 1);
+
+	/* The longest value, with its CR LF, fits; one byte more does not. */
+	{
+		const char *add_long[] = {"secret", "add", "CLI_LONG", "--host", "example.com"};
+		char *v = malloc(SECRET_VALUE_MAX + 3);
+		memset(v, 'v', SECRET_VALUE_MAX);
+		strcpy(v + SECRET_VALUE_MAX, "\r\n");
+		assert_int_equal(run_cli(v, 5, add_long), 0);
+		assert_int_equal(secret_read("CLI_LONG", true, &r), 0);
+		assert_int_equal(r.value_len, SECRET_VALUE_MAX);
+		secret_clear(&r);
+		assert_int_equal(secret_remove("CLI_LONG"), 0);
+		strcpy(v + SECRET_VALUE_MAX, "w\n");
+		assert_int_equal(run_cli(v, 5, add_long), 1);
+		assert_int_equal(run_cli("", 5, add_long), 1);   /* empty */
+		assert_int_equal(secret_read("CLI_LONG", false, &r), -ENOENT);
+		free(v);
+	}
 }
 
 static void test_ca(void **state)
