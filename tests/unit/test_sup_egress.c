@@ -1,0 +1,295 @@
+/* The supervisor's egress wiring (src/supervisor/egress.c) without a VM:
+ * the policy layering and its error messages, then the real listeners on
+ * <vsock>_1053 / <vsock>_1080 driven the way the VMM's vsock device would
+ * (a unix connection per guest connection): a DNS query answered from
+ * policy with a synthetic address and audited, a TCP connection to an
+ * address that is not synthetic refused, and a clean stop.  Also the
+ * sandbox config's egress lists (src/supervisor/sandbox.c). */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "common/util.h"
+#include "supervisor/egress.h"
+#include "supervisor/sandbox.h"
+
+static char dir[64], cfgdir[128], statedir[128];
+
+static void write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static int setup(void **state)
+{
+	strcpy(dir, "/tmp/k8supeg-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	snprintf(cfgdir, sizeof(cfgdir), "%s/config", dir);
+	snprintf(statedir, sizeof(statedir), "%s/state", dir);
+	mkdir(cfgdir, 0700);
+	mkdir(statedir, 0700);
+	setenv("KOSA8_CONFIG_DIR", cfgdir, 1);
+	unsetenv("KOSA8_UPSTREAM_CA_FILE");
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static void clear_policies(void)
+{
+	char p[200];
+	snprintf(p, sizeof(p), "%s/policy", cfgdir);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/policy", statedir);
+	unlink(p);
+}
+
+/* ---- policy layering ---- */
+
+static void test_policy_layers(void **state)
+{
+	const char *allow[] = { "c.test", "*.d.test:443" };
+	char why[256] = "", p[200];
+	struct policy *pol = NULL;
+
+	clear_policies();
+	/* Nothing at all: everything denied. */
+	assert_int_equal(sup_egress_policy(statedir, NULL, 0, &pol, why, sizeof(why)), 0);
+	assert_int_equal(policy_decide(pol, "a.test", 443, NULL, 0), POLICY_DENY);
+	policy_free(pol);
+	/* User defaults, then the sandbox's file, then --allow. */
+	snprintf(p, sizeof(p), "%s/policy", cfgdir);
+	write_text(p, "default ask\nallow a.test\n");
+	snprintf(p, sizeof(p), "%s/policy", statedir);
+	write_text(p, "allow b.test\ndeny a.test\n");
+	assert_int_equal(sup_egress_policy(statedir, allow, 2, &pol, why, sizeof(why)), 0);
+	assert_int_equal(policy_decide(pol, "a.test", 443, NULL, 0), POLICY_DENY);   /* deny wins */
+	assert_int_equal(policy_decide(pol, "b.test", 80, NULL, 0), POLICY_ALLOW);
+	assert_int_equal(policy_decide(pol, "c.test", 80, NULL, 0), POLICY_ALLOW);
+	assert_int_equal(policy_decide(pol, "x.d.test", 443, NULL, 0), POLICY_ALLOW);
+	assert_int_not_equal(policy_decide(pol, "x.d.test", 80, NULL, 0), POLICY_ALLOW);
+	assert_int_equal(policy_decide(pol, "unknown.test", 443, NULL, 0), POLICY_ASK);
+	policy_free(pol);
+	clear_policies();
+}
+
+static void test_policy_errors(void **state)
+{
+	const char *bad_allow[] = { "ok.test", "no spaces allowed" };
+	char why[256], p[200];
+	struct policy *pol = NULL;
+
+	clear_policies();
+	snprintf(p, sizeof(p), "%s/policy", statedir);
+	write_text(p, "allow fine.test\nallow *.\n");
+	assert_int_equal(sup_egress_policy(statedir, NULL, 0, &pol, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, p));
+	assert_non_null(strstr(why, "line 2"));
+	clear_policies();
+	snprintf(p, sizeof(p), "%s/policy", cfgdir);
+	write_text(p, "bogus\n");
+	assert_true(sup_egress_policy(statedir, NULL, 0, &pol, why, sizeof(why)) < 0);
+	assert_non_null(strstr(why, cfgdir));
+	assert_non_null(strstr(why, "line 1"));
+	clear_policies();
+	assert_true(sup_egress_policy(statedir, bad_allow, 2, &pol, why, sizeof(why)) < 0);
+	assert_non_null(strstr(why, "--allow no spaces allowed"));
+}
+
+/* ---- listeners ---- */
+
+struct rec { char types[16][32]; int n; pthread_mutex_t lock; };
+
+static void record(void *arg, const char *type, cJSON *details)
+{
+	struct rec *r = arg;
+	pthread_mutex_lock(&r->lock);
+	if (r->n < 16)
+		snprintf(r->types[r->n++], sizeof(r->types[0]), "%s", type);
+	pthread_mutex_unlock(&r->lock);
+	cJSON_Delete(details);
+}
+
+static int uconnect(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+static size_t read_some(int fd, uint8_t *buf, size_t cap, size_t want)
+{
+	size_t got = 0;
+	while (got < want) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		assert_int_equal(poll(&p, 1, 10000), 1);
+		ssize_t n = read(fd, buf + got, cap - got);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	return got;
+}
+
+static bool has_type(struct rec *r, const char *type)
+{
+	bool found = false;
+	pthread_mutex_lock(&r->lock);
+	for (int i = 0; i < r->n; i++)
+		found |= !strcmp(r->types[i], type);
+	pthread_mutex_unlock(&r->lock);
+	return found;
+}
+
+static void test_listeners(void **state)
+{
+	static const uint8_t query[] = {
+		0, 30,                                   /* framing */
+		0xab, 0xcd, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0,
+		7, 'a', 'l', 'l', 'o', 'w', 'e', 'd', 4, 't', 'e', 's', 't', 0, 0, 1, 0, 1,
+	};
+	static const uint8_t hdr[] = { 'K', '8', 'E', '1', 4, 0, 0, 80, 192, 0, 2, 10 };
+	const char *allow[] = { "allowed.test" };
+	char vsock[200], p[240], why[256] = "";
+	struct rec r = { .n = 0 };
+	struct sup_egress_opts o = {
+		.sandbox = "t", .state_dir = statedir, .vsock_path = vsock, .allow = allow,
+		.nallow = 1, .audit = record, .audit_arg = &r,
+	};
+	struct sup_egress *e = NULL;
+	uint8_t buf[600];
+	struct stat st;
+
+	clear_policies();
+	pthread_mutex_init(&r.lock, NULL);
+	snprintf(vsock, sizeof(vsock), "%s/vsock.sock", dir);
+	assert_int_equal(sup_egress_start(&o, &e, why, sizeof(why)), 0);
+	assert_non_null(sup_egress_ca_pem(e));
+	assert_non_null(strstr(sup_egress_ca_pem(e), "BEGIN CERTIFICATE"));
+	assert_null(sup_egress_guest_env(e)[0]);   /* no secrets */
+	assert_non_null(sup_egress_approvals(e));
+
+	/* DNS: the allowed name gets a synthetic A record. */
+	snprintf(p, sizeof(p), "%s_1053", vsock);
+	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	int d = uconnect(p);
+	assert_int_equal(write(d, query, sizeof(query)), (ssize_t)sizeof(query));
+	size_t n = read_some(d, buf, sizeof(buf), 2);
+	assert_true(n >= 2);
+	size_t alen = (size_t)buf[0] << 8 | buf[1];
+	n += read_some(d, buf + n, sizeof(buf) - n, 2 + alen - n);
+	assert_int_equal(n, 2 + alen);
+	assert_int_equal(buf[2], 0xab);
+	assert_int_equal(buf[3], 0xcd);
+	assert_int_equal(buf[5] & 0x0f, 0);                 /* NOERROR */
+	assert_int_equal(buf[2 + alen - 4], 198);           /* 198.18.x.x */
+	assert_int_equal(buf[2 + alen - 3] & 0xfe, 18);
+	close(d);
+
+	/* TCP to an address the DNS never gave: closed, nothing relayed. */
+	snprintf(p, sizeof(p), "%s_1080", vsock);
+	int t = uconnect(p);
+	assert_int_equal(write(t, hdr, sizeof(hdr)), (ssize_t)sizeof(hdr));
+	size_t got = read_some(t, buf, sizeof(buf), 1);
+	if (got)
+		print_message("got %zu bytes: %02x\n", got, buf[0]);
+	assert_int_equal(got, 0);
+	close(t);
+	for (int i = 0; i < 200 && !(has_type(&r, "net.dns") && has_type(&r, "net.connect")); i++)
+		usleep(10000);
+	assert_true(has_type(&r, "net.dns"));
+	assert_true(has_type(&r, "net.connect"));
+
+	sup_egress_stop(e);
+	assert_int_equal(stat(p, &st), -1);   /* listeners gone */
+	snprintf(p, sizeof(p), "%s_1053", vsock);
+	assert_int_equal(stat(p, &st), -1);
+	pthread_mutex_destroy(&r.lock);
+}
+
+/* A secret that does not exist stops the start with its name. */
+static void test_missing_secret(void **state)
+{
+	const char *secrets[] = { "NO_SUCH_KEY" };
+	char vsock[200], why[256] = "";
+	struct sup_egress_opts o = { .sandbox = "t", .state_dir = statedir, .vsock_path = vsock,
+				     .secrets = secrets, .nsecrets = 1 };
+	struct sup_egress *e = NULL;
+
+	snprintf(vsock, sizeof(vsock), "%s/vsock2.sock", dir);
+	assert_true(sup_egress_start(&o, &e, why, sizeof(why)) < 0);
+	assert_null(e);
+	assert_non_null(strstr(why, "secret NO_SUCH_KEY"));
+}
+
+/* ---- sandbox.json lists ---- */
+
+static void test_cfg_lists(void **state)
+{
+	struct sandbox_cfg c, back;
+	char p[200];
+
+	memset(&c, 0, sizeof(c));
+	snprintf(c.name, sizeof(c.name), "sb1");
+	c.mem = 64 << 20;
+	c.cpus = 1;
+	snprintf(c.allow[0], sizeof(c.allow[0]), "a.test");
+	snprintf(c.allow[1], sizeof(c.allow[1]), "*.b.test:443");
+	c.nallow = 2;
+	snprintf(c.secrets[0], sizeof(c.secrets[0]), "API_KEY");
+	c.nsecrets = 1;
+	assert_int_equal(sandbox_cfg_save(statedir, &c), 0);
+	assert_int_equal(sandbox_cfg_load(statedir, &back), 0);
+	assert_int_equal(back.nallow, 2);
+	assert_string_equal(back.allow[1], "*.b.test:443");
+	assert_int_equal(back.nsecrets, 1);
+	assert_string_equal(back.secrets[0], "API_KEY");
+	/* A damaged list is refused, not half read. */
+	snprintf(p, sizeof(p), "%s/sandbox.json", statedir);
+	write_text(p, "{\"name\":\"sb1\",\"kernel\":\"\",\"image\":\"\",\"workspace\":\"\",\"mem\":67108864,"
+		      "\"cpus\":1,\"created\":0,\"allow\":[\"a.test\",5]}");
+	assert_int_equal(sandbox_cfg_load(statedir, &back), -EBADMSG);
+	/* A config from before the lists existed loads with none. */
+	write_text(p, "{\"name\":\"sb1\",\"kernel\":\"\",\"image\":\"\",\"workspace\":\"\",\"mem\":67108864,"
+		      "\"cpus\":1,\"created\":0}");
+	assert_int_equal(sandbox_cfg_load(statedir, &back), 0);
+	assert_int_equal(back.nallow, 0);
+	assert_int_equal(back.nsecrets, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_policy_layers),
+		cmocka_unit_test(test_policy_errors),
+		cmocka_unit_test(test_listeners),
+		cmocka_unit_test(test_missing_secret),
+		cmocka_unit_test(test_cfg_lists),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
