@@ -14,8 +14,9 @@
  * binary files (as `GIT binary patch`), deletions, new files, mode changes
  * and symbolic links.  It runs in a throwaway repository inside the
  * temporary folder with the user's and the system's git configuration shut
- * out, so nothing in either folder is written and no external diff program,
- * filter or hook runs.  Like `git add -A`, the comparison leaves out `.git`
+ * out (and the folders' own .gitattributes overruled), so nothing in either
+ * folder is written, the patch holds the files' bytes as they are, and no
+ * external diff program, filter or hook runs.  Like `git add -A`, the comparison leaves out `.git`
  * folders, what the workspace's .gitignore files ignore, and empty folders;
  * `export --to` copies everything.
  *
@@ -265,6 +266,28 @@ static void wsdiff_done(struct wsdiff *d)
 		fprintf(stderr, "kosa8 %s: could not remove %s\n", d->cmd, d->tmp);
 }
 
+/* The workspaces' own .gitattributes could make `git add` store other bytes
+ * than the files hold (eol conversion, filters, re-encoding): the patch
+ * would not be what the guest wrote, and a guest could hide a change from
+ * the reviewer.  The repository's info/attributes outranks them all. */
+static int plain_attributes(const struct wsdiff *d)
+{
+	static const char attrs[] = "* -text -filter -ident !eol !working-tree-encoding\n";
+	char info[PATH_MAX], path[PATH_MAX];
+	int fd, err;
+
+	if ((err = sub(info, d->gitdir, "info")) || (err = sub(path, info, "attributes")))
+		return err;
+	if (mkdir(info, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	err = write_all(fd, attrs, sizeof(attrs) - 1);
+	close(fd);
+	return err;
+}
+
 /* Fetches the guest's /workspace and writes the patch from the host
  * workspace to it into d->patch. */
 static int wsdiff_make(struct wsdiff *d)
@@ -288,6 +311,8 @@ static int wsdiff_make(struct wsdiff *d)
 	if (fetch(d, d->guest))
 		return 1;
 	err = git(d, NULL, NULL, -1, init);
+	if (!err)
+		err = plain_attributes(d);
 	if (!err)
 		err = tree_of(d, d->workspace, "index.host", ta);
 	if (!err)

@@ -1,11 +1,12 @@
 # kosa8 diff / export (sourced by tests/vm/run-all; uses its sb, ok, not_ok
 # and $WORK).  Changes an agent makes under /workspace come back as a patch
 # that says everything: a text edit, a deleted file, a mode change, a new
-# binary file, a new symbolic link, a new folder.  The patch applied to a
-# copy of the original gives exactly the guest's tree (export --to); the
-# host workspace changes only with --apply (refused without --yes off a
-# terminal); --to refuses a folder inside the workspace; every export is
-# in the audit log, which still verifies.
+# binary file, a new symbolic link, a new folder, CRLF line ends kept even
+# when the guest adds a .gitattributes asking git to convert them.  The
+# patch applied to a copy of the original gives exactly the guest's tree
+# (export --to); the host workspace changes only with --apply (refused
+# without --yes off a terminal); --to refuses a folder inside the
+# workspace; every export is in the audit log, which still verifies.
 
 test_workspace_export() {
 	local name=sandbox-diff-export-apply
@@ -21,7 +22,8 @@ test_workspace_export() {
 	sb start dx >>"$WORK/out" 2>&1 || { not_ok "$name" "start failed"; sb rm -f dx; return; }
 	sb exec dx -- sh -c 'cd /workspace && printf "line1\nchanged\n" >edit.txt && rm sub/gone.txt &&
 		chmod +x run.sh && head -c 3000 /dev/urandom >blob.bin && ln -s keep.txt link &&
-		mkdir new && echo n >new/file.txt' >>"$WORK/out" 2>&1 ||
+		mkdir new && echo n >new/file.txt && printf "a\r\nb\r\n" >crlf.txt &&
+		printf "* text eol=lf\n" >.gitattributes' >>"$WORK/out" 2>&1 ||
 		{ not_ok "$name" "exec failed"; sb rm -f dx; return; }
 
 	sb diff dx >"$WORK/patch" 2>>"$WORK/out" || { not_ok "$name" "diff failed"; sb rm -f dx; return; }
