@@ -154,6 +154,12 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		*why = "--restore takes the kernel, memory and vCPUs from the checkpoint: leave out --kernel, --initrd, --cmdline, --mem and --cpus";
 		return -EINVAL;
 	}
+	/* A checkpoint writes files and a new disk delta outside what the jail
+	 * lets the VMM see, and a restore creates its delta before set-up. */
+	if (a->jail && !a->jail_probe && (a->control || (a->restore && a->disk))) {
+		*why = "--jail cannot be combined yet with --control or with --restore and --disk";
+		return -EINVAL;
+	}
 	if (!a->kernel && !a->restore) {
 		*why = "--kernel is required (build one with 'make kernel')";
 		return -EINVAL;
