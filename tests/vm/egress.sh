@@ -177,7 +177,11 @@ test_egress() {
 		--allow allowed.test --allow plain.test --allow secret.test --secret API_KEY \
 		>"$WORK/eg/out" 2>&1 &&
 		KOSA8_UPSTREAM_CA_FILE=$WORK/eg/ca.crt eg_k8 start egress1 >>"$WORK/eg/out" 2>&1 ||
-		{ not_ok "$name" "create/start failed: $(tail -1 "$WORK/eg/out")"; eg_k8 rm -f egress1; kill "${pids[@]}"; return; }
+		{
+			{ echo "--- console"; eg_k8 logs egress1 | tail -25; } >"$WORK/out" 2>&1
+			not_ok "$name" "create/start failed: $(tail -1 "$WORK/eg/out")"
+			eg_k8 rm -f egress1 >/dev/null 2>&1; kill "${pids[@]}"; return
+		}
 	eg_step "sandbox started; guest checks"
 	eg_k8 exec egress1 -- /workspace/checks.sh >"$WORK/eg/out" 2>&1 </dev/null
 	eg_step "guest checks done; flushing the guest's rules"
