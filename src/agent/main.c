@@ -49,12 +49,12 @@ static void usage(FILE *f)
 
 static pid_t net_pid = -1;
 static uint64_t net_started_ms;
-static bool stopping;
+static bool stopping, net_enabled;
 
 static void net_start(void)
 {
 	/* A relay that keeps dying is not restarted in a tight loop. */
-	if (net_pid > 0 || stopping || (net_started_ms && boottime_ms() - net_started_ms < 1000))
+	if (!net_enabled || net_pid > 0 || stopping || (net_started_ms && boottime_ms() - net_started_ms < 1000))
 		return;
 	net_started_ms = boottime_ms();
 	net_pid = fork();
@@ -98,6 +98,24 @@ static void set_hostname_from_cmdline(void)
 		else if (sethostname(h, len) < 0)
 			fprintf(stderr, "kosa8-agent: sethostname: %s\n", strerror(errno));
 	}
+}
+
+/* Whether the kernel command line holds word (a whole word). */
+static bool cmdline_has(const char *word)
+{
+	char buf[4096], *tok, *save;
+	int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	for (tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save))
+		if (!strcmp(tok, word))
+			return true;
+	return false;
 }
 
 static void init_pid1(void)
@@ -218,7 +236,7 @@ static int on_signal(int sfd)
 		switch (si.ssi_signo) {
 		case SIGCHLD:
 			reap_all();
-			if (getpid() == 1 && net_pid < 0)
+			if (net_pid < 0)
 				net_start();
 			break;
 		case SIGUSR1:
@@ -266,11 +284,14 @@ int main(int argc, char **argv)
 	agent_cfg.start_ms = boottime_ms();
 	if (egress_only && getpid() != 1)
 		return net_serve() < 0 ? 1 : 0;
-	if (getpid() == 1) {
+	/* The guest network only where the supervisor asks for it: an agent
+	 * that is PID 1 of a mere PID namespace (tests) shares its host's
+	 * network, which must never get these rules and routes. */
+	bool net = getpid() == 1 && cmdline_has("kosa8.net=on");
+	if (getpid() == 1)
 		init_pid1();
-		/* The rules are in place before the host can run anything. */
-		net_setup();
-	}
+	if (net)
+		net_setup();   /* the rules are in place before the host can run anything */
 
 	sigset_t set, old;
 	sigemptyset(&set);
@@ -289,8 +310,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	fprintf(stderr, "kosa8-agent: listening on %s\n", spec);
-	if (getpid() == 1)
-		net_start();
+	net_enabled = net;
+	net_start();
 	for (;;) {
 		struct pollfd p[2] = { { .fd = lfd, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
 		if (poll(p, 2, -1) < 0 && errno != EINTR)

@@ -76,7 +76,7 @@ static int spawn_vmm(struct supervisor *s, const char *self)
 	snprintf(mem, sizeof(mem), "%lluK", (unsigned long long)(s->cfg.mem / 1024));
 	snprintf(cpus, sizeof(cpus), "%d", s->cfg.cpus);
 	snprintf(cmdline, sizeof(cmdline),
-		 "root=/dev/vda rw rootfstype=ext4 init=/usr/sbin/kosa8-agent kosa8.hostname=%s quiet",
+		 "root=/dev/vda rw rootfstype=ext4 init=/usr/sbin/kosa8-agent kosa8.hostname=%s kosa8.net=on quiet",
 		 s->cfg.name);
 	out = open(console, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (out < 0)
