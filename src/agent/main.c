@@ -50,6 +50,7 @@ static void usage(FILE *f)
 static pid_t net_pid = -1;
 static uint64_t net_started_ms;
 static bool stopping, net_enabled;
+static int net_keep_out[2] = { -1, -1 };   /* PID 1's own fds, closed in the relay */
 
 static void net_start(void)
 {
@@ -60,6 +61,9 @@ static void net_start(void)
 	net_pid = fork();
 	if (net_pid == 0) {
 		sigset_t none;
+		for (int i = 0; i < 2; i++)
+			if (net_keep_out[i] >= 0)
+				close(net_keep_out[i]);
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		_exit(net_serve() < 0 ? 1 : 0);
@@ -311,11 +315,17 @@ int main(int argc, char **argv)
 	}
 	fprintf(stderr, "kosa8-agent: listening on %s\n", spec);
 	net_enabled = net;
+	net_keep_out[0] = lfd;
+	net_keep_out[1] = sfd;
 	net_start();
 	for (;;) {
 		struct pollfd p[2] = { { .fd = lfd, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
+		/* A relay that died too soon after its last start is started
+		 * again once the second has passed. */
+		if (poll(p, 2, net_enabled && net_pid < 0 ? 1000 : -1) < 0 && errno != EINTR)
 			break;
+		if (net_pid < 0)
+			net_start();
 		if (p[1].revents && on_signal(sfd))
 			break;
 		if (p[0].revents)
