@@ -59,7 +59,6 @@ static const struct rule rules[] = {
 	{SC(recvfrom), ARGS_ANY, 0, R_HOST, "vsock: the host client's CONNECT line (MSG_PEEK)"},
 	{SC(sendto), ARGS_ANY, 0, R_HOST, "vsock: the OK line to a host client"},
 	{SC(preadv), ARGS_ANY, 0, R_HOST, "virtio-blk reads from the disk layers"},
-	{SC(pread64), ARGS_ANY, 0, R_HOST, "disk: block-map reads"},
 	{SC(pwritev), ARGS_ANY, 0, R_HOST, "virtio-blk writes to the top delta"},
 	{SC(pwrite64), ARGS_ANY, 0, R_HOST, "disk: block-map and header updates"},
 	{SC(fdatasync), ARGS_ANY, 0, R_HOST, "virtio-blk flush: make the guest's writes durable"},
@@ -86,7 +85,6 @@ static const struct rule rules[] = {
 	{SC(mprotect), ARGS_NO_EXEC, 0, R_ALL, "the allocator's arenas (never PROT_EXEC)"},
 	{SC(munmap), ARGS_ANY, 0, R_ALL, "the allocator gives memory back"},
 	{SC(madvise), ARGS_ANY, 0, R_ALL, "the allocator gives pages back (MADV_DONTNEED)"},
-	{SC(brk), ARGS_ANY, 0, R_HOST, "the main arena grows and shrinks"},
 	/* Threads and signals. */
 	{SC(rt_sigprocmask), ARGS_ANY, 0, R_ALL, "threads block host signals; raise()"},
 	{SC(rt_sigreturn), ARGS_ANY, 0, R_ALL, "return from the vCPU kick and stop-signal handlers"},
