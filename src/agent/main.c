@@ -291,9 +291,9 @@ int main(int argc, char **argv)
 	/* The guest network only where the supervisor asks for it: an agent
 	 * that is PID 1 of a mere PID namespace (tests) shares its host's
 	 * network, which must never get these rules and routes. */
-	bool net = getpid() == 1 && cmdline_has("kosa8.net=on");
 	if (getpid() == 1)
-		init_pid1();
+		init_pid1();   /* mounts /proc, where the command line is read */
+	bool net = getpid() == 1 && cmdline_has("kosa8.net=on");
 	if (net)
 		net_setup();   /* the rules are in place before the host can run anything */
 
