@@ -8,7 +8,9 @@
  *                 supervisor.log what the supervisor said
  *   run dir     $XDG_RUNTIME_DIR/kosa8/NAME/ or /tmp/kosa8-UID/NAME/ (0700)
  *                 control.sock   the supervisor's control socket
- *                 vsock.sock     the VMM's vsock device (host side)
+ *                 vm/            all of the host the jailed VMM sees (0700):
+ *                   vsock.sock   the VMM's vsock device (host side)
+ *                   vsock.sock_1053, _1080  egress listeners (guest -> host)
  *                 supervisor.pid
  * Both directories are private to the user: another user cannot reach a
  * sandbox's sockets (and the supervisor checks peer credentials as well). */

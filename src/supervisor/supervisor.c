@@ -20,10 +20,12 @@
 #include "supervisor/control.h"
 #include "supervisor/egress.h"
 #include "supervisor/sandbox.h"
+#include "vmm/seccomp.h"
 
 struct supervisor {
 	struct sandbox_cfg cfg;
 	char state_dir[PATH_MAX], run_dir[PATH_MAX];
+	char vm_dir[PATH_MAX];  /* run_dir/vm: all the jailed VMM sees of the host */
 	char vsock_path[PATH_MAX], control_path[PATH_MAX];
 	struct audit_log *audit;
 	struct sup_egress *egress;
@@ -66,6 +68,29 @@ static void audit(struct supervisor *s, const char *actor, const char *type, cJS
 	cJSON_Delete(details);
 }
 
+/* A VMM stopped by its seccomp filter said which call in its last words
+ * (console.log); the supervisor repeats them in its log and the audit. */
+static void report_seccomp(struct supervisor *s, int status, cJSON *details)
+{
+	static const char mark[] = "killed by seccomp: ";
+	char path[PATH_MAX], line[256], last[256] = "";
+	FILE *f;
+
+	if (!(WIFEXITED(status) && WEXITSTATUS(status) == VMM_SECCOMP_EXIT) &&
+	    !(WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS))
+		return;
+	sandbox_path(path, sizeof(path), s->state_dir, "console.log");
+	if ((f = fopen(path, "re"))) {
+		while (fgets(line, sizeof(line), f))
+			if (strstr(line, mark))
+				snprintf(last, sizeof(last), "%s", strstr(line, mark) + strlen(mark));
+		fclose(f);
+	}
+	last[strcspn(last, "\r\n")] = 0;
+	log_err("VMM killed by seccomp: %s", last[0] ? last : "(no report: the call refused was write?)");
+	cJSON_AddStringToObject(details, "vmm_seccomp", last[0] ? last : "unknown");
+}
+
 static int spawn_vmm(struct supervisor *s, const char *self)
 {
 	char disk[PATH_MAX], console[PATH_MAX], mem[32], cpus[16], cmdline[256];
@@ -91,7 +116,9 @@ static int spawn_vmm(struct supervisor *s, const char *self)
 		dup2(null, 0);
 		dup2(out, 1);
 		dup2(out, 2);
-		execl(self, self, "vm", "--no-emulate", "--kernel", s->cfg.kernel, "--disk", disk,
+		/* Jailed: the VMM sees the kernel, the disk's layers and the
+		 * vm/ directory of vsock sockets, nothing else (vmm/jail.h). */
+		execl(self, self, "vm", "--no-emulate", "--jail", "--kernel", s->cfg.kernel, "--disk", disk,
 		      "--vsock", s->vsock_path, "--mem", mem, "--cpus", cpus, "--cmdline", cmdline,
 		      (char *)NULL);
 		_exit(127);
@@ -350,7 +377,9 @@ static int setup(struct supervisor *s, const char *name, const char **why)
 	}
 	if ((err = sandbox_run_dir(name, s->run_dir, sizeof(s->run_dir))) ||
 	    (err = mkdir_p(s->run_dir, 0700)) ||
-	    (err = sandbox_path(s->vsock_path, sizeof(s->vsock_path), s->run_dir, "vsock.sock")) ||
+	    (err = sandbox_path(s->vm_dir, sizeof(s->vm_dir), s->run_dir, "vm")) ||
+	    (err = mkdir_p(s->vm_dir, 0700)) ||
+	    (err = sandbox_path(s->vsock_path, sizeof(s->vsock_path), s->vm_dir, "vsock.sock")) ||
 	    (err = sandbox_path(s->control_path, sizeof(s->control_path), s->run_dir, "control.sock"))) {
 		*why = "cannot create the sandbox's runtime directory";
 		return err;
@@ -391,6 +420,7 @@ static void event_loop(struct supervisor *s)
 			cJSON_AddNumberToObject(d, "vmm_exit", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 			if (WIFSIGNALED(status))
 				cJSON_AddNumberToObject(d, "vmm_signal", WTERMSIG(status));
+			report_seccomp(s, status, d);
 			audit(s, "supervisor", "sandbox.stop", d);
 			s->vmm = -1;
 			break;
@@ -472,6 +502,7 @@ fail:
 		unlink(s.control_path);
 	}
 	unlink(s.vsock_path);
+	rmdir(s.vm_dir);
 	rmdir(s.run_dir);
 	return err;
 }
