@@ -178,7 +178,7 @@ static const int sanitizer_extra[] = {
 	SCMP_SYS(sched_yield), SCMP_SYS(sched_getaffinity), SCMP_SYS(getppid),
 	SCMP_SYS(sigaltstack), SCMP_SYS(rt_sigaction), SCMP_SYS(openat), SCMP_SYS(newfstatat),
 	SCMP_SYS(fstat), SCMP_SYS(lseek), SCMP_SYS(getdents64), SCMP_SYS(readlink),
-	SCMP_SYS(open), SCMP_SYS(getdents),
+	SCMP_SYS(open), SCMP_SYS(getdents), SCMP_SYS(gettid), SCMP_SYS(brk), SCMP_SYS(pread64),
 	SCMP_SYS(mmap), SCMP_SYS(mprotect), SCMP_SYS(set_robust_list), SCMP_SYS(rseq),
 	SCMP_SYS(nanosleep), SCMP_SYS(kill), SCMP_SYS(pipe2), SCMP_SYS(dup2), SCMP_SYS(dup),
 	SCMP_SYS(set_tid_address), SCMP_SYS(setrlimit), SCMP_SYS(prlimit64), SCMP_SYS(ioctl),
