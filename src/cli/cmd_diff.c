@@ -47,18 +47,6 @@
 
 #define GIT_TREE_HEX 64 /* room for a SHA-1 or SHA-256 object name */
 
-__attribute__((format(printf, 2, 3)))
-static int fail(const char *cmd, const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "kosa8 %s: ", cmd);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	return 1;
-}
 
 /* One comparison: the temporary folder and what is in it. */
 struct wsdiff {
@@ -86,19 +74,19 @@ static int load_workspace(struct wsdiff *d)
 	int err;
 
 	if (!sandbox_name_valid(d->name))
-		return fail(d->cmd, "bad sandbox name '%s'", d->name);
+		return cli_fail(d->cmd, "bad sandbox name '%s'", d->name);
 	err = sandbox_state_dir(d->name, state, sizeof(state));
 	if (!err)
 		err = sandbox_cfg_load(state, &cfg);
 	if (err == -ENOENT)
-		return fail(d->cmd, "no sandbox '%s' (see 'kosa8 ps')", d->name);
+		return cli_fail(d->cmd, "no sandbox '%s' (see 'kosa8 ps')", d->name);
 	if (err)
-		return fail(d->cmd, "cannot read sandbox '%s': %s", d->name, strerror(-err));
+		return cli_fail(d->cmd, "cannot read sandbox '%s': %s", d->name, strerror(-err));
 	if (!cfg.workspace[0])
-		return fail(d->cmd, "sandbox '%s' was created without --workspace: nothing to compare "
+		return cli_fail(d->cmd, "sandbox '%s' was created without --workspace: nothing to compare "
 				    "(kosa8 cp %s:/workspace DIR copies files out)", d->name, d->name);
 	if (!realpath(cfg.workspace, d->workspace))
-		return fail(d->cmd, "the workspace %s is gone from the host: %s", cfg.workspace,
+		return cli_fail(d->cmd, "the workspace %s is gone from the host: %s", cfg.workspace,
 			    strerror(errno));
 	return 0;
 }
@@ -127,11 +115,11 @@ static int agent_open(struct wsdiff *d, struct agent_client **c)
 	cJSON_Delete(req);
 	if (err) {
 		cJSON_Delete(reply);
-		return fail(d->cmd, "sandbox '%s' is not running (kosa8 start %s)", d->name, d->name);
+		return cli_fail(d->cmd, "sandbox '%s' is not running (kosa8 start %s)", d->name, d->name);
 	}
 	if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok")) || fd < 0) {
 		e = cJSON_GetObjectItemCaseSensitive(reply, "error");
-		fail(d->cmd, "%s", cJSON_IsString(e) ? e->valuestring : "the supervisor refused");
+		cli_fail(d->cmd, "%s", cJSON_IsString(e) ? e->valuestring : "the supervisor refused");
 		cJSON_Delete(reply);
 		if (fd >= 0)
 			close(fd);
@@ -139,7 +127,7 @@ static int agent_open(struct wsdiff *d, struct agent_client **c)
 	}
 	cJSON_Delete(reply);
 	if (agent_client_from_fd(fd, c) < 0)
-		return fail(d->cmd, "%s", "the guest agent did not answer");
+		return cli_fail(d->cmd, "%s", "the guest agent did not answer");
 	return 0;
 }
 
@@ -154,7 +142,7 @@ static int fetch(struct wsdiff *d, const char *dir)
 	memset(&st, 0, sizeof(st));
 	err = agent_get_tree(c, "/workspace", dir, &st);
 	if (err)
-		fail(d->cmd, "copying /workspace out of '%s': %s", d->name, agent_client_error(c));
+		cli_fail(d->cmd, "copying /workspace out of '%s': %s", d->name, agent_client_error(c));
 	agent_client_close(c);
 	return err ? 1 : 0;
 }
@@ -303,11 +291,11 @@ static int wsdiff_make(struct wsdiff *d)
 	if (snprintf(d->tmp, sizeof(d->tmp), "%s/kosa8-diff-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp") >=
 		    (int)sizeof(d->tmp) || !mkdtemp(d->tmp)) {
 		d->tmp[0] = '\0';
-		return fail(d->cmd, "cannot create a temporary folder: %s", strerror(errno));
+		return cli_fail(d->cmd, "cannot create a temporary folder: %s", strerror(errno));
 	}
 	if (sub(d->guest, d->tmp, "workspace") || sub(d->gitdir, d->tmp, "git") ||
 	    sub(d->patch, d->tmp, "patch") || mkdir(d->guest, 0700) < 0)
-		return fail(d->cmd, "%s", "temporary folder path too long");
+		return cli_fail(d->cmd, "%s", "temporary folder path too long");
 	if (fetch(d, d->guest))
 		return 1;
 	err = git(d, NULL, NULL, -1, init);
@@ -318,12 +306,12 @@ static int wsdiff_make(struct wsdiff *d)
 	if (!err)
 		err = tree_of(d, d->guest, "index.guest", tb);
 	if (err == -ENOENT)
-		return fail(d->cmd, "%s", "git is needed to compare the workspaces (apt-get install git)");
+		return cli_fail(d->cmd, "%s", "git is needed to compare the workspaces (apt-get install git)");
 	if (err)
-		return fail(d->cmd, "%s", "git could not read the workspaces");
+		return cli_fail(d->cmd, "%s", "git could not read the workspaces");
 	fd = open(d->patch, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return fail(d->cmd, "cannot write %s: %s", d->patch, strerror(errno));
+		return cli_fail(d->cmd, "cannot write %s: %s", d->patch, strerror(errno));
 	const char *diff[] = {"diff", "--binary", "--full-index", "--no-renames", "--no-color",
 			      "--no-ext-diff", "--no-textconv", ta, tb, NULL};
 	err = git(d, NULL, NULL, fd, diff);
@@ -331,7 +319,7 @@ static int wsdiff_make(struct wsdiff *d)
 		err = -errno;
 	close(fd);
 	if (err)
-		return fail(d->cmd, "%s", "git diff failed");
+		return cli_fail(d->cmd, "%s", "git diff failed");
 	d->patch_bytes = st.st_size;
 	d->files = count_files(d->patch);
 	return 0;
@@ -382,7 +370,7 @@ static int audit_open(const char *cmd, struct audit_log **l)
 	int err = audit_log_open(&o, l);
 
 	if (err)
-		return fail(cmd, "the audit log cannot be written (%s): nothing exported",
+		return cli_fail(cmd, "the audit log cannot be written (%s): nothing exported",
 			    audit_strerror(err));
 	return 0;
 }
@@ -408,7 +396,7 @@ static void audit_export(struct audit_log *l, const struct wsdiff *d, const char
 	det = cJSON_PrintUnformatted(j);
 	ev.details = det;
 	if (!det || (err = audit_log_append(l, &ev, NULL)))
-		fail(d->cmd, "the export happened but its audit record failed: %s",
+		cli_fail(d->cmd, "the export happened but its audit record failed: %s",
 		     det ? audit_strerror(err) : "out of memory");
 	free(det);
 	cJSON_Delete(j);
@@ -439,7 +427,7 @@ int cmd_diff(int argc, char **argv)
 		}
 	}
 	if (optind != argc - 1)
-		return fail("diff", "%s", "usage: kosa8 diff NAME [--stat]"), 2;
+		return cli_fail("diff", "%s", "usage: kosa8 diff NAME [--stat]"), 2;
 	d.name = argv[optind];
 	if (wsdiff_make(&d) == 0) {
 		if (!d.files)
@@ -502,16 +490,16 @@ static int export_to(struct wsdiff *d, const char *dir, struct audit_log *l)
 	if (load_workspace(d))
 		return 1;
 	if ((err = resolve_new(dir, where)))
-		return fail(d->cmd, "%s: %s", dir, strerror(-err));
+		return cli_fail(d->cmd, "%s: %s", dir, strerror(-err));
 	if (is_inside(where, d->workspace))
-		return fail(d->cmd, "%s is inside the workspace %s: use --apply to change the "
+		return cli_fail(d->cmd, "%s is inside the workspace %s: use --apply to change the "
 				    "workspace", dir, d->workspace);
 	if (stat(where, &st) == 0) {
 		if (!S_ISDIR(st.st_mode) || rmdir(where) < 0) /* only an empty folder will do */
-			return fail(d->cmd, "%s exists and is not an empty folder", dir);
+			return cli_fail(d->cmd, "%s exists and is not an empty folder", dir);
 	}
 	if ((err = mkdir_p(where, 0755)))
-		return fail(d->cmd, "cannot create %s: %s", dir, strerror(-err));
+		return cli_fail(d->cmd, "cannot create %s: %s", dir, strerror(-err));
 	if (fetch(d, where))
 		return 1;
 	audit_export(l, d, "to", where);
@@ -526,21 +514,21 @@ static int export_patch(struct wsdiff *d, const char *file, struct audit_log *l)
 
 	if (strcmp(file, "-")) {
 		if ((err = resolve_new(file, where)))
-			return fail(d->cmd, "%s: %s", file, strerror(-err));
+			return cli_fail(d->cmd, "%s: %s", file, strerror(-err));
 	}
 	if (wsdiff_make(d))
 		return 1;
 	if (strcmp(file, "-")) {
 		out = open(where, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 		if (out < 0)
-			return fail(d->cmd, "cannot create %s: %s", file,
+			return cli_fail(d->cmd, "cannot create %s: %s", file,
 				    errno == EEXIST ? "it exists (not overwritten)" : strerror(errno));
 	}
 	err = show_patch(d, out);
 	if (out != 1 && close(out) < 0 && !err)
 		err = -errno;
 	if (err)
-		return fail(d->cmd, "writing %s: %s", file, strerror(-err));
+		return cli_fail(d->cmd, "writing %s: %s", file, strerror(-err));
 	audit_export(l, d, "patch", where);
 	fprintf(stderr, "kosa8 export: %zu changed file%s in %s (apply with: git apply %s)\n",
 		d->files, d->files == 1 ? "" : "s", file, file);
@@ -562,7 +550,7 @@ static int export_apply(struct wsdiff *d, bool yes, struct audit_log *l)
 	const char *apply[] = {"apply", d->patch, NULL};
 
 	if (!yes && !isatty(0))
-		return fail(d->cmd, "%s", "--apply changes your workspace: add --yes when not on a terminal");
+		return cli_fail(d->cmd, "%s", "--apply changes your workspace: add --yes when not on a terminal");
 	if (wsdiff_make(d))
 		return 1;
 	if (!d->files) {
@@ -572,7 +560,7 @@ static int export_apply(struct wsdiff *d, bool yes, struct audit_log *l)
 	printf("changes to %s:\n", d->workspace);
 	show_stat(d);
 	if (git(d, d->workspace, NULL, -1, check))
-		return fail(d->cmd, "the patch does not apply to %s (it changed on the host since "
+		return cli_fail(d->cmd, "the patch does not apply to %s (it changed on the host since "
 				    "the sandbox copied it?); nothing was written. 'kosa8 export %s "
 				    "--patch FILE' saves it for a manual merge", d->workspace, d->name);
 	if (!yes && !confirm(d->workspace)) {
@@ -580,7 +568,7 @@ static int export_apply(struct wsdiff *d, bool yes, struct audit_log *l)
 		return 1;
 	}
 	if (git(d, d->workspace, NULL, -1, apply))
-		return fail(d->cmd, "git apply failed in %s", d->workspace);
+		return cli_fail(d->cmd, "git apply failed in %s", d->workspace);
 	audit_export(l, d, "apply", d->workspace);
 	printf("applied %zu changed file%s to %s\n", d->files, d->files == 1 ? "" : "s", d->workspace);
 	return 0;
@@ -621,7 +609,7 @@ int cmd_export(int argc, char **argv)
 	}
 	modes = !!to + !!patch + apply;
 	if (optind != argc - 1 || modes != 1)
-		return fail("export", "%s", "usage: kosa8 export NAME (--to DIR | --patch FILE | "
+		return cli_fail("export", "%s", "usage: kosa8 export NAME (--to DIR | --patch FILE | "
 					    "--apply [--yes]); --help says more"), 2;
 	d.name = argv[optind];
 	if (audit_open(d.cmd, &l))

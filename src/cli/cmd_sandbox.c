@@ -32,8 +32,7 @@
 #define DEFAULT_MEM (1024 * MiB)
 #define START_TIMEOUT_MS (SUPERVISOR_BOOT_TIMEOUT_MS + 60 * 1000)
 
-__attribute__((format(printf, 2, 3)))
-static int fail(const char *cmd, const char *fmt, ...)
+int cli_fail(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -44,6 +43,7 @@ static int fail(const char *cmd, const char *fmt, ...)
 	fputc('\n', stderr);
 	return 1;
 }
+
 
 /* ---- where things are ---- */
 
@@ -123,25 +123,25 @@ static int parse_create_opts(const char *cmd, int argc, char **argv, struct crea
 		case 'p': o->policy = optarg; break;
 		case 'a':
 			if (o->nallow == SANDBOX_ALLOW_MAX)
-				return fail(cmd, "at most %d --allow rules (put more in a --policy file)", SANDBOX_ALLOW_MAX);
+				return cli_fail(cmd, "at most %d --allow rules (put more in a --policy file)", SANDBOX_ALLOW_MAX);
 			o->allow[o->nallow++] = optarg;
 			break;
 		case 's':
 			if (o->nsecrets == SANDBOX_SECRETS_MAX)
-				return fail(cmd, "at most %d --secret names", SANDBOX_SECRETS_MAX);
+				return cli_fail(cmd, "at most %d --secret names", SANDBOX_SECRETS_MAX);
 			o->secrets[o->nsecrets++] = optarg;
 			break;
 		case 'm':
 			if (parse_size(optarg, &o->mem) < 0 || o->mem < 64 * MiB)
-				return fail(cmd, "--mem takes a size of at least 64M, such as 1G (got '%s')", optarg);
+				return cli_fail(cmd, "--mem takes a size of at least 64M, such as 1G (got '%s')", optarg);
 			break;
 		case 'c':
 			o->cpus = atoi(optarg);
 			if (o->cpus < 1 || o->cpus > 64)
-				return fail(cmd, "--cpus takes a number from 1 to 64 (got '%s')", optarg);
+				return cli_fail(cmd, "--cpus takes a number from 1 to 64 (got '%s')", optarg);
 			break;
 		default:
-			return fail(cmd, "unknown option '%s' (see 'kosa8 --help')", argv[optind - 1]);
+			return cli_fail(cmd, "unknown option '%s' (see 'kosa8 --help')", argv[optind - 1]);
 		}
 	}
 	return 0;
@@ -157,14 +157,14 @@ static int check_egress(const char *cmd, const struct create_opts *o, struct san
 	int err = 0;
 
 	if (policy_new(&p) < 0)
-		return fail(cmd, "%s", "out of memory");
+		return cli_fail(cmd, "%s", "out of memory");
 	if (o->policy && policy_add_file(p, o->policy, &pe) < 0) {
-		err = pe.line ? fail(cmd, "policy error in %s line %u: %s", pe.file, pe.line, pe.reason) :
-				fail(cmd, "policy error in %s: %s", pe.file, pe.reason);
+		err = pe.line ? cli_fail(cmd, "policy error in %s line %u: %s", pe.file, pe.line, pe.reason) :
+				cli_fail(cmd, "policy error in %s: %s", pe.file, pe.reason);
 	}
 	for (int i = 0; !err && i < o->nallow; i++) {
 		if (strlen(o->allow[i]) >= SANDBOX_ALLOW_LEN || policy_add_allow(p, o->allow[i], &pe) < 0)
-			err = fail(cmd, "--allow %s: %s", o->allow[i],
+			err = cli_fail(cmd, "--allow %s: %s", o->allow[i],
 				   strlen(o->allow[i]) >= SANDBOX_ALLOW_LEN ? "too long" : pe.reason);
 		else
 			snprintf(cfg->allow[cfg->nallow++], SANDBOX_ALLOW_LEN, "%s", o->allow[i]);
@@ -173,9 +173,9 @@ static int check_egress(const char *cmd, const struct create_opts *o, struct san
 	for (int i = 0; !err && i < o->nsecrets; i++) {
 		struct secret sec;
 		if (!secret_name_valid(o->secrets[i]))
-			return fail(cmd, "--secret %s: not a secret name (letters, digits, _)", o->secrets[i]);
+			return cli_fail(cmd, "--secret %s: not a secret name (letters, digits, _)", o->secrets[i]);
 		if (secret_read(o->secrets[i], false, &sec) < 0)
-			return fail(cmd, "--secret %s: no such secret (add it with 'kosa8 secret add')", o->secrets[i]);
+			return cli_fail(cmd, "--secret %s: no such secret (add it with 'kosa8 secret add')", o->secrets[i]);
 		snprintf(cfg->secrets[cfg->nsecrets++], SANDBOX_SECRET_LEN, "%s", o->secrets[i]);
 	}
 	return err;
@@ -222,29 +222,29 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 	else
 		random_name(name, nlen);
 	if (!sandbox_name_valid(name))
-		return fail(cmd, "bad name '%s': use 1-63 of a-z 0-9 . _ -, starting with a letter or digit", name);
+		return cli_fail(cmd, "bad name '%s': use 1-63 of a-z 0-9 . _ -, starting with a letter or digit", name);
 	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0)
-		return fail(cmd, "cannot find the state directory for '%s'", name);
+		return cli_fail(cmd, "cannot find the state directory for '%s'", name);
 	if (stat(dir, &st) == 0)
-		return fail(cmd, "a sandbox named '%s' exists already (kosa8 rm it, or pick another --name)", name);
+		return cli_fail(cmd, "a sandbox named '%s' exists already (kosa8 rm it, or pick another --name)", name);
 	if (o->workspace) {
 		if (!realpath(o->workspace, cfg.workspace) || stat(cfg.workspace, &st) < 0 ||
 		    !S_ISDIR(st.st_mode))
-			return fail(cmd, "workspace '%s' is not an existing directory", o->workspace);
+			return cli_fail(cmd, "workspace '%s' is not an existing directory", o->workspace);
 	}
 	/* $KOSA8_KERNEL picks another guest kernel; --image takes a name or a file. */
 	const char *kenv = getenv("KOSA8_KERNEL");
 	if (kenv && *kenv) {
 		if (!realpath(kenv, cfg.kernel))
-			return fail(cmd, "KOSA8_KERNEL=%s: no such file", kenv);
+			return cli_fail(cmd, "KOSA8_KERNEL=%s: no such file", kenv);
 	} else if (script_path("guest/kernel/build.sh", NULL, cfg.kernel, sizeof(cfg.kernel)) < 0) {
-		return fail(cmd, "%s", "the guest kernel is not built: run 'make kernel' (or guest/kernel/build.sh)");
+		return cli_fail(cmd, "%s", "the guest kernel is not built: run 'make kernel' (or guest/kernel/build.sh)");
 	}
 	if (strchr(o->image, '/') && stat(o->image, &st) == 0 && S_ISREG(st.st_mode)) {
 		if (!realpath(o->image, cfg.image))
-			return fail(cmd, "image '%s' cannot be resolved", o->image);
+			return cli_fail(cmd, "image '%s' cannot be resolved", o->image);
 	} else if (script_path("guest/image/build.sh", o->image, cfg.image, sizeof(cfg.image)) < 0)
-		return fail(cmd, "image '%s' is not built or unknown: see 'kosa8 image ls', build it with 'kosa8 image build'", o->image);
+		return cli_fail(cmd, "image '%s' is not built or unknown: see 'kosa8 image ls', build it with 'kosa8 image build'", o->image);
 	if (check_egress(cmd, o, &cfg))
 		return 1;
 	snprintf(cfg.name, sizeof(cfg.name), "%s", name);
@@ -252,18 +252,18 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 	cfg.cpus = o->cpus;
 	cfg.created = (int64_t)time(NULL);
 	if (mkdir_p(dir, 0700) < 0 || sandbox_path(disk, sizeof(disk), dir, "disk.k8d") < 0)
-		return fail(cmd, "cannot create %s", dir);
+		return cli_fail(cmd, "cannot create %s", dir);
 	if (disk_create(disk, cfg.image, NULL, err_msg, sizeof(err_msg)) < 0 ||
 	    sandbox_cfg_save(dir, &cfg) < 0) {
 		char rm[PATH_MAX + 16];
 		snprintf(rm, sizeof(rm), "%s", dir);
 		unlink(disk);
 		rmdir(rm);
-		return fail(cmd, "cannot create the sandbox's disk: %s", err_msg);
+		return cli_fail(cmd, "cannot create the sandbox's disk: %s", err_msg);
 	}
 	if (o->policy && copy_policy(o->policy, dir) < 0) {
 		remove_tree(dir);
-		return fail(cmd, "cannot copy the policy %s into the sandbox", o->policy);
+		return cli_fail(cmd, "cannot copy the policy %s into the sandbox", o->policy);
 	}
 	return 0;
 }
@@ -291,14 +291,14 @@ static int start_sandbox(const char *cmd, const char *name)
 	pid_t pid;
 
 	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
-		return fail(cmd, "no sandbox named '%s' (see 'kosa8 ps')", name);
+		return cli_fail(cmd, "no sandbox named '%s' (see 'kosa8 ps')", name);
 	if (sandbox_running(name))
-		return fail(cmd, "sandbox '%s' is already running", name);
+		return cli_fail(cmd, "sandbox '%s' is already running", name);
 	if (!realpath("/proc/self/exe", self) || pipe2(p, O_CLOEXEC) < 0)
-		return fail(cmd, "%s", strerror(errno));
+		return cli_fail(cmd, "%s", strerror(errno));
 	pid = fork();
 	if (pid < 0)
-		return fail(cmd, "%s", strerror(errno));
+		return cli_fail(cmd, "%s", strerror(errno));
 	if (pid == 0) {
 		/* The supervisor: its own session, so it outlives this CLI. */
 		char log[PATH_MAX + 32], fdstr[16];
@@ -324,14 +324,14 @@ static int start_sandbox(const char *cmd, const char *name)
 	close(p[0]);
 	waitpid(pid, NULL, WNOHANG);
 	if (strcmp(line, "ok") != 0)
-		return fail(cmd, "%s", n ? line : "the supervisor died while starting (see its log)");
+		return cli_fail(cmd, "%s", n ? line : "the supervisor died while starting (see its log)");
 	return 0;
 }
 
 int cmd_start(int argc, char **argv)
 {
 	if (argc != 2)
-		return fail("start", "%s", "usage: kosa8 start NAME"), 2;
+		return cli_fail("start", "%s", "usage: kosa8 start NAME"), 2;
 	return start_sandbox("start", argv[1]);
 }
 
@@ -342,14 +342,14 @@ static int stop_sandbox(const char *cmd, const char *name)
 	int err;
 
 	if (control_path(name, path, sizeof(path)) < 0)
-		return fail(cmd, "bad name '%s'", name);
+		return cli_fail(cmd, "bad name '%s'", name);
 	req = cJSON_CreateObject();
 	cJSON_AddStringToObject(req, "op", "stop");
 	err = control_call(path, req, &reply, NULL, 10000);
 	cJSON_Delete(req);
 	cJSON_Delete(reply);
 	if (err)
-		return fail(cmd, "sandbox '%s' is not running", name);
+		return cli_fail(cmd, "sandbox '%s' is not running", name);
 	/* Wait for the supervisor to finish: its socket goes away. */
 	for (int i = 0; i < 600 && access(path, F_OK) == 0; i++)
 		usleep(100 * 1000);
@@ -359,7 +359,7 @@ static int stop_sandbox(const char *cmd, const char *name)
 int cmd_stop(int argc, char **argv)
 {
 	if (argc != 2)
-		return fail("stop", "%s", "usage: kosa8 stop NAME"), 2;
+		return cli_fail("stop", "%s", "usage: kosa8 stop NAME"), 2;
 	return stop_sandbox("stop", argv[1]);
 }
 
@@ -384,16 +384,16 @@ int cmd_rm(int argc, char **argv)
 	struct sandbox_cfg cfg;
 
 	if (argc < 2 || argc > 3 || (argc == 3 && !force))
-		return fail("rm", "%s", "usage: kosa8 rm [-f] NAME"), 2;
+		return cli_fail("rm", "%s", "usage: kosa8 rm [-f] NAME"), 2;
 	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
-		return fail("rm", "no sandbox named '%s'", name);
+		return cli_fail("rm", "no sandbox named '%s'", name);
 	if (sandbox_running(name)) {
 		if (!force)
-			return fail("rm", "sandbox '%s' is running: stop it first, or use rm -f", name);
+			return cli_fail("rm", "sandbox '%s' is running: stop it first, or use rm -f", name);
 		stop_sandbox("rm", name);
 	}
 	if (remove_tree(dir) < 0)
-		return fail("rm", "cannot remove %s: %s", dir, strerror(errno));
+		return cli_fail("rm", "cannot remove %s: %s", dir, strerror(errno));
 	return 0;
 }
 
@@ -429,7 +429,7 @@ int cmd_ps(int argc, char **argv)
 	struct ps_ctx ctx = {.json = argc == 2 && !strcmp(argv[1], "--json")};
 
 	if (argc > 2 || (argc == 2 && !ctx.json))
-		return fail("ps", "%s", "usage: kosa8 ps [--json]"), 2;
+		return cli_fail("ps", "%s", "usage: kosa8 ps [--json]"), 2;
 	if (ctx.json)
 		ctx.arr = cJSON_CreateArray();
 	else
@@ -451,11 +451,11 @@ int cmd_logs(int argc, char **argv)
 	int fd;
 
 	if (argc != 2)
-		return fail("logs", "%s", "usage: kosa8 logs NAME"), 2;
+		return cli_fail("logs", "%s", "usage: kosa8 logs NAME"), 2;
 	if (sandbox_state_dir(argv[1], dir, sizeof(dir)) < 0 ||
 	    sandbox_path(path, sizeof(path), dir, "console.log") < 0 ||
 	    (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return fail("logs", "no console log for '%s' (no such sandbox, or never started)", argv[1]);
+		return cli_fail("logs", "no console log for '%s' (no such sandbox, or never started)", argv[1]);
 	while ((n = read(fd, buf, sizeof(buf))) > 0)
 		write_all(1, buf, (size_t)n);
 	close(fd);
@@ -507,16 +507,16 @@ static int agent_session_env(const char *cmd, const char *name, cJSON *what, str
 	cJSON_AddItemToObject(req, "what", what);
 	if (control_path(name, path, sizeof(path)) < 0) {
 		cJSON_Delete(req);
-		return fail(cmd, "bad name '%s'", name);
+		return cli_fail(cmd, "bad name '%s'", name);
 	}
 	err = control_call(path, req, &reply, &fd, 30000);
 	cJSON_Delete(req);
 	if (err || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok")) || fd < 0) {
 		const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "error");
 		if (err)
-			fail(cmd, "sandbox '%s' is not running (kosa8 start it)", name);
+			cli_fail(cmd, "sandbox '%s' is not running (kosa8 start it)", name);
 		else
-			fail(cmd, "%s", cJSON_IsString(e) ? e->valuestring : "the supervisor refused");
+			cli_fail(cmd, "%s", cJSON_IsString(e) ? e->valuestring : "the supervisor refused");
 		cJSON_Delete(reply);
 		if (fd >= 0)
 			close(fd);
@@ -526,7 +526,7 @@ static int agent_session_env(const char *cmd, const char *name, cJSON *what, str
 		*env = take_env(reply);
 	cJSON_Delete(reply);
 	if (agent_client_from_fd(fd, c) < 0)
-		return fail(cmd, "%s", "the guest agent did not answer");
+		return cli_fail(cmd, "%s", "the guest agent did not answer");
 	return 0;
 }
 
@@ -617,7 +617,7 @@ static int run_in_sandbox(const char *cmd, const char *name, const char *const *
 	restore_tty();
 	free_env(senv);
 	if (err) {
-		fail(cmd, "%s", agent_client_error(c));
+		cli_fail(cmd, "%s", agent_client_error(c));
 		agent_client_close(c);
 		return 125;
 	}
@@ -645,10 +645,10 @@ static int parse_exec_opts(const char *cmd, int argc, char **argv, struct exec_o
 			eo->cwd = argv[++i];
 		} else if ((!strcmp(a, "-e") || !strcmp(a, "--env")) && i + 1 < argc && eo->nenv < 63) {
 			if (!strchr(argv[i + 1], '='))
-				return fail(cmd, "-e takes NAME=VALUE (got '%s')", argv[i + 1]), -1;
+				return cli_fail(cmd, "-e takes NAME=VALUE (got '%s')", argv[i + 1]), -1;
 			eo->env[eo->nenv++] = argv[++i];
 		} else {
-			return fail(cmd, "unknown option '%s'", a), -1;
+			return cli_fail(cmd, "unknown option '%s'", a), -1;
 		}
 	}
 	return i;
@@ -662,12 +662,12 @@ int cmd_exec(int argc, char **argv)
 	if (i < 0)
 		return 2;
 	if (argc - i < 2)
-		return fail("exec", "%s", "usage: kosa8 exec [-t|-T] [-u USER] [-w DIR] [-e K=V] NAME [--] CMD..."), 2;
+		return cli_fail("exec", "%s", "usage: kosa8 exec [-t|-T] [-u USER] [-w DIR] [-e K=V] NAME [--] CMD..."), 2;
 	const char *name = argv[i++];
 	if (i < argc && !strcmp(argv[i], "--"))
 		i++;
 	if (i >= argc)
-		return fail("exec", "%s", "no command given"), 2;
+		return cli_fail("exec", "%s", "no command given"), 2;
 	if (!eo.cwd)
 		eo.cwd = "/workspace";
 	return run_in_sandbox("exec", name, (const char *const *)argv + i, &eo);
@@ -679,7 +679,7 @@ int cmd_shell(int argc, char **argv)
 	struct exec_opts eo;
 
 	if (argc != 2)
-		return fail("shell", "%s", "usage: kosa8 shell NAME"), 2;
+		return cli_fail("shell", "%s", "usage: kosa8 shell NAME"), 2;
 	memset(&eo, 0, sizeof(eo));
 	eo.tty = 1;
 	eo.cwd = "/workspace";
@@ -712,11 +712,11 @@ int cmd_cp(int argc, char **argv)
 	int err;
 
 	if (argc != 3)
-		return fail("cp", "%s", "usage: kosa8 cp NAME:PATH HOSTDIR | kosa8 cp HOSTPATH NAME:DIR"), 2;
+		return cli_fail("cp", "%s", "usage: kosa8 cp NAME:PATH HOSTDIR | kosa8 cp HOSTPATH NAME:DIR"), 2;
 	from = split_remote(argv[1], &name, &rpath);
 	to = split_remote(argv[2], &name2, &rpath2);
 	if (from == to)
-		return fail("cp", "%s", "exactly one side must be NAME:PATH");
+		return cli_fail("cp", "%s", "exactly one side must be NAME:PATH");
 	cJSON *what = cJSON_CreateObject();
 	cJSON_AddStringToObject(what, "kind", from ? "copy_out" : "copy_in");
 	cJSON_AddStringToObject(what, "path", from ? rpath : rpath2);
@@ -726,14 +726,14 @@ int cmd_cp(int argc, char **argv)
 	if (from) {
 		if (mkdir_p(argv[2], 0755) < 0) {
 			agent_client_close(c);
-			return fail("cp", "cannot create '%s'", argv[2]);
+			return cli_fail("cp", "cannot create '%s'", argv[2]);
 		}
 		err = agent_get_tree(c, rpath, argv[2], &st);
 	} else {
 		err = agent_put_tree(c, argv[1], rpath2, NULL, &st);
 	}
 	if (err)
-		fail("cp", "%s", agent_client_error(c));
+		cli_fail("cp", "%s", agent_client_error(c));
 	agent_client_close(c);
 	return err ? 1 : 0;
 }
@@ -753,7 +753,7 @@ int cmd_run(int argc, char **argv)
 	if (i < argc && !strcmp(argv[i], "--"))
 		i++;
 	if (i >= argc)
-		return fail("run", "%s", "usage: kosa8 run [--name N] [--image I] [--cpus N] [--mem SIZE] [--workspace DIR] [--allow HOST[:PORT]]... [--policy FILE] [--secret NAME]... [--rm] -- CMD..."), 2;
+		return cli_fail("run", "%s", "usage: kosa8 run [--name N] [--image I] [--cpus N] [--mem SIZE] [--workspace DIR] [--allow HOST[:PORT]]... [--policy FILE] [--secret NAME]... [--rm] -- CMD..."), 2;
 	if (create_sandbox("run", &o, name, sizeof(name)))
 		return 125;
 	if (start_sandbox("run", name)) {

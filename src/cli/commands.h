@@ -31,4 +31,8 @@ int cmd_policy(int argc, char **argv);
 int cmd_approvals(int argc, char **argv);
 int cmd_vmctl(int argc, char **argv);
 
+/* "kosa8 CMD: <message>" on stderr; returns 1 (the commands' error status). */
+__attribute__((format(printf, 2, 3)))
+int cli_fail(const char *cmd, const char *fmt, ...);
+
 #endif
