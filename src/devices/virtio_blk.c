@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 
 #define SECTOR 512u
@@ -302,7 +303,7 @@ int virtio_blk_init(struct virtio_blk *b, struct disk *disk, bool read_only, con
 	b->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (b->kick_fd < 0)
 		return -errno;
-	if (pthread_create(&b->thread, NULL, blk_thread, b) != 0)
+	if (thread_start(&b->thread, blk_thread, b) < 0)
 		return -EAGAIN;
 	b->thread_started = true;
 	return 0;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/thread.h"
 
 #define RXQ 0
 #define TXQ 1
@@ -1021,7 +1022,7 @@ int virtio_vsock_init(struct virtio_vsock *v, uint64_t guest_cid, const char *ud
 		goto fail;
 	}
 	if (!v->opts.no_thread) {
-		if (pthread_create(&v->thread, NULL, vsock_thread, v) != 0) {
+		if (thread_start(&v->thread, vsock_thread, v) < 0) {
 			err = -EAGAIN;
 			goto fail;
 		}

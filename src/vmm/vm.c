@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "vmm/acpi.h"
 #include "vmm/boot_x86.h"
@@ -601,17 +602,18 @@ enum vm_stop vm_run(struct vm *vm)
 
 	block_host_signals(&old);
 	for (int i = 0; i < vm->cfg.ncpus; i++) {
-		if (pthread_create(&vm->vcpus[i].thread, NULL, vcpu_thread, &vm->vcpus[i]) == 0) {
+		if (thread_start(&vm->vcpus[i].thread, vcpu_thread, &vm->vcpus[i]) == 0) {
 			vm->vcpus[i].started = 1;
 			vm->nrunning++;
 		} else
 			vm_request_stop(vm, VM_STOP_CRASH);
 	}
 	if (vm->cfg.console_in >= 0 &&
-	    pthread_create(&vm->input_thread, NULL, input_thread, vm) == 0)
+	    thread_start(&vm->input_thread, input_thread, vm) == 0)
 		vm->input_started = 1;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	/* Every thread exists now, so one TSYNC load covers them all. */
+	/* Every thread exists and is past its start-up now (thread_start), so
+	 * one TSYNC load covers them all. */
 	if (vm->cfg.seccomp && (err = vmm_seccomp_install(&why))) {
 		log_err("%s: %s", why, strerror(-err));
 		vm_request_stop(vm, VM_STOP_CRASH);
