@@ -1,0 +1,437 @@
+/* Egress proxy benchmark, host side, on loopback: the same HTTP exchanges
+ * made directly to a local server, through kosa8's proxy path, and through
+ * a forward proxy such as squid, interleaved in rounds in one process.
+ *
+ * The kosa8 path is what the supervisor runs for every guest connection
+ * (src/supervisor/egress.c): a unix socket listener (where the VMM's vsock
+ * device delivers guest connections), one thread per accepted connection,
+ * and egress_connect_serve() on it: the K8E1 header, synthetic address ->
+ * name, policy, Host check on every request head, upstream connect, relay.
+ * Two things differ and are said so in the results: the upstream connector
+ * is plugged in (the default one refuses loopback, rightly), and audit
+ * records are built and dropped instead of written to the log.
+ *
+ *   bench_egress ROUNDS LAT_N CONN_N BULK_MIB [SQUID_PORT]
+ *
+ * Prints one Markdown table row per round, path and measurement. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "proxy/egress.h"
+#include "proxy/names.h"
+#include "proxy/policy.h"
+
+#define NAME "api.test.example"
+#define HEAD_MAX 8192
+
+static uint16_t upstream_port;
+static struct egress_ctx ctx;
+static char unix_path[108];
+static uint32_t synthetic;     /* NAME's synthetic address */
+static int squid_port;
+
+static double now_us(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "bench_egress: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static void nodelay(int fd)
+{
+	int one = 1;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* ---- the upstream server: GET / answers "ok", GET /bulk/N answers N bytes ---- */
+
+static char bulk_block[1 << 16];
+
+static int serve_request(int fd, const char *head)
+{
+	char hdr[160];
+	unsigned long long len = 2;
+	const char *body = "ok";
+	bool bulk = !strncmp(head, "GET /bulk/", 10);
+
+	if (bulk) {
+		len = strtoull(head + 10, NULL, 10);
+		body = bulk_block;
+	}
+	snprintf(hdr, sizeof(hdr), "HTTP/1.1 200 OK\r\nContent-Length: %llu\r\n\r\n", len);
+	if (write_all(fd, hdr, strlen(hdr)))
+		return -1;
+	if (!bulk)
+		return write_all(fd, body, len);
+	while (len) {
+		size_t n = len < sizeof(bulk_block) ? len : sizeof(bulk_block);
+		if (write_all(fd, bulk_block, n))
+			return -1;
+		len -= n;
+	}
+	return 0;
+}
+
+/* Requests have no body here: a head ends the request. */
+static void *upstream_conn(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	char buf[HEAD_MAX + 1];
+	size_t have = 0;
+	ssize_t n;
+
+	nodelay(fd);
+	while ((n = read(fd, buf + have, HEAD_MAX - have)) > 0) {
+		char *end;
+		have += (size_t)n;
+		buf[have] = 0;
+		while ((end = strstr(buf, "\r\n\r\n"))) {
+			size_t used = (size_t)(end + 4 - buf);
+			char *conn = strcasestr(buf, "\r\nConnection: close");
+			bool close_after = conn && conn < end;
+			if (serve_request(fd, buf) || close_after)
+				goto out;
+			memmove(buf, buf + used, have - used + 1);
+			have -= used;
+		}
+		if (have == HEAD_MAX)
+			break;
+	}
+out:
+	close(fd);
+	return NULL;
+}
+
+/* One thread per accepted connection, running fn on it (the supervisor's
+ * listeners work the same way). */
+struct listener {
+	int fd;
+	void *(*fn)(void *);
+};
+
+static void *accept_loop(void *arg)
+{
+	const struct listener *l = arg;
+
+	for (;;) {
+		int c = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+		pthread_t t;
+		if (c < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			die("accept");
+		}
+		if (pthread_create(&t, NULL, l->fn, (void *)(intptr_t)c))
+			die("pthread_create");
+		pthread_detach(t);
+	}
+	return NULL;
+}
+
+static void start_accepting(int fd, void *(*fn)(void *))
+{
+	static struct listener ls[2];
+	static int n;
+	pthread_t t;
+
+	ls[n] = (struct listener){.fd = fd, .fn = fn};
+	if (pthread_create(&t, NULL, accept_loop, &ls[n++]))
+		die("pthread_create");
+	pthread_detach(t);
+}
+
+static void start_upstream(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	memset(bulk_block, 'x', sizeof(bulk_block));
+	if (lfd < 0 || bind(lfd, (void *)&sa, sizeof(sa)) || listen(lfd, 512) ||
+	    getsockname(lfd, (void *)&sa, &sl))
+		die("upstream listener");
+	upstream_port = ntohs(sa.sin_port);
+	start_accepting(lfd, upstream_conn);
+}
+
+/* ---- kosa8's proxy path, as the supervisor runs it ---- */
+
+static int tcp_connect(uint16_t port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (void *)&sa, sizeof(sa)) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	nodelay(fd);
+	return fd;
+}
+
+/* The supervisor resolves the name on the host and refuses loopback
+ * answers; here every allowed name is the local server. */
+static int bench_connector(void *arg, const char *name, uint16_t port)
+{
+	(void)arg, (void)name, (void)port;
+	return tcp_connect(upstream_port);
+}
+
+static void drop_audit(void *arg, const char *type, cJSON *details)
+{
+	(void)arg, (void)type;
+	cJSON_Delete(details);
+}
+
+static void *proxy_conn(void *arg)
+{
+	egress_connect_serve(&ctx, (int)(intptr_t)arg);
+	return NULL;
+}
+
+static void start_proxy(const char *dir)
+{
+	struct sockaddr_un su = {.sun_family = AF_UNIX};
+	struct policy *p;
+	struct names *nm;
+	struct policy_error pe;
+	static const char rules[] = "allow " NAME "\n";
+	int lfd;
+
+	if (policy_new(&p) || policy_add_text(p, rules, sizeof(rules) - 1, "bench", &pe) ||
+	    names_new(&nm) || names_assign(nm, NAME, &synthetic))
+		die("policy or names");
+	ctx = (struct egress_ctx){.sandbox = "bench", .policy = p, .names = nm, .audit = drop_audit,
+				  .connect_upstream = bench_connector, .idle_timeout_ms = 60000};
+	snprintf(unix_path, sizeof(unix_path), "%s/proxy.sock", dir);
+	snprintf(su.sun_path, sizeof(su.sun_path), "%s", unix_path);
+	unlink(unix_path);
+	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || bind(lfd, (void *)&su, sizeof(su)) || listen(lfd, 512))
+		die("proxy listener");
+	start_accepting(lfd, proxy_conn);
+}
+
+/* ---- clients ---- */
+
+enum path { DIRECT, KOSA8, SQUID, NPATHS };
+static const char *const path_name[NPATHS] = {"direct", "kosa8 proxy", "squid"};
+
+/* What the guest agent does: connect, then the 12-byte K8E1 header. */
+static int kosa8_open(void)
+{
+	struct sockaddr_un su = {.sun_family = AF_UNIX};
+	uint8_t h[12] = {'K', '8', 'E', '1', 4, 0, 0, 80};
+	uint32_t be = htonl(synthetic);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	snprintf(su.sun_path, sizeof(su.sun_path), "%s", unix_path);
+	memcpy(h + 8, &be, 4);
+	if (fd < 0 || connect(fd, (void *)&su, sizeof(su)) || write_all(fd, h, sizeof(h)))
+		die("connect (kosa8 proxy)");
+	return fd;
+}
+
+static int path_open(enum path p)
+{
+	int fd = p == KOSA8 ? kosa8_open() : tcp_connect(p == SQUID ? (uint16_t)squid_port : upstream_port);
+
+	if (fd < 0) {
+		errno = -fd;
+		die(path_name[p]);
+	}
+	return fd;
+}
+
+/* A forward proxy takes the absolute form; the others the origin form. */
+static int send_get(int fd, enum path p, const char *target, bool close_after)
+{
+	char req[512];
+	int n;
+
+	if (p == SQUID)
+		n = snprintf(req, sizeof(req), "GET http://%s:%u%s HTTP/1.1\r\nHost: %s:%u\r\n%s\r\n", NAME,
+			     upstream_port, target, NAME, upstream_port,
+			     close_after ? "Connection: close\r\n" : "");
+	else
+		n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", target, NAME,
+			     close_after ? "Connection: close\r\n" : "");
+	return write_all(fd, req, (size_t)n);
+}
+
+/* Reads one response (head, then Content-Length bytes of body); returns
+ * the body length or -1.  Nothing follows a response here, since each
+ * request waits for its answer. */
+static long long read_response(int fd)
+{
+	static __thread char buf[1 << 16];
+	size_t have = 0;
+	char *end = NULL, *cl;
+	long long body, got;
+	ssize_t n;
+
+	while (!end) {
+		if (have == sizeof(buf) - 1 || (n = read(fd, buf + have, sizeof(buf) - 1 - have)) <= 0)
+			return -1;
+		have += (size_t)n;
+		buf[have] = 0;
+		end = strstr(buf, "\r\n\r\n");
+	}
+	if (strncmp(buf, "HTTP/1.1 200", 12) || !(cl = strcasestr(buf, "\r\nContent-Length:")) || cl > end)
+		return -1;
+	body = strtoll(cl + 17, NULL, 10);
+	got = (long long)(have - (size_t)(end + 4 - buf));
+	while (got < body) {
+		n = read(fd, buf, sizeof(buf));
+		if (n <= 0)
+			return -1;
+		got += n;
+	}
+	return got == body ? body : -1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void report(int round, enum path p, const char *what, double *v, int n, const char *extra)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	printf("| %d | %s | %s | %d | %.1f | %.1f | %s |\n", round, path_name[p], what, n, v[n / 2],
+	       v[(size_t)n * 99 / 100], extra);
+	fflush(stdout);
+}
+
+/* Keep-alive: n requests on one connection, each timed. */
+static void bench_latency(int round, enum path p, int n)
+{
+	double *v = malloc(sizeof(double) * (size_t)n), t0, total;
+	int fd = path_open(p);
+	char extra[64];
+
+	if (!v)
+		die("malloc");
+	for (int i = 0; i < 200; i++)   /* warm-up: upstream connection, caches */
+		if (send_get(fd, p, "/", false) || read_response(fd) != 2)
+			die("warm-up request");
+	total = now_us();
+	for (int i = 0; i < n; i++) {
+		t0 = now_us();
+		if (send_get(fd, p, "/", false) || read_response(fd) != 2)
+			die("request");
+		v[i] = now_us() - t0;
+	}
+	total = now_us() - total;
+	snprintf(extra, sizeof(extra), "%.0f req/s", n / (total / 1e6));
+	report(round, p, "request, keep-alive", v, n, extra);
+	close(fd);
+	free(v);
+}
+
+/* A new connection per request: connect (and header), request, response,
+ * close. */
+static void bench_connect(int round, enum path p, int n)
+{
+	double *v = malloc(sizeof(double) * (size_t)n), t0, total;
+	char extra[64];
+
+	if (!v)
+		die("malloc");
+	total = now_us();
+	for (int i = 0; i < n; i++) {
+		int fd;
+		t0 = now_us();
+		fd = path_open(p);
+		if (send_get(fd, p, "/", true) || read_response(fd) != 2)
+			die("request on a new connection");
+		close(fd);
+		v[i] = now_us() - t0;
+	}
+	total = now_us() - total;
+	snprintf(extra, sizeof(extra), "%.0f conn/s", n / (total / 1e6));
+	report(round, p, "new connection + request", v, n, extra);
+	free(v);
+}
+
+static void bench_bulk(int round, enum path p, int mib)
+{
+	char target[64], extra[64];
+	long long len = (long long)mib << 20;
+	double t0, us;
+	int fd = path_open(p);
+
+	snprintf(target, sizeof(target), "/bulk/%lld", len);
+	t0 = now_us();
+	if (send_get(fd, p, target, true) || read_response(fd) != len)
+		die("bulk download");
+	us = now_us() - t0;
+	close(fd);
+	snprintf(extra, sizeof(extra), "%.0f MiB/s", mib / (us / 1e6));
+	printf("| %d | %s | download %d MiB | 1 | %.0f | - | %s |\n", round, path_name[p], mib, us, extra);
+	fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+	char dir[] = "/tmp/kosa8-egress-bench.XXXXXX";
+	int rounds, lat_n, conn_n, bulk_mib;
+
+	if (argc < 5 || argc > 6) {
+		fprintf(stderr, "usage: bench_egress ROUNDS LAT_N CONN_N BULK_MIB [SQUID_PORT]\n");
+		return 2;
+	}
+	rounds = atoi(argv[1]);
+	lat_n = atoi(argv[2]);
+	conn_n = atoi(argv[3]);
+	bulk_mib = atoi(argv[4]);
+	squid_port = argc == 6 ? atoi(argv[5]) : 0;
+	if (rounds < 1 || lat_n < 100 || conn_n < 100 || bulk_mib < 1 || squid_port < 0 || squid_port > 65535) {
+		fprintf(stderr, "bench_egress: bad numbers\n");
+		return 2;
+	}
+	if (!mkdtemp(dir))
+		die("mkdtemp");
+	start_upstream();
+	start_proxy(dir);
+	printf("| round | path | measurement | n | p50 µs | p99 µs | rate |\n|---:|---|---|---:|---:|---:|---|\n");
+	for (int r = 1; r <= rounds; r++)
+		for (int p = 0; p < NPATHS; p++) {
+			if (p == SQUID && !squid_port)
+				continue;
+			bench_latency(r, (enum path)p, lat_n);
+			bench_connect(r, (enum path)p, conn_n);
+			bench_bulk(r, (enum path)p, bulk_mib);
+		}
+	unlink(unix_path);
+	rmdir(dir);
+	return 0;
+}

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Egress proxy benchmark, host side, on loopback: the same plain-HTTP
+# exchanges directly to a local server, through kosa8's proxy path
+# (egress_connect_serve behind a unix socket, as the supervisor runs it) and
+# through squid configured with the same one-name allow-list, interleaved in
+# rounds in one run.  Prints a Markdown report (bench/results/egress.md
+# holds one).
+#
+#   bench/egress/run.sh            full run (a few minutes)
+#   bench/egress/run.sh --quick    smaller counts, for a smoke test
+#
+# squid comes from Debian (package squid): installed with apt-get when it is
+# missing and this runs as root; otherwise the run stops and says so.  Not
+# part of CI.  REL_DIR picks the build folder (default build).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REL_DIR=${REL_DIR:-build}
+quick=${1:-}
+
+if ! command -v squid >/dev/null; then
+	[ "$(id -u)" = 0 ] || { echo "bench/egress: squid is not installed (apt-get install squid)" >&2; exit 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends squid >/dev/null
+fi
+make -s REL_DIR="$REL_DIR" "$REL_DIR/libkosa8.a" >/dev/null
+mkdir -p "$REL_DIR/bench"
+bin=$REL_DIR/bench/bench_egress
+cc -O2 -std=gnu11 -Wall -Wextra -Werror -Isrc -D_GNU_SOURCE -pthread bench/egress/bench_egress.c \
+	"$REL_DIR/libkosa8.a" -lcjson -lssl -lcrypto -lpthread -o "$bin"
+
+work=$(mktemp -d /tmp/kosa8-egress-bench.XXXXXX)
+squid_pid=
+cleanup() {
+	[ -z "$squid_pid" ] || { kill "$squid_pid" 2>/dev/null; wait "$squid_pid" 2>/dev/null || true; }
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The upstream server's port is only known inside bench_egress, so squid
+# gets the name from its own hosts file and every port of it: the
+# allow-list is the name, as in kosa8's policy.  No cache, no access log
+# (kosa8's side drops its audit records too), one worker.
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+printf '127.0.0.1 api.test.example\n' >"$work/hosts"
+cat >"$work/squid.conf" <<EOF
+http_port 127.0.0.1:$port
+acl allowed dstdomain api.test.example
+http_access allow allowed
+http_access deny all
+hosts_file $work/hosts
+cache deny all
+cache_mem 0 MB
+access_log none
+cache_store_log none
+cache_log $work/cache.log
+pid_filename $work/squid.pid
+coredump_dir $work
+pinger_enable off
+workers 1
+shutdown_lifetime 0 seconds
+EOF
+# squid started as root runs as the proxy user, which writes the cache log.
+[ "$(id -u)" != 0 ] || chown proxy: "$work"
+squid -N -f "$work/squid.conf" &
+squid_pid=$!
+for _ in $(seq 1 150); do
+	(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+	sleep 0.2
+done
+(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "squid did not start:"; cat "$work/cache.log"; exit 1; }
+
+if [ "$quick" = --quick ]; then
+	set -- 1 2000 300 64
+else
+	set -- 3 20000 2000 256
+fi
+
+echo "## Run of $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo
+echo "- CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; kernel $(uname -r)"
+echo "- load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "- $(squid -v | head -1); kosa8 ${KOSA8_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")}"
+echo "- rounds: $1; keep-alive requests per round: $2; new connections per round: $3; download: $4 MiB"
+echo
+"$bin" "$@" "$port"
+echo
+echo "- load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
