@@ -11,6 +11,11 @@
  * is plugged in (the default one refuses loopback, rightly), and audit
  * records are built and dropped instead of written to the log.
  *
+ * TLS (port 443) is measured direct and through kosa8 only: kosa8 checks
+ * the ClientHello's SNI and then relays the bytes (no secret is bound to
+ * the name), which squid does only as an interception proxy (ssl_bump
+ * peek/splice on a NAT-redirected port, another build of squid).
+ *
  *   bench_egress ROUNDS LAT_N CONN_N BULK_MIB [SQUID_PORT]
  *
  * Prints one Markdown table row per round, path and measurement. */
@@ -19,6 +24,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +36,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include "common/util.h"
 #include "proxy/egress.h"
 #include "proxy/names.h"
@@ -38,7 +48,8 @@
 #define NAME "api.test.example"
 #define HEAD_MAX 8192
 
-static uint16_t upstream_port;
+static uint16_t upstream_port, tls_port;
+static SSL_CTX *server_tls, *client_tls;
 static struct egress_ctx ctx;
 static char unix_path[108];
 static uint32_t synthetic;     /* NAME's synthetic address */
@@ -58,6 +69,40 @@ static void die(const char *what)
 	exit(1);
 }
 
+/* A connection, plain (ssl NULL) or TLS. */
+struct conn {
+	int fd;
+	SSL *ssl;
+};
+
+static ssize_t conn_read(struct conn *c, void *buf, size_t len)
+{
+	int n;
+
+	if (!c->ssl)
+		return read(c->fd, buf, len);
+	n = SSL_read(c->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
+	return n > 0 ? n : -1;
+}
+
+static int conn_write_all(struct conn *c, const void *buf, size_t len)
+{
+	size_t done;
+
+	if (!c->ssl)
+		return write_all(c->fd, buf, len);
+	return SSL_write_ex(c->ssl, buf, len, &done) == 1 && done == len ? 0 : -1;
+}
+
+static void conn_close(struct conn *c)
+{
+	if (c->ssl) {
+		SSL_shutdown(c->ssl);
+		SSL_free(c->ssl);
+	}
+	close(c->fd);
+}
+
 static void nodelay(int fd)
 {
 	int one = 1;
@@ -69,7 +114,7 @@ static void nodelay(int fd)
 
 static char bulk_block[1 << 16];
 
-static int serve_request(int fd, const char *head)
+static int serve_request(struct conn *fd, const char *head)
 {
 	char hdr[160];
 	unsigned long long len = 2;
@@ -81,13 +126,13 @@ static int serve_request(int fd, const char *head)
 		body = bulk_block;
 	}
 	snprintf(hdr, sizeof(hdr), "HTTP/1.1 200 OK\r\nContent-Length: %llu\r\n\r\n", len);
-	if (write_all(fd, hdr, strlen(hdr)))
+	if (conn_write_all(fd, hdr, strlen(hdr)))
 		return -1;
 	if (!bulk)
-		return write_all(fd, body, len);
+		return conn_write_all(fd, body, len);
 	while (len) {
 		size_t n = len < sizeof(bulk_block) ? len : sizeof(bulk_block);
-		if (write_all(fd, bulk_block, n))
+		if (conn_write_all(fd, bulk_block, n))
 			return -1;
 		len -= n;
 	}
@@ -95,15 +140,14 @@ static int serve_request(int fd, const char *head)
 }
 
 /* Requests have no body here: a head ends the request. */
-static void *upstream_conn(void *arg)
+static void serve_conn(struct conn *fd)
 {
-	int fd = (int)(intptr_t)arg;
 	char buf[HEAD_MAX + 1];
 	size_t have = 0;
 	ssize_t n;
 
-	nodelay(fd);
-	while ((n = read(fd, buf + have, HEAD_MAX - have)) > 0) {
+	nodelay(fd->fd);
+	while ((n = conn_read(fd, buf + have, HEAD_MAX - have)) > 0) {
 		char *end;
 		have += (size_t)n;
 		buf[have] = 0;
@@ -120,7 +164,26 @@ static void *upstream_conn(void *arg)
 			break;
 	}
 out:
-	close(fd);
+	conn_close(fd);
+}
+
+static void *upstream_conn(void *arg)
+{
+	struct conn c = {.fd = (int)(intptr_t)arg};
+
+	serve_conn(&c);
+	return NULL;
+}
+
+static void *upstream_tls_conn(void *arg)
+{
+	struct conn c = {.fd = (int)(intptr_t)arg, .ssl = SSL_new(server_tls)};
+
+	if (!c.ssl || !SSL_set_fd(c.ssl, c.fd) || SSL_accept(c.ssl) != 1) {
+		conn_close(&c);
+		return NULL;
+	}
+	serve_conn(&c);
 	return NULL;
 }
 
@@ -152,28 +215,64 @@ static void *accept_loop(void *arg)
 
 static void start_accepting(int fd, void *(*fn)(void *))
 {
-	static struct listener ls[2];
+	static struct listener ls[3];   /* upstream, upstream TLS, proxy */
 	static int n;
 	pthread_t t;
 
+	if (n == (int)(sizeof(ls) / sizeof(ls[0])))
+		die("too many listeners");
 	ls[n] = (struct listener){.fd = fd, .fn = fn};
 	if (pthread_create(&t, NULL, accept_loop, &ls[n++]))
 		die("pthread_create");
 	pthread_detach(t);
 }
 
-static void start_upstream(void)
+static uint16_t listen_loopback(void *(*fn)(void *))
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t sl = sizeof(sa);
 	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-	memset(bulk_block, 'x', sizeof(bulk_block));
 	if (lfd < 0 || bind(lfd, (void *)&sa, sizeof(sa)) || listen(lfd, 512) ||
 	    getsockname(lfd, (void *)&sa, &sl))
 		die("upstream listener");
-	upstream_port = ntohs(sa.sin_port);
-	start_accepting(lfd, upstream_conn);
+	start_accepting(lfd, fn);
+	return ntohs(sa.sin_port);
+}
+
+/* A P-256 key and a self-signed certificate for NAME, made at start.  The
+ * client does not verify it: what is measured is the path, not the PKI. */
+static void make_tls_contexts(void)
+{
+	EVP_PKEY *key = EVP_EC_gen("P-256");
+	X509 *crt = X509_new();
+	X509_NAME *nm;
+
+	if (!key || !crt)
+		die("TLS key");
+	ASN1_INTEGER_set(X509_get_serialNumber(crt), 1);
+	X509_gmtime_adj(X509_getm_notBefore(crt), -3600);
+	X509_gmtime_adj(X509_getm_notAfter(crt), 86400);
+	X509_set_pubkey(crt, key);
+	nm = X509_get_subject_name(crt);
+	X509_NAME_add_entry_by_txt(nm, "CN", MBSTRING_ASC, (const unsigned char *)NAME, -1, -1, 0);
+	X509_set_issuer_name(crt, nm);
+	server_tls = SSL_CTX_new(TLS_server_method());
+	client_tls = SSL_CTX_new(TLS_client_method());
+	if (!X509_sign(crt, key, EVP_sha256()) || !server_tls || !client_tls ||
+	    SSL_CTX_use_certificate(server_tls, crt) != 1 || SSL_CTX_use_PrivateKey(server_tls, key) != 1)
+		die("TLS contexts");
+	SSL_CTX_set_verify(client_tls, SSL_VERIFY_NONE, NULL);
+	X509_free(crt);
+	EVP_PKEY_free(key);
+}
+
+static void start_upstream(void)
+{
+	memset(bulk_block, 'x', sizeof(bulk_block));
+	make_tls_contexts();
+	upstream_port = listen_loopback(upstream_conn);
+	tls_port = listen_loopback(upstream_tls_conn);
 }
 
 /* ---- kosa8's proxy path, as the supervisor runs it ---- */
@@ -199,8 +298,8 @@ static int tcp_connect(uint16_t port)
  * answers; here every allowed name is the local server. */
 static int bench_connector(void *arg, const char *name, uint16_t port)
 {
-	(void)arg, (void)name, (void)port;
-	return tcp_connect(upstream_port);
+	(void)arg, (void)name;
+	return tcp_connect(port == 443 ? tls_port : upstream_port);
 }
 
 static void drop_audit(void *arg, const char *type, cJSON *details)
@@ -240,14 +339,15 @@ static void start_proxy(const char *dir)
 
 /* ---- clients ---- */
 
-enum path { DIRECT, KOSA8, SQUID, NPATHS };
-static const char *const path_name[NPATHS] = {"direct", "kosa8 proxy", "squid"};
+enum path { DIRECT, KOSA8, SQUID, TLS_DIRECT, TLS_KOSA8, NPATHS };
+static const char *const path_name[NPATHS] = {"direct", "kosa8 proxy", "squid", "direct, TLS",
+					      "kosa8 proxy, TLS"};
 
 /* What the guest agent does: connect, then the 12-byte K8E1 header. */
-static int kosa8_open(void)
+static int kosa8_open(uint16_t port)
 {
 	struct sockaddr_un su = {.sun_family = AF_UNIX};
-	uint8_t h[12] = {'K', '8', 'E', '1', 4, 0, 0, 80};
+	uint8_t h[12] = {'K', '8', 'E', '1', 4, 0, (uint8_t)(port >> 8), (uint8_t)port};
 	uint32_t be = htonl(synthetic);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
@@ -258,19 +358,29 @@ static int kosa8_open(void)
 	return fd;
 }
 
-static int path_open(enum path p)
+static struct conn path_open(enum path p)
 {
-	int fd = p == KOSA8 ? kosa8_open() : tcp_connect(p == SQUID ? (uint16_t)squid_port : upstream_port);
+	struct conn c = {.fd = p == KOSA8       ? kosa8_open(80)
+			      : p == TLS_KOSA8  ? kosa8_open(443)
+			      : p == SQUID      ? tcp_connect((uint16_t)squid_port)
+			      : p == TLS_DIRECT ? tcp_connect(tls_port)
+						: tcp_connect(upstream_port)};
 
-	if (fd < 0) {
-		errno = -fd;
+	if (c.fd < 0) {
+		errno = -c.fd;
 		die(path_name[p]);
 	}
-	return fd;
+	if (p != TLS_DIRECT && p != TLS_KOSA8)
+		return c;
+	c.ssl = SSL_new(client_tls);
+	if (!c.ssl || !SSL_set_fd(c.ssl, c.fd) || !SSL_set_tlsext_host_name(c.ssl, NAME) ||
+	    SSL_connect(c.ssl) != 1)
+		die("TLS handshake");
+	return c;
 }
 
 /* A forward proxy takes the absolute form; the others the origin form. */
-static int send_get(int fd, enum path p, const char *target, bool close_after)
+static int send_get(struct conn *fd, enum path p, const char *target, bool close_after)
 {
 	char req[512];
 	int n;
@@ -282,13 +392,13 @@ static int send_get(int fd, enum path p, const char *target, bool close_after)
 	else
 		n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", target, NAME,
 			     close_after ? "Connection: close\r\n" : "");
-	return write_all(fd, req, (size_t)n);
+	return conn_write_all(fd, req, (size_t)n);
 }
 
 /* Reads one response (head, then Content-Length bytes of body); returns
  * the body length or -1.  Nothing follows a response here, since each
  * request waits for its answer. */
-static long long read_response(int fd)
+static long long read_response(struct conn *fd)
 {
 	static __thread char buf[1 << 16];
 	size_t have = 0;
@@ -297,7 +407,7 @@ static long long read_response(int fd)
 	ssize_t n;
 
 	while (!end) {
-		if (have == sizeof(buf) - 1 || (n = read(fd, buf + have, sizeof(buf) - 1 - have)) <= 0)
+		if (have == sizeof(buf) - 1 || (n = conn_read(fd, buf + have, sizeof(buf) - 1 - have)) <= 0)
 			return -1;
 		have += (size_t)n;
 		buf[have] = 0;
@@ -308,7 +418,7 @@ static long long read_response(int fd)
 	body = strtoll(cl + 17, NULL, 10);
 	got = (long long)(have - (size_t)(end + 4 - buf));
 	while (got < body) {
-		n = read(fd, buf, sizeof(buf));
+		n = conn_read(fd, buf, sizeof(buf));
 		if (n <= 0)
 			return -1;
 		got += n;
@@ -335,7 +445,7 @@ static void report(int round, enum path p, const char *what, double *v, int n, c
 static void bench_latency(int round, enum path p, int n)
 {
 	double *v = malloc(sizeof(double) * (size_t)n), t0, total;
-	int fd = path_open(p);
+	struct conn c = path_open(p), *fd = &c;
 	char extra[64];
 
 	if (!v)
@@ -353,7 +463,7 @@ static void bench_latency(int round, enum path p, int n)
 	total = now_us() - total;
 	snprintf(extra, sizeof(extra), "%.0f req/s", n / (total / 1e6));
 	report(round, p, "request, keep-alive", v, n, extra);
-	close(fd);
+	conn_close(fd);
 	free(v);
 }
 
@@ -368,12 +478,12 @@ static void bench_connect(int round, enum path p, int n)
 		die("malloc");
 	total = now_us();
 	for (int i = 0; i < n; i++) {
-		int fd;
+		struct conn c;
 		t0 = now_us();
-		fd = path_open(p);
-		if (send_get(fd, p, "/", true) || read_response(fd) != 2)
+		c = path_open(p);
+		if (send_get(&c, p, "/", true) || read_response(&c) != 2)
 			die("request on a new connection");
-		close(fd);
+		conn_close(&c);
 		v[i] = now_us() - t0;
 	}
 	total = now_us() - total;
@@ -387,14 +497,14 @@ static void bench_bulk(int round, enum path p, int mib)
 	char target[64], extra[64];
 	long long len = (long long)mib << 20;
 	double t0, us;
-	int fd = path_open(p);
+	struct conn c = path_open(p), *fd = &c;
 
 	snprintf(target, sizeof(target), "/bulk/%lld", len);
 	t0 = now_us();
 	if (send_get(fd, p, target, true) || read_response(fd) != len)
 		die("bulk download");
 	us = now_us() - t0;
-	close(fd);
+	conn_close(fd);
 	snprintf(extra, sizeof(extra), "%.0f MiB/s", mib / (us / 1e6));
 	printf("| %d | %s | download %d MiB | 1 | %.0f | - | %s |\n", round, path_name[p], mib, us, extra);
 	fflush(stdout);
@@ -418,6 +528,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_egress: bad numbers\n");
 		return 2;
 	}
+	signal(SIGPIPE, SIG_IGN);   /* a peer's close is an error return, not a kill */
 	if (!mkdtemp(dir))
 		die("mkdtemp");
 	start_upstream();
