@@ -24,6 +24,7 @@
 #include "disk/disk.h"
 #include "vmm/accel.h"
 #include "vmm/jail.h"
+#include "vmm/snapshot.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
@@ -52,7 +53,9 @@ static const char vm_usage[] =
 	"                  docs/snapshot-format.md); answers 'ok ...' or 'error ...'\n"
 	"  --restore DIR   run from a checkpoint instead of booting a kernel (memory\n"
 	"                  and vCPUs come from it; --disk names a new delta created\n"
-	"                  over the checkpoint's disk)\n"
+	"                  over the checkpoint's disk, or one already made over it)\n"
+	"  --checkpoint-dir DIR  with --jail: the one directory the jailed VMM may\n"
+	"                  write checkpoints and new disk deltas to\n"
 	"  --emulate       run in a helper VM under software emulation (slow; for\n"
 	"                  hosts without /dev/kvm; automatic there, with a warning)\n"
 	"  --no-emulate    fail instead when /dev/kvm is missing\n"
@@ -80,6 +83,7 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		{"cid", required_argument, NULL, 'C'},
 		{"control", required_argument, NULL, 'x'},
 		{"restore", required_argument, NULL, 'r'},
+		{"checkpoint-dir", required_argument, NULL, 'K'},
 		{"emulate", no_argument, NULL, 'E'},
 		{"no-emulate", no_argument, NULL, 'N'},
 		{"no-seccomp", no_argument, NULL, 'S'},
@@ -109,6 +113,7 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		case 'v': a->vsock = optarg; break;
 		case 'x': a->control = optarg; break;
 		case 'r': a->restore = optarg; break;
+		case 'K': a->ckpt_dir = optarg; break;
 		case 'C':
 			errno = 0;
 			a->cid = strtoull(optarg, &end, 10);
@@ -154,10 +159,15 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		*why = "--restore takes the kernel, memory and vCPUs from the checkpoint: leave out --kernel, --initrd, --cmdline, --mem and --cpus";
 		return -EINVAL;
 	}
-	/* A checkpoint writes files and a new disk delta outside what the jail
-	 * lets the VMM see, and a restore creates its delta before set-up. */
-	if (a->jail && !a->jail_probe && (a->control || (a->restore && a->disk))) {
-		*why = "--jail cannot be combined yet with --control or with --restore and --disk";
+	/* A checkpoint writes files and a new disk delta: in the jail only
+	 * --checkpoint-dir is writable for them.  A restore's new delta must be
+	 * made before (the supervisor does) for the jail to bind it. */
+	if (a->jail && !a->jail_probe && a->control && !a->ckpt_dir) {
+		*why = "--jail with --control needs --checkpoint-dir (where checkpoints may be written)";
+		return -EINVAL;
+	}
+	if (a->ckpt_dir && !a->jail) {
+		*why = "--checkpoint-dir is for --jail (without it the VMM may write anywhere)";
 		return -EINVAL;
 	}
 	if (!a->kernel && !a->restore) {
@@ -395,7 +405,8 @@ static int jail_vsock(struct jail *j, const char **uds, char *buf)
 	return 0;
 }
 
-static int enter_jail(struct vm_config *cfg, bool probe_only, const char **why)
+static int enter_jail(struct vm_config *cfg, const char *ckpt_dir, bool probe_only,
+		      const char **why)
 {
 	static char kernel[PATH_MAX], initrd[PATH_MAX], disk[PATH_MAX], vsock[PATH_MAX],
 		restore[PATH_MAX];
@@ -417,7 +428,13 @@ static int enter_jail(struct vm_config *cfg, bool probe_only, const char **why)
 	*why = "the vsock socket's directory cannot be found";
 	if (cfg->vsock_uds && (rc = jail_vsock(&j, &cfg->vsock_uds, vsock)))
 		return rc;
+	*why = "the checkpoint directory cannot be found";
+	if (ckpt_dir && (rc = jail_add(&j, ckpt_dir, true)))
+		return rc;
 	if (!probe_only && (rc = accel_preopen(why)))
+		return rc;
+	*why = "cannot open /proc/self/pagemap (checkpoints of a restored VM read it)";
+	if (!probe_only && cfg->control_path && cfg->restore_dir && (rc = snapshot_preopen_pagemap()))
 		return rc;
 	return jail_enter(&j, why);
 }
@@ -509,9 +526,11 @@ int cmd_vm(int argc, char **argv)
 		.disk_path = a.disk, .disk_read_only = a.disk_ro,
 		.vsock_uds = a.vsock, .vsock_cid = a.cid,
 		.restore_dir = a.restore, .control_path = a.control,
-		/* The checkpoint path (files, KVM state ioctls) is not in the
-		 * seccomp table yet: a VM with a control socket runs unfiltered. */
-		.seccomp = !a.no_seccomp && !a.control,
+		/* The checkpoint's system calls are in the seccomp table for a
+		 * jailed VMM, where only --checkpoint-dir is writable; outside a
+		 * jail a VM with a control socket runs unfiltered (it could
+		 * create files anywhere the user can). */
+		.seccomp = !a.no_seccomp && (!a.control || a.jail),
 	};
 	if (!a.restore && vm_check_config(&cfg, &why) < 0) {
 		fprintf(stderr, "kosa8 vm: %s\n", why);
@@ -519,7 +538,7 @@ int cmd_vm(int argc, char **argv)
 	}
 	if (a.emulate == EMULATE_ALWAYS || (a.emulate == EMULATE_AUTO && !kvm_present()))
 		return run_emulated(&a);
-	if (a.jail && (err = enter_jail(&cfg, a.jail_probe, &why)) < 0) {
+	if (a.jail && (err = enter_jail(&cfg, a.ckpt_dir, a.jail_probe, &why)) < 0) {
 		fprintf(stderr, "kosa8 vm: jail: %s: %s\n", why, strerror(-err));
 		return VM_EXIT_ERROR;
 	}

@@ -20,6 +20,7 @@ struct vm_args {
 	bool help;
 	const char *restore;  /* --restore DIR: run from a checkpoint */
 	const char *control;  /* --control PATH: pause/resume/checkpoint socket */
+	const char *ckpt_dir; /* --checkpoint-dir DIR: writable in the jail */
 	bool mem_set, cpus_set;
 	bool no_seccomp;     /* --no-seccomp */
 	bool jail;           /* --jail: vmm/jail.h */

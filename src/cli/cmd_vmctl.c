@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "common/util.h"
+#include "vmm/vm.h"
 
 static const char vmctl_usage[] =
 	"usage: kosa8 vmctl SOCKET COMMAND [ARGS...]\n"
@@ -19,49 +20,11 @@ static const char vmctl_usage[] =
 	"checkpoint DIR [NEWTOP].\n"
 	"Exit status: 0 answer 'ok ...', 1 answer 'error ...' or no answer, 2 usage.\n";
 
-static int vmctl_connect(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sa.sun_path, path, strlen(path));
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int err = -errno;
-		close(fd);
-		return err;
-	}
-	return fd;
-}
-
-/* Reads the answer up to its newline (the VMM sends exactly one line). */
-static int vmctl_read_line(int fd, char *buf, size_t len)
-{
-	size_t n = 0;
-
-	while (n + 1 < len) {
-		ssize_t r = read(fd, buf + n, 1);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return n ? 0 : -EPIPE;
-		if (buf[n] == '\n')
-			break;
-		n++;
-	}
-	buf[n] = '\0';
-	return 0;
-}
-
 int cmd_vmctl(int argc, char **argv)
 {
 	char line[4096], answer[1024];
 	size_t n = 0;
-	int fd, err;
+	int err;
 
 	if (argc < 3 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		fputs(vmctl_usage, argc < 3 ? stderr : stdout);
@@ -77,19 +40,13 @@ int cmd_vmctl(int argc, char **argv)
 		n += l;
 		line[n++] = i + 1 < argc ? ' ' : '\n';
 	}
-	fd = vmctl_connect(argv[1]);
-	if (fd < 0) {
-		fprintf(stderr, "kosa8 vmctl: cannot connect to %s: %s\n", argv[1], strerror(-fd));
-		return 1;
-	}
-	err = write_all(fd, line, n);
-	if (!err)
-		err = vmctl_read_line(fd, answer, sizeof(answer));
-	close(fd);
-	if (err) {
+	line[n - 1] = '\0';
+	/* A checkpoint of a large guest takes a while, under emulation more. */
+	err = vm_control_call(argv[1], line, answer, sizeof(answer), 600 * 1000);
+	if (err && err != -EREMOTEIO) {
 		fprintf(stderr, "kosa8 vmctl: no answer from %s: %s\n", argv[1], strerror(-err));
 		return 1;
 	}
 	puts(answer);
-	return strncmp(answer, "ok", 2) == 0 && (answer[2] == ' ' || !answer[2]) ? 0 : 1;
+	return err ? 1 : 0;
 }

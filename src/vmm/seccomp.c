@@ -44,6 +44,9 @@ struct rule {
 
 #define SC(n) #n, SCMP_SYS(n)
 #define IOC(req) "ioctl:" #req, SCMP_SYS(ioctl), ARGS_IOCTL, (req)
+/* Checkpoint groups: one name per group (see the table). */
+#define CK_IOC(req) "checkpoint-kvm-state", SCMP_SYS(ioctl), ARGS_IOCTL, (req)
+#define CK_SC(n) "checkpoint-files", SCMP_SYS(n), ARGS_ANY, 0, R_HOST
 
 /* Everything the VMM may do once the guest runs.  Set-up (opening KVM,
  * files, sockets, creating the VM) happens before the filter exists. */
@@ -95,6 +98,40 @@ static const struct rule rules[] = {
 	{SC(exit_group), ARGS_ANY, 0, R_HOST, "the VMM ends"},
 	{SC(seccomp), ARGS_ARG0, SECCOMP_SET_MODE_FILTER, R_HOST,
 	 "each vCPU thread stacks its own, narrower filter (can only take rights away)"},
+	/* Checkpoints (vm_checkpoint.c, on the control socket's request, in the
+	 * main thread).  Only a jailed VMM has them with its filter: the jail's
+	 * one writable directory (--checkpoint-dir) is where the files can go.
+	 * Two groups, each left out as a whole by KOSA8_SECCOMP_OMIT and shown
+	 * needed as a whole by tests/vm/seccomp-rules (a test per member would
+	 * cost a VM boot each). */
+	{CK_IOC(KVM_GET_MP_STATE), R_HOST, "read a parked vCPU's state for a checkpoint"},
+	{CK_IOC(KVM_GET_REGS), R_HOST, "the same: general registers"},
+	{CK_IOC(KVM_GET_SREGS), R_HOST, "the same: segment and control registers"},
+	{CK_IOC(KVM_GET_XSAVE), R_HOST, "the same: FPU/SSE/AVX (4 KiB area)"},
+	{CK_IOC(KVM_GET_XSAVE2), R_HOST, "the same: a larger XSAVE area (AMX)"},
+	{CK_IOC(KVM_GET_XCRS), R_HOST, "the same: XCR0"},
+	{CK_IOC(KVM_GET_DEBUGREGS), R_HOST, "the same: debug registers"},
+	{CK_IOC(KVM_GET_LAPIC), R_HOST, "the same: local APIC"},
+	{CK_IOC(KVM_GET_MSRS), R_HOST, "the same: MSRs"},
+	{CK_IOC(KVM_GET_VCPU_EVENTS), R_HOST, "the same: pending events"},
+	{CK_IOC(KVM_GET_TSC_KHZ), R_HOST, "the same: TSC frequency"},
+	{CK_IOC(KVM_GET_IRQCHIP), R_HOST, "read PIC and IOAPIC for a checkpoint"},
+	{CK_IOC(KVM_GET_PIT2), R_HOST, "read the PIT for a checkpoint"},
+	{CK_IOC(KVM_GET_CLOCK), R_HOST, "read kvmclock for a checkpoint"},
+	{CK_IOC(KVM_GET_MSR_INDEX_LIST), R_HOST, "which MSRs to save (asked at the first checkpoint)"},
+	{CK_IOC(KVM_CHECK_EXTENSION), R_HOST, "which optional vCPU records exist (XCRS, DEBUGREGS, XSAVE2)"},
+	{CK_SC(openat), "create the checkpoint's files and the new disk delta; fsync the directory"},
+	{CK_SC(mkdir), "the checkpoint's temporary directory"},
+	{CK_SC(newfstatat), "the checkpoint directory must not exist; fstat of a new disk layer"},
+	{CK_SC(readlink), "realpath() of the new disk delta's path (the jail has no links)"},
+	{CK_SC(ftruncate), "size the sparse memory file and the new delta"},
+	{CK_SC(lseek), "SEEK_DATA/SEEK_HOLE: write only the guest pages that hold data"},
+	{CK_SC(pread64), "read the new delta's header; /proc/self/pagemap (opened before the jail)"},
+	{CK_SC(fsync), "the checkpoint's files, the frozen delta and their directories are durable"},
+	{CK_SC(flock), "lock the new top delta, share the frozen one (other processes keep out)"},
+	{CK_SC(renameat2), "the complete checkpoint is renamed into place (RENAME_NOREPLACE)"},
+	{CK_SC(rmdir), "remove the temporary directory of a checkpoint that failed"},
+	{CK_SC(brk), "the state file is built in memory: malloc grows the heap"},
 	/* The terminal, given back at exit. */
 	{IOC(TCGETS), R_HOST, "isatty/tcgetattr on the console"},
 	{IOC(TCSETSF), R_HOST, "restore the user's terminal (tcsetattr TCSAFLUSH)"},
@@ -255,7 +292,11 @@ void vmm_seccomp_print_rules(FILE *out)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(rules); i++) {
 		const struct rule *r = &rules[i];
-		fprintf(out, "%-24s %-10s %s\n", r->name,
-			r->roles == R_ALL ? "all" : r->roles == R_VCPU ? "vcpu" : "host", r->why);
+		char *sc = strncmp(r->name, "checkpoint-", 11) ? NULL :
+			   seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, r->nr);
+		fprintf(out, "%-24s %-10s %s%s%s\n", r->name,
+			r->roles == R_ALL ? "all" : r->roles == R_VCPU ? "vcpu" : "host",
+			sc ? sc : "", sc ? ": " : "", r->why);
+		free(sc);
 	}
 }

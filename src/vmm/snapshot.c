@@ -460,6 +460,17 @@ static void mark_file_data(int file_fd, uint64_t off, uint64_t n, uint8_t *cand)
 	}
 }
 
+/* /proc/self/pagemap opened before the VMM entered its jail (no /proc
+ * there); it stays this process's view, as the VMM never execs. */
+static int pagemap_fd = -1;
+
+int snapshot_preopen_pagemap(void)
+{
+	if (pagemap_fd < 0)
+		pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	return pagemap_fd < 0 ? -errno : 0;
+}
+
 /* Guest RAM that is a private view of a checkpoint's file (a restored VM):
  * a page can hold data if the file has data there, or if the guest wrote
  * it since (then it is an anonymous copy, which pagemap shows).  Other
@@ -470,7 +481,7 @@ static int write_private(int fd, const struct guest_mem *m, uint64_t *data_bytes
 	uint8_t cand[PM_CHUNK_PAGES];
 	int pmfd, err = 0;
 
-	pmfd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	pmfd = pagemap_fd >= 0 ? pagemap_fd : open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 	if (pmfd < 0)
 		return -errno;
 	for (uint64_t off = 0; off < m->size && !err; off += PM_CHUNK_PAGES * PAGE) {
@@ -490,7 +501,8 @@ static int write_private(int fd, const struct guest_mem *m, uint64_t *data_bytes
 		mark_file_data(m->file_fd, off, n, cand);
 		err = write_pages(fd, m->base, off, n, cand, data_bytes);
 	}
-	close(pmfd);
+	if (pmfd != pagemap_fd)
+		close(pmfd);
 	return err;
 }
 

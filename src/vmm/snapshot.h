@@ -122,6 +122,10 @@ int snapshot_write_new_file(const char *path, const void *buf, size_t len);
  * (SEEK_DATA), so untouched RAM costs nothing.  Sets *data_bytes. */
 int snapshot_write_memory(const char *path, const struct guest_mem *m, uint64_t *data_bytes);
 
+/* Opens /proc/self/pagemap for later checkpoints of a restored VM, before
+ * a jail without /proc is entered. */
+int snapshot_preopen_pagemap(void);
+
 /* fsync of a directory (after creating or renaming entries in it). */
 int snapshot_fsync_dir(const char *dir);
 

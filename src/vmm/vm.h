@@ -107,6 +107,7 @@ struct vm {
 	struct snapshot snap;
 	/* Control socket (vm_control.c): one client at a time. */
 	int control_fd, control_client;
+	char control_path[108];    /* unlinked at the end (no getsockname under seccomp) */
 	size_t control_len;
 	char control_buf[4096];
 };
@@ -143,6 +144,11 @@ void vm_cpu_fingerprint(const struct cpuid_leaf *leaves, size_t n, uint8_t fp[SN
 
 /* The control socket (vm_control.c), served by vm_run's main loop. */
 int vm_control_open(struct vm *vm, const char *path, const char **why);
+/* Client side: sends one command line (without its newline) to the VMM at
+ * path and puts its one-line answer in answer.  0 when the answer is
+ * "ok ...", -EREMOTEIO for "error ...", other -errno when there was none
+ * (no VMM there, timed out after timeout_ms). */
+int vm_control_call(const char *path, const char *cmd, char *answer, size_t len, int timeout_ms);
 void vm_control_close(struct vm *vm);
 /* Fills up to 2 pollfds; returns how many. */
 int vm_control_pollfds(struct vm *vm, struct pollfd *pfd);

@@ -183,7 +183,13 @@ static int save_disk(struct vm *vm, struct snap_writer *w, const char *dir, cons
 
 	for (unsigned i = 0; i < n; i++) {
 		size_t l;
-		if (!realpath(disk_layer_path(d, i), real)) {
+		const char *lp = disk_layer_path(d, i);
+		/* The layers' paths are absolute already when the VMM is jailed
+		 * (it binds them at their own paths); realpath would need
+		 * readlink, which its seccomp filter does not allow. */
+		if (lp[0] == '/' && strlen(lp) < sizeof(real) && !strstr(lp, "/."))
+			memcpy(real, lp, strlen(lp) + 1);
+		else if (!realpath(lp, real)) {
 			err = -errno;
 			snprintf(msg, msglen, "disk layer %.200s: %s", disk_layer_path(d, i), strerror(errno));
 			goto out;
@@ -342,6 +348,29 @@ static int restore_fail(struct vm *vm, const char **why, const char *what)
 	return -EINVAL;
 }
 
+/* A delta made beforehand for the restore (by the supervisor, so that the
+ * jail can bind it) must sit directly on the checkpoint's frozen top and be
+ * empty of anything else: the first layer below it is that top. */
+static int check_restore_disk(const char *path, const char *frozen_top, char *derr, size_t len)
+{
+	char a[PATH_MAX], b[PATH_MAX];
+	struct disk *d = NULL;
+	unsigned n;
+	int err;
+
+	if ((err = disk_open(&d, path, DISK_RDONLY, derr, len)))
+		return err;
+	n = disk_layer_count(d);
+	if (n < 2 || !realpath(disk_layer_path(d, n - 2), a) || !realpath(frozen_top, b) ||
+	    strcmp(a, b)) {
+		snprintf(derr, len, "%.200s exists and is not a delta over the checkpoint's disk %.200s",
+			 path, frozen_top);
+		err = -EINVAL;
+	}
+	disk_close(d);
+	return err;
+}
+
 /* A new writable delta at the path given for the disk, over the frozen top
  * recorded in the checkpoint, so that every restore has its own. */
 static int restore_disk(struct vm *vm, const char **why)
@@ -366,7 +395,10 @@ static int restore_disk(struct vm *vm, const char **why)
 		free(storage);
 		return restore_fail(vm, why, "checkpoint's disk chain is malformed");
 	}
-	err = disk_create(vm->cfg.disk_path, paths[n - 1], NULL, derr, sizeof(derr));
+	if (access(vm->cfg.disk_path, F_OK) == 0)
+		err = check_restore_disk(vm->cfg.disk_path, paths[n - 1], derr, sizeof(derr));
+	else
+		err = disk_create(vm->cfg.disk_path, paths[n - 1], NULL, derr, sizeof(derr));
 	free(storage);
 	if (err) {
 		snprintf(vm->err_buf, sizeof(vm->err_buf), "disk: %.400s", derr);

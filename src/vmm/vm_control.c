@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -54,21 +55,18 @@ int vm_control_open(struct vm *vm, const char *path, const char **why)
 		return err;
 	}
 	vm->control_fd = fd;
+	memcpy(vm->control_path, path, strlen(path) + 1);
 	return 0;
 }
 
 void vm_control_close(struct vm *vm)
 {
-	struct sockaddr_un sa;
-	socklen_t len = sizeof(sa);
-
 	if (vm->control_client >= 0)
 		close(vm->control_client);
 	vm->control_client = -1;
 	if (vm->control_fd >= 0) {
-		if (getsockname(vm->control_fd, (struct sockaddr *)&sa, &len) == 0 &&
-		    len > sizeof(sa.sun_family) && sa.sun_path[0])
-			unlink(sa.sun_path);
+		if (vm->control_path[0])
+			unlink(vm->control_path);
 		close(vm->control_fd);
 	}
 	vm->control_fd = -1;
@@ -208,4 +206,66 @@ void vm_control_serve(struct vm *vm, const struct pollfd *pfd, int n)
 			vm->control_len = 0;
 		}
 	}
+}
+
+/* ---- client ---- */
+
+static int call_connect(const char *path, int timeout_ms)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path));
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* A VMM that stopped answering must not hang the caller for ever. */
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+/* Reads the answer up to its newline (the VMM sends exactly one line). */
+static int call_read_line(int fd, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	while (n + 1 < len) {
+		ssize_t r = read(fd, buf + n, 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return errno == EAGAIN ? -ETIMEDOUT : -errno;
+		if (r == 0)
+			return n ? 0 : -EPIPE;
+		if (buf[n] == '\n')
+			break;
+		n++;
+	}
+	buf[n] = '\0';
+	return 0;
+}
+
+int vm_control_call(const char *path, const char *cmd, char *answer, size_t len, int timeout_ms)
+{
+	int fd = call_connect(path, timeout_ms), err;
+
+	if (fd < 0)
+		return fd;
+	err = write_all(fd, cmd, strlen(cmd));
+	if (!err)
+		err = write_all(fd, "\n", 1);
+	if (!err)
+		err = call_read_line(fd, answer, len);
+	close(fd);
+	if (err)
+		return err;
+	return strncmp(answer, "ok", 2) == 0 && (answer[2] == ' ' || !answer[2]) ? 0 : -EREMOTEIO;
 }
