@@ -3,7 +3,8 @@
 # exchanges directly to a local server, through kosa8's proxy path
 # (egress_connect_serve behind a unix socket, as the supervisor runs it) and
 # through squid configured with the same one-name allow-list, interleaved in
-# rounds in one run.  Prints a Markdown report (bench/results/egress.md
+# rounds in one run; then TLS without CONNECT, direct and through kosa8 (SNI
+# checked, then relayed).  Prints a Markdown report (bench/results/egress.md
 # holds one).
 #
 #   bench/egress/run.sh            full run (a few minutes)
