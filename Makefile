@@ -75,6 +75,12 @@ $(SAN_DIR)/kosa8-agent: $(AGENT_ALL) $(AGENT_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN_CFLAGS) $(SAN_LDFLAGS) -o $@ $(AGENT_ALL)
 
+# The escape tests' guest program (tests/security): static, like the agent,
+# copied into a running sandbox.
+$(REL_DIR)/virtq-attack: tests/security/virtq-attack.c
+	@mkdir -p $(dir $@)
+	$(CC) $(REL_CFLAGS) -static -o $@ $<
+
 # Unit tests: every tests/unit/test_*.c is one cmocka binary, run in both
 # flavours.  tests/run prints cmocka's summaries and one closing total.
 unit: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-agent $(SAN_DIR)/kosa8-agent \
@@ -82,7 +88,7 @@ unit: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-agent $(SAN_DIR)/kosa8-
       $(patsubst tests/unit/%.c,$(SAN_DIR)/tests/%,$(UNIT_SRCS))
 	REL_DIR=$(REL_DIR) SAN_DIR=$(SAN_DIR) tests/run unit
 
-check: unit-bins kernel initramfs image
+check: unit-bins $(REL_DIR)/virtq-attack kernel initramfs image
 	tests/run all
 
 unit-bins: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-agent $(SAN_DIR)/kosa8-agent \
@@ -90,7 +96,7 @@ unit-bins: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-agent $(SAN_DIR)/k
       $(patsubst tests/unit/%.c,$(SAN_DIR)/tests/%,$(UNIT_SRCS))
 .PHONY: unit-bins
 
-vmtest: unit-bins kernel initramfs image
+vmtest: unit-bins $(REL_DIR)/virtq-attack kernel initramfs image
 	tests/run vm
 
 kernel:
