@@ -14,7 +14,8 @@
  *     (unix sockets reached through the bind-mounted vsock directory are the
  *     VMM's only peers);
  *   - no capabilities (bounding, permitted, effective, inheritable, ambient),
- *     no_new_privs, no core dumps (guest memory would land on disk).
+ *     no_new_privs, no core dumps (guest memory would land on disk), at
+ *     most 4096 descriptors.
  *
  * /dev/kvm is opened before (accel_preopen): device nodes cannot be reached
  * through a user namespace's mounts.  The seccomp filter (seccomp.h) comes

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -35,7 +37,23 @@ enum {
 	CAPS = 1 << 5,         /* any capability left: must not be */
 	ROOT_WRITE = 1 << 6,   /* mkdir in /: must fail */
 	ENTERED = 1 << 7,      /* jail_enter succeeded */
+	LIMITS = 1 << 8,       /* core 0, <= 4096 descriptors (hard), not dumpable: must be */
+	RAISE_FDS = 1 << 9,    /* raise the descriptor limit again: must fail */
 };
+
+static int limit_probes(void)
+{
+	struct rlimit core, fds, more = {8192, 8192};
+	int r = 0;
+
+	if (getrlimit(RLIMIT_CORE, &core) == 0 && core.rlim_cur == 0 && core.rlim_max == 0 &&
+	    getrlimit(RLIMIT_NOFILE, &fds) == 0 && fds.rlim_max <= 4096 &&
+	    prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0)
+		r |= LIMITS;
+	if (setrlimit(RLIMIT_NOFILE, &more) == 0)
+		r |= RAISE_FDS;
+	return r;
+}
 
 static int probes(void)
 {
@@ -74,7 +92,7 @@ static int probes(void)
 		r |= CAPS;
 	if (mkdir("/x", 0700) == 0 || errno != EROFS)
 		r |= ROOT_WRITE;
-	return r;
+	return r | limit_probes();
 }
 
 /* Runs the jail in a child (as uid, or as root when uid is 0); the report
@@ -122,6 +140,8 @@ static void check(int r)
 	assert_false(r & NET);
 	assert_false(r & CAPS);
 	assert_false(r & ROOT_WRITE);
+	assert_true(r & LIMITS);
+	assert_false(r & RAISE_FDS);
 }
 
 static void test_jail_as_invoker(void **state)
