@@ -12,11 +12,14 @@
 # and the audit log saw.  Needs: WORK, ok, not_ok from run-all, root,
 # openssl and python3 on the host.
 #
-#   EGRESS_KOSA8   the kosa8 binary (default build/kosa8)
+#   EGRESS_KOSA8        the kosa8 binary (default build/kosa8)
+#   EGRESS_CMD_TIMEOUT  bound of each kosa8 command, seconds (default 600)
 
-eg_k8() { timeout -k 5 600 "${EGRESS_KOSA8:-build/kosa8}" "$@"; }
-# EGRESS_VERBOSE=1: progress on stderr (each step is slow under emulation).
-eg_step() { [ -z "${EGRESS_VERBOSE:-}" ] || echo "  egress: $(date +%T) $*" >&2; }
+eg_k8() { timeout -k 5 "${EGRESS_CMD_TIMEOUT:-600}" "${EGRESS_KOSA8:-build/kosa8}" "$@"; }
+# Progress as "# egress: ..." lines (not counted as results): each step is
+# slow under emulation, and tests/run stops a helper that is silent for
+# VM_IDLE_TIMEOUT.
+eg_step() { echo "# egress: $(date +%T) $*"; }
 
 # The test servers: HTTPS on 203.0.113.10:443 and HTTP on :80.  Each
 # request is logged (Host, X-Api-Key as received) to $1 and answered with
@@ -24,12 +27,32 @@ eg_step() { [ -z "${EGRESS_VERBOSE:-}" ] || echo "  egress: $(date +%T) $*" >&2;
 # proxy must redact it on the way back).
 eg_write_server() {
 	cat >"$WORK/eg/server.py" <<-'EOF'
-	import http.server, socketserver, ssl, sys, threading
-	log, cert, key = sys.argv[1], sys.argv[2], sys.argv[3]
+	import http.server, os, socketserver, ssl, sys, threading
+	log, cert, key, repos = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 	lock = threading.Lock()
 	class H(http.server.BaseHTTPRequestHandler):
+	    def send_repo_file(self, host):
+	        # git's dumb HTTP protocol: plain files of a bare repository
+	        # (after git update-server-info); the query string is ignored.
+	        rel = os.path.normpath(self.path.split("?")[0].lstrip("/"))
+	        path = os.path.join(repos, rel)
+	        with lock, open(log, "a") as f:
+	            f.write("%s %s git %s\n" % ("https" if self.server.tls else "http", host, rel))
+	        if rel.startswith("..") or not os.path.isfile(path):
+	            self.send_error(404)
+	            return
+	        with open(path, "rb") as f:
+	            body = f.read()
+	        self.send_response(200)
+	        self.send_header("Content-Type", "application/octet-stream")
+	        self.send_header("Content-Length", str(len(body)))
+	        self.end_headers()
+	        self.wfile.write(body)
 	    def do_GET(self):
 	        host = self.headers.get("Host", "")
+	        if self.path.startswith("/repo.git/"):
+	            self.send_repo_file(host)
+	            return
 	        k = self.headers.get("X-Api-Key", "-")
 	        with lock, open(log, "a") as f:
 	            f.write("%s %s key=%s\n" % ("https" if self.server.tls else "http", host, k))
@@ -64,6 +87,61 @@ eg_write_server() {
 	    with open(sys.argv[1], "ab") as f:
 	        f.write(d + b"\n")
 	EOF
+	# Searches a process's whole address space (/proc/PID/maps, then
+	# /proc/PID/mem region by region, overlapping reads so that no match
+	# is cut in two) for each needle.  Guest RAM is a memfd mapped into
+	# the VMM, so one pass over the VMM covers guest RAM and the VMM's
+	# own heap and stacks.  Prints "NEEDLE_INDEX guest|vmm COUNT" per
+	# needle and place, then "scanned BYTES memfd BYTES unreadable N".
+	cat >"$WORK/eg/memscan.py" <<-'EOF'
+	import os, sys
+	pid, needles = sys.argv[1], [n.encode() for n in sys.argv[2:]]
+	step, keep = 8 << 20, max(len(n) for n in needles) - 1
+	hits = {(i, w): 0 for i in range(len(needles)) for w in ("guest", "vmm")}
+	scanned = memfd = unreadable = 0
+	fd = os.open("/proc/%s/mem" % pid, os.O_RDONLY)
+	for line in open("/proc/%s/maps" % pid):
+	    f = line.split()
+	    lo, hi = (int(x, 16) for x in f[0].split("-"))
+	    where = "guest" if len(f) > 5 and f[5].startswith("/memfd:") else "vmm"
+	    prev, off = b"", lo
+	    while off < hi:
+	        try:
+	            cur = os.pread(fd, min(step, hi - off), off)
+	        except (OSError, OverflowError):  # e.g. [vsyscall], past off_t
+	            unreadable += 1
+	            break
+	        if not cur:
+	            break
+	        buf = prev + cur
+	        for i, n in enumerate(needles):
+	            # A match lying wholly in prev was counted in the last round.
+	            start = 0
+	            while True:
+	                at = buf.find(n, start)
+	                if at < 0:
+	                    break
+	                if at + len(n) > len(prev):
+	                    hits[(i, where)] += 1
+	                start = at + 1
+	        scanned += len(cur)
+	        memfd += len(cur) if where == "guest" else 0
+	        prev, off = buf[-keep:] if keep else b"", off + len(cur)
+	for (i, w), c in sorted(hits.items()):
+	    print(i, w, c)
+	print("scanned", scanned, "memfd", memfd, "unreadable", unreadable)
+	EOF
+}
+
+# A bare repository served by the test server over git's dumb HTTP
+# protocol at /repo.git/ (update-server-info writes the files it needs).
+eg_make_repo() {
+	local d=$WORK/eg
+	git init -q "$d/src" && printf 'kosa8-git-ok\n' >"$d/src/README" &&
+		git -C "$d/src" add README &&
+		git -C "$d/src" -c user.name=kosa8-test -c user.email=test@kosa8.invalid commit -qm init &&
+		mkdir -p "$d/repos" && git clone -q --bare "$d/src" "$d/repos/repo.git" &&
+		git -C "$d/repos/repo.git" update-server-info
 }
 
 eg_make_ca() {
@@ -109,10 +187,45 @@ eg_write_guest_script() {
 	say env_key "${API_KEY:-unset}"
 	say secret_bound "$(c -H "X-Api-Key: $API_KEY" https://secret.test/ | tr '\n' ' ')"
 	say secret_other "$(c --cacert $ca -H "X-Api-Key: $API_KEY" https://allowed.test/ | tail -1)"
+	# The placeholder kept in guest RAM (page cache) while the host
+	# searches the VMM's memory: the search's positive control.
+	printf 'k8-ram-copy %s\n' "$API_KEY" >/tmp/k8-placeholder
+	# git (dumb HTTP over HTTPS) and Python's urllib as further clients.
+	export GIT_TERMINAL_PROMPT=0
+	GIT_SSL_CAINFO=$ca timeout 90 git clone -q https://allowed.test/repo.git /tmp/g1 >/dev/null 2>&1
+	say git_allowed_rc $?
+	say git_allowed_file "$(cat /tmp/g1/README 2>/dev/null)"
+	GIT_SSL_CAINFO=$ca timeout 90 git clone -q https://denied.test/repo.git /tmp/g2 >/dev/null 2>&1
+	say git_denied_rc $?
+	say py_allowed "$(python3 -c '
+	import ssl, urllib.request
+	ctx = ssl.create_default_context(cafile="/workspace/ca.crt")
+	print(urllib.request.urlopen("https://allowed.test/", context=ctx, timeout=30).read().decode().splitlines()[0])
+	' 2>&1 | tail -1)"
+	say py_denied "$(python3 -c '
+	import urllib.error, urllib.request
+	try:
+	    urllib.request.urlopen("http://denied.test/", timeout=30); print("reached")
+	except urllib.error.URLError as e:
+	    print(type(e.reason).__name__)
+	' 2>&1 | tail -1)"
+	EOF
+	# Policy `ask`, answered by the host while these wait.  glibc's
+	# resolver gives up after 2 x 5 s by default, shorter than a person
+	# takes (docs/policy.md): the first client waits up to 60 s for the
+	# answer (a second try joins the waiting request).  The second makes one
+	# try: glibc tries again after REFUSED, and a denied name asks again.
+	cat >"$WORK/eg/ws/ask.sh" <<-'EOF'
+	#!/bin/bash
+	echo "eg: ask_allow=$(RES_OPTIONS="timeout:30 attempts:2" curl -sS --max-time 120 http://ask-yes.test/ 2>&1 | head -1)"
+	RES_OPTIONS="timeout:30 attempts:1" curl -sS --max-time 120 http://ask-no.test/ >/dev/null 2>&1
+	echo "eg: ask_deny_rc=$?"
 	EOF
 	cat >"$WORK/eg/ws/flush.sh" <<-'EOF'
 	#!/bin/bash
 	# As root: undo the redirect, then try to get out anyway.
+	# Every process's environment (the host checks the value is in none).
+	for e in /proc/[0-9]*/environ; do tr '\0' '\n' <"$e"; done 2>/dev/null | sed 's/^/eg-env: /'
 	iptables -t nat -F && echo "eg: flushed=yes"
 	curl -sS --max-time 15 --connect-timeout 8 --cacert /workspace/ca.crt https://allowed.test/ >/dev/null 2>&1
 	echo "eg: after_flush_rc=$?"
@@ -126,7 +239,7 @@ eg_write_guest_script() {
 	    print("eg: after_flush_dns=nothing")
 	'
 	EOF
-	chmod +x "$WORK/eg/ws/checks.sh" "$WORK/eg/ws/flush.sh"
+	chmod +x "$WORK/eg/ws/checks.sh" "$WORK/eg/ws/flush.sh" "$WORK/eg/ws/ask.sh"
 }
 
 eg_field() { sed -n "s/^eg: $1=//p" "$WORK/eg/out" | tr -d '\r' | head -1; }
@@ -145,22 +258,97 @@ eg_expect() {
 	eg_bad="$eg_bad $1='$v'(want $2)"
 }
 
+# eg_answer HOST ANSWER: waits (90 tries, about a second apart) until the
+# host sees HOST in `kosa8 approvals`, then answers it; records the result
+# as the check answer_ANSWER.
+eg_answer() {
+	local id= line
+	for _ in $(seq 1 90); do
+		line=$(eg_k8 approvals egress1 2>/dev/null | awk -v h="$1" '$4 == h {print; exit}')
+		id=$(echo "$line" | awk '{print $2}')
+		[ -n "$id" ] && break
+		sleep 1
+	done
+	[ -n "$id" ] || { echo "eg: answer_$2=not-seen" >>"$WORK/eg/out"; return; }
+	echo "$line" >>"$WORK/eg/approvals.out"
+	eg_k8 approvals "$2" egress1 "$id" >>"$WORK/eg/approvals.out" 2>&1
+	echo "eg: answer_$2=rc$?" >>"$WORK/eg/out"
+}
+
+# The guest's requests to `ask` names wait while the host answers: allow
+# for the first, deny for the second.
+eg_ask_flow() {
+	local guest
+	eg_k8 exec egress1 -- /workspace/ask.sh >"$WORK/eg/ask.out" 2>&1 </dev/null &
+	guest=$!
+	eg_answer ask-yes.test allow
+	eg_answer ask-no.test deny
+	wait "$guest"
+	cat "$WORK/eg/ask.out" >>"$WORK/eg/out"
+}
+
+eg_value=s3cr3t-value-42
+
+# While the sandbox runs, after the guest used the secret: the VMM's whole
+# memory (guest RAM included) and the run directory.  The placeholder is
+# searched for alongside the value: it must be found in guest RAM, or the
+# search proves nothing.
+eg_scan_running() {
+	local vmm vsock placeholder
+	placeholder=$(eg_field env_key)
+	# The sandbox's VMM: `kosa8 vm ... --jail` with its disk in the
+	# sandbox's state folder; its --vsock socket lies in the run directory.
+	vmm=$(pgrep -f -- ' vm .*--jail.*/sandboxes/egress1/' | head -1)
+	vsock=$(tr '\0' '\n' <"/proc/${vmm:-0}/cmdline" 2>/dev/null | sed -n '/^--vsock$/{n;p;q}')
+	echo "eg: vmm_found=${vmm:+yes}" >>"$WORK/eg/out"
+	[ -n "$vmm" ] && [ -n "$placeholder" ] &&
+		timeout -k 5 600 python3 "$WORK/eg/memscan.py" "$vmm" "$eg_value" "$placeholder" \
+			>"$WORK/eg/memscan" 2>&1
+	echo "eg: rundir_found=$([ -d "$(dirname "$(dirname "${vsock:-/nonexistent/x/y}")")" ] && echo yes)" >>"$WORK/eg/out"
+	echo "eg: rundir_files_with_value=$(grep -rlsFa -- "$eg_value" "$(dirname "$(dirname "${vsock:-/nonexistent/x/y}")")" | wc -l)" \
+		>>"$WORK/eg/out"
+}
+
+# After the stop: every file under kosa8's state folder (each sandbox's
+# disk delta, console and supervisor logs, configuration, the audit log)
+# must lack the value; the placeholder file there shows the search sees
+# the folder's contents.
+eg_scan_state() {
+	local st=${KOSA8_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/kosa8}
+	echo "eg: state_files_with_value=$(grep -rlsFa -- "$eg_value" "$st" | wc -l)" >>"$WORK/eg/out"
+	echo "eg: state_files_with_placeholder=$(grep -rlsFa -- "$(eg_field env_key)" "$st" | wc -l)" >>"$WORK/eg/out"
+	echo "eg: audit_log_with_value=$(grep -csFa -- "$eg_value" "$st/audit.log")" >>"$WORK/eg/out"
+	echo "eg: audit_log_bytes=$(stat -c %s "$st/audit.log" 2>/dev/null)" >>"$WORK/eg/out"
+}
+
+# The memory search's result: the value nowhere, the placeholder in guest
+# RAM, and all of guest RAM (the default 1 GiB) read.
+eg_check_memscan() {
+	local m=$WORK/eg/memscan
+	grep -qx "0 guest 0" "$m" && grep -qx "0 vmm 0" "$m" || eg_bad="$eg_bad secret-value-in-vmm-memory"
+	grep -qE "^1 guest [1-9]" "$m" || eg_bad="$eg_bad memscan-control-placeholder-not-found-in-guest-ram"
+	awk '$1 == "scanned" && $4 >= 1073741824 {f = 1} END {exit !f}' "$m" ||
+		eg_bad="$eg_bad memscan-did-not-read-all-guest-ram"
+}
+
 test_egress() {
 	local name=egress-curl-dns-fronting-secrets-audit srv dns pids=() placeholder
 	rm -rf "$WORK/eg" && mkdir -p "$WORK/eg/ws"
 	command -v openssl >/dev/null && command -v python3 >/dev/null ||
 		{ not_ok "$name" "openssl and python3 are needed on the host"; return; }
 	eg_make_ca || { not_ok "$name" "could not make the test CA"; return; }
+	eg_make_repo >"$WORK/eg/out" 2>&1 || { not_ok "$name" "could not make the test repository: $(tail -1 "$WORK/eg/out")"; return; }
+	printf 'ask ask-yes.test ask-no.test\n' >"$WORK/eg/ask.policy"
 	cp "$WORK/eg/ca.crt" "$WORK/eg/ws/ca.crt"
 	eg_write_server
 	eg_write_guest_script
 	# Test names on a test address of lo; the host's resolver is our logger.
 	ip addr add 203.0.113.10/32 dev lo 2>/dev/null
-	printf '203.0.113.10 allowed.test other.test secret.test plain.test\n' >>/etc/hosts
+	printf '203.0.113.10 allowed.test other.test secret.test plain.test ask-yes.test ask-no.test\n' >>/etc/hosts
 	cp /etc/resolv.conf "$WORK/eg/resolv.conf.saved" 2>/dev/null
 	printf 'nameserver 127.0.0.1\n' >/etc/resolv.conf
 	python3 "$WORK/eg/server.py" "$WORK/eg/requests.log" "$WORK/eg/srv.crt" "$WORK/eg/srv.key" \
-		>"$WORK/eg/server.out" 2>&1 &
+		"$WORK/eg/repos" >"$WORK/eg/server.out" 2>&1 &
 	pids+=($!)
 	python3 "$WORK/eg/dnslog.py" "$WORK/eg/dns.log" >"$WORK/eg/dnslog.out" 2>&1 &
 	pids+=($!)
@@ -175,21 +363,31 @@ test_egress() {
 	eg_step "creating and starting the sandbox"
 	KOSA8_UPSTREAM_CA_FILE=$WORK/eg/ca.crt eg_k8 create --name egress1 --workspace "$WORK/eg/ws" \
 		--allow allowed.test --allow plain.test --allow secret.test --secret API_KEY \
+		--policy "$WORK/eg/ask.policy" \
 		>"$WORK/eg/out" 2>&1 &&
 		KOSA8_UPSTREAM_CA_FILE=$WORK/eg/ca.crt eg_k8 start egress1 >>"$WORK/eg/out" 2>&1 ||
 		{
-			{ echo "--- console"; eg_k8 logs egress1 | tail -25; } >"$WORK/out" 2>&1
+			{
+				echo "--- console"; eg_k8 logs egress1 | tail -25
+				echo "--- supervisor.log"
+				tail -15 "${KOSA8_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/kosa8}/sandboxes/egress1/supervisor.log"
+			} >"$WORK/out" 2>&1
 			not_ok "$name" "create/start failed: $(tail -1 "$WORK/eg/out")"
 			eg_k8 rm -f egress1 >/dev/null 2>&1; kill "${pids[@]}"; return
 		}
 	eg_step "sandbox started; guest checks"
 	eg_k8 exec egress1 -- /workspace/checks.sh >"$WORK/eg/out" 2>&1 </dev/null
+	eg_step "guest checks done; approvals"
+	eg_ask_flow
+	eg_step "approvals done; searching the VMM's memory and the run files"
+	eg_scan_running
 	eg_step "guest checks done; flushing the guest's rules"
 	eg_k8 exec -u root egress1 -- /workspace/flush.sh >>"$WORK/eg/out" 2>&1 </dev/null
 	eg_step "stopping"
 	eg_k8 stop egress1 >/dev/null 2>&1
 	eg_k8 audit show --sandbox egress1 >"$WORK/eg/audit" 2>&1
 	cp "${KOSA8_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/kosa8}"/sandboxes/egress1/*.log "$WORK/eg/" 2>/dev/null
+	eg_scan_state
 	eg_k8 rm -f egress1 >/dev/null 2>&1
 	kill "${pids[@]}" 2>/dev/null
 	wait "${pids[@]}" 2>/dev/null
@@ -217,6 +415,34 @@ test_egress() {
 	eg_expect flushed yes
 	eg_expect after_flush_rc "~^(7|28)$"
 	eg_expect after_flush_dns nothing
+	eg_expect git_allowed_rc 0
+	eg_expect git_allowed_file kosa8-git-ok
+	eg_expect git_denied_rc 128
+	eg_expect py_allowed "hello from allowed.test"
+	eg_expect py_denied gaierror
+	eg_expect answer_allow rc0
+	eg_expect answer_deny rc0
+	eg_expect ask_allow "hello from ask-yes.test"
+	eg_expect ask_deny_rc 6
+	eg_expect vmm_found yes
+	eg_expect rundir_found yes
+	eg_expect rundir_files_with_value 0
+	eg_expect state_files_with_value 0
+	eg_expect state_files_with_placeholder "~^[1-9]"
+	eg_expect audit_log_with_value 0
+	eg_expect audit_log_bytes "~^[1-9]"
+	eg_check_memscan
+	grep -q "^eg-env: API_KEY=$placeholder$" "$WORK/eg/out" || eg_bad="$eg_bad env-dump-without-placeholder"
+	grep -q "^https allowed.test git repo.git/info/refs$" "$WORK/eg/requests.log" ||
+		eg_bad="$eg_bad git-clone-did-not-reach-the-server"
+	grep -q "^https allowed.test git repo.git/objects/" "$WORK/eg/requests.log" ||
+		eg_bad="$eg_bad git-fetched-no-objects"
+	grep -q "^http ask-yes.test " "$WORK/eg/requests.log" || eg_bad="$eg_bad allowed-ask-did-not-reach-the-server"
+	grep -q "ask-no.test" "$WORK/eg/requests.log" && eg_bad="$eg_bad denied-ask-reached-a-server"
+	grep "approval.answer" "$WORK/eg/audit" | grep "ask-yes.test" | grep -qE '"answer": ?"allow once"' ||
+		eg_bad="$eg_bad no-audited-allow-answer"
+	grep "approval.answer" "$WORK/eg/audit" | grep "ask-no.test" | grep -qE '"answer": ?"deny"' ||
+		eg_bad="$eg_bad no-audited-deny-answer"
 	grep -q "^https secret.test key=s3cr3t-value-42$" "$WORK/eg/requests.log" ||
 		eg_bad="$eg_bad upstream-did-not-get-the-secret"
 	grep -q "^https allowed.test key=$placeholder$" "$WORK/eg/requests.log" ||
@@ -235,6 +461,8 @@ test_egress() {
 			echo "--- requests.log"; cat "$WORK/eg/requests.log"
 			echo "--- audit (net)"; grep -E "net\.|secret" "$WORK/eg/audit" | tail -20
 			echo "--- supervisor.log"; tail -15 "$WORK/eg/supervisor.log"
+			echo "--- memscan"; cat "$WORK/eg/memscan"
+			echo "--- approvals"; cat "$WORK/eg/approvals.out"
 		} >>"$WORK/out" 2>/dev/null
 		not_ok "$name" "$eg_bad"
 		return
