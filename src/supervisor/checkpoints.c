@@ -59,6 +59,9 @@ static int get_str(const cJSON *o, const char *key, char *out, size_t len, bool 
 	return 0;
 }
 
+/* The largest number a record holds exactly through cJSON (see parse_fields). */
+#define CKPT_NUM_MAX 999999999999999.0
+
 /* A number member that is a whole number in [0, max] (absent: 0). */
 static int get_num(const cJSON *o, const char *key, double max, double *out)
 {
@@ -119,9 +122,11 @@ static int parse_fields(const cJSON *o, struct ckpt_meta *m, char *err, size_t e
 		return bad(err, errlen, "\"message\" is too long or has control characters");
 	if (get_str(o, "top", m->top, sizeof(m->top), true) || (m->top[0] && m->top[0] != '/'))
 		return bad(err, errlen, "\"top\" is not an absolute path");
-	/* 2^53: where doubles stop holding every whole number. */
-	if (get_num(o, "created", 9007199254740992.0, &created) ||
-	    get_num(o, "memory_bytes", 9007199254740992.0, &mem) ||
+	/* Below 10^15: cJSON prints numbers with 15 significant digits when
+	 * that reads back within its epsilon, so larger whole numbers would
+	 * not survive a save and load (found by fuzz/fuzz_ckpt_meta). */
+	if (get_num(o, "created", CKPT_NUM_MAX, &created) ||
+	    get_num(o, "memory_bytes", CKPT_NUM_MAX, &mem) ||
 	    get_num(o, "paused_ms", 1e12, &paused) || get_num(o, "next", 999999999.0, &next))
 		return bad(err, errlen, "a number is negative, too large or not a number");
 	m->created = (int64_t)created;

@@ -76,6 +76,9 @@ static void test_refusals(void **state)
 	refused("{\"id\":\"c1\",\"created\":-1}", "number");
 	refused("{\"id\":\"c1\",\"created\":\"now\"}", "number");
 	refused("{\"id\":\"c1\",\"memory_bytes\":1e300}", "number");
+	/* 10^15 and up would not survive cJSON's printing (fuzz/README.md). */
+	refused("{\"id\":\"c1\",\"memory_bytes\":5111111111111111}", "number");
+	refused("{\"id\":\"c1\",\"created\":1000000000000000}", "number");
 	refused("{\"id\":\"current\",\"next\":1e10}", "number");
 	refused("{\"id\":\"current\",\"chain\":\"/a\"}", "\"chain\"");
 	refused("{\"id\":\"current\",\"chain\":[\"/a\",\"b\"]}", "\"chain\"");
@@ -107,7 +110,7 @@ static void test_round_trip(void **state)
 	snprintf(a.message, sizeof(a.message), "quotes \" and \\ kept");
 	snprintf(a.top, sizeof(a.top), "/s/checkpoints/d13.k8d");
 	a.created = 1764690000;
-	a.memory_bytes = 123456789012ULL;
+	a.memory_bytes = 999999999999999ULL; /* the largest allowed */
 	a.paused_ms = 41.5;
 	a.next = 14;
 	assert_int_equal(ckpt_meta_chain_add(&a, "/images/default.ext4"), 0);
