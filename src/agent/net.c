@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -325,6 +326,7 @@ struct dns_stream {
 
 struct loop {
 	int ep;
+	int spare;          /* held in reserve for refusing when out of fds */
 	struct ev tcp_listen, dns_udp, dns_tcp_listen;
 	struct relay *relays, *dead;
 	unsigned nrelays;
@@ -521,12 +523,34 @@ size_t net_egress_header(uint8_t *out, const struct sockaddr_in *dst)
 	return 12;
 }
 
+/* Out of descriptors, accept() fails and leaves the client queued: the
+ * listener stays readable and retrying never ends.  Giving up the spare
+ * descriptor lets the client be taken and closed (refused, as at
+ * NET_CONN_MAX).  -EAGAIN: stop accepting for this turn. */
+static int refuse_queued(struct loop *l, int lfd)
+{
+	int fd;
+
+	if (l->spare < 0 && (l->spare = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+		return -EAGAIN;
+	close(l->spare);
+	fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd >= 0)
+		close(fd);
+	l->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	return fd >= 0 ? 0 : -EAGAIN;
+}
+
+/* An accepted fd; 0: nothing to serve, try the next; -EAGAIN: stop for
+ * this turn (queue empty, or an error that a retry would only repeat). */
 static int accept_one(struct loop *l, int lfd)
 {
 	int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
+	if (fd < 0 && (errno == EMFILE || errno == ENFILE))
+		return refuse_queued(l, lfd);
 	if (fd < 0)
-		return errno == EAGAIN ? -EAGAIN : 0;
+		return errno == EINTR || errno == ECONNABORTED ? 0 : -EAGAIN;
 	if (l->nrelays >= NET_CONN_MAX) {
 		close(fd);   /* the guest sees a reset-like close, not a hang */
 		return 0;
@@ -756,6 +780,7 @@ static int loop_open(struct loop *l)
 
 	memset(l, 0, sizeof(*l));
 	l->tcp_listen.fd = l->dns_udp.fd = l->dns_tcp_listen.fd = -1;
+	l->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	for (int i = 0; i < DNS_STREAMS; i++)
 		l->dns[i].ev.fd = -1;
 	if ((l->ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
@@ -800,10 +825,18 @@ static void dispatch(struct loop *l, struct ev *e, uint32_t events)
 int net_serve(void)
 {
 	struct epoll_event evs[64];
+	struct rlimit rl;
 	struct loop l;
 	int err;
 
 	signal(SIGPIPE, SIG_IGN);
+	/* NET_CONN_MAX relays take two descriptors each, more than the soft
+	 * limit of 1024 that init starts with: up to the hard limit, so that
+	 * NET_CONN_MAX is the bound that refuses. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 	if ((err = loop_open(&l)) < 0) {
 		fprintf(stderr, "kosa8-agent: egress: cannot listen (%s / %s): %s\n", net_opts.tcp_listen,
 			net_opts.dns_listen, strerror(-err));

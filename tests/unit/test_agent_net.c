@@ -7,6 +7,7 @@
  * relayed byte for byte with half-close, bulk data with back-pressure, and
  * hostile input from either side. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -435,6 +437,80 @@ static void test_host_refuses(void **state)
 	assert_agent_alive();
 }
 
+/* The RLIMIT_NOFILE at which the agent has exactly `spare` descriptors
+ * left: descriptors are handed out lowest first, so the limit is one past
+ * its spare-th free number.  Read once the set holds still for 300 ms
+ * (streams of earlier tests may still be closing). */
+static rlim_t limit_leaving(int spare)
+{
+	char path[64], seen[1024], last[1024];
+	int same = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)agent_pid);
+	memset(last, 2, sizeof(last));
+	while (same < 3) {
+		DIR *d = opendir(path);
+		struct dirent *e;
+		assert_non_null(d);
+		memset(seen, 0, sizeof(seen));
+		while ((e = readdir(d)))
+			if (e->d_name[0] != '.' && atoi(e->d_name) < (int)sizeof(seen))
+				seen[atoi(e->d_name)] = 1;
+		closedir(d);
+		same = memcmp(seen, last, sizeof(seen)) ? 0 : same + 1;
+		memcpy(last, seen, sizeof(seen));
+		usleep(100 * 1000);
+	}
+	for (int fd = 0; fd < (int)sizeof(seen); fd++)
+		if (!seen[fd] && --spare == 0)
+			return (rlim_t)fd + 1;
+	fail_msg("the agent holds too many descriptors");
+	return 0;
+}
+
+#define FD_RELAYS 4
+/* Out of descriptors (a guest opening connections until the agent's
+ * RLIMIT_NOFILE is used up): the limit is set so that accept() itself
+ * fails with EMFILE while a client waits in the listen queue.  That client
+ * is refused, and once the others close, the agent serves new ones (it
+ * used to retry accept() forever and never serve anything again). */
+static void test_out_of_descriptors(void **state)
+{
+	struct rlimit old, lim;
+	int c[FD_RELAYS], h[FD_RELAYS], extra, fresh, hf;
+	uint8_t m[16];
+	ssize_t n;
+
+	assert_int_equal(prlimit(agent_pid, RLIMIT_NOFILE, NULL, &old), 0);
+	lim = (struct rlimit){ .rlim_cur = limit_leaving(2 * FD_RELAYS), .rlim_max = old.rlim_max };
+	assert_int_equal(prlimit(agent_pid, RLIMIT_NOFILE, &lim, NULL), 0);
+	for (int i = 0; i < FD_RELAYS; i++) {   /* two of the agent's descriptors each */
+		c[i] = tcp_connect(dns_port);
+		h[i] = host_accept(host_dns, 5000);
+		assert_true(h[i] >= 0);
+	}
+	extra = tcp_connect(dns_port);
+	assert_int_equal(wait_readable(extra, 5000), 1);
+	n = read(extra, m, sizeof(m));
+	assert_true(n == 0 || (n < 0 && errno == ECONNRESET));
+	assert_int_equal(host_accept(host_dns, 300), -1);
+	close(extra);
+	for (int i = 0; i < FD_RELAYS; i++) {
+		close(c[i]);
+		close(h[i]);
+	}
+	fresh = tcp_connect(dns_port);
+	hf = host_accept(host_dns, 5000);
+	assert_true(hf >= 0);
+	write_exact(fresh, "k8", 2);
+	read_exact(hf, m, 2);
+	assert_memory_equal(m, "k8", 2);
+	close(fresh);
+	close(hf);
+	assert_int_equal(prlimit(agent_pid, RLIMIT_NOFILE, &old, NULL), 0);
+	assert_agent_alive();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -444,6 +520,7 @@ int main(void)
 		cmocka_unit_test(test_relay_bulk_backpressure),
 		cmocka_unit_test(test_tcp_direct_refused),
 		cmocka_unit_test(test_host_refuses),
+		cmocka_unit_test(test_out_of_descriptors),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	return cmocka_run_group_tests(tests, setup, teardown);
