@@ -25,6 +25,7 @@
 #include "supervisor/approvals.h"
 
 #define STOP_WAIT_MS 3000
+#define REFUSED_LOG_MS 10000   /* at most one "refused" line this often */
 
 struct listener {
 	struct sup_egress *e;
@@ -45,9 +46,11 @@ struct sup_egress {
 	struct egress_ctx dns_ctx, tcp_ctx;
 	struct listener dns, tcp;
 	atomic_int active;          /* connection threads running */
-	pthread_mutex_t lock;       /* stopping, asking */
+	pthread_mutex_t lock;       /* stopping, asking, refused* */
 	bool stopping;
 	int asking;                 /* threads inside approvals_ask */
+	unsigned long refused;      /* at the limit, not yet logged */
+	uint64_t refused_logged_ms; /* when the last such line went out */
 	char sandbox[64];
 	void (*audit)(void *arg, const char *type, cJSON *details);
 	void *audit_arg;
@@ -129,6 +132,36 @@ static void *conn_thread(void *arg)
 	return NULL;
 }
 
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A guest that keeps connecting at the limit must not fill the host's log
+ * (one line per refusal was 2000 lines for one flood): a line at the first
+ * refusal, then at most one per REFUSED_LOG_MS with the count since, and
+ * the rest at stop (force). */
+static void log_refused(struct sup_egress *e, unsigned long more, bool force)
+{
+	uint64_t now = mono_ms();
+	unsigned long n = 0;
+
+	pthread_mutex_lock(&e->lock);
+	e->refused += more;
+	if (e->refused && (force || !e->refused_logged_ms || now - e->refused_logged_ms >= REFUSED_LOG_MS)) {
+		n = e->refused;
+		e->refused = 0;
+		e->refused_logged_ms = now;
+	}
+	pthread_mutex_unlock(&e->lock);
+	if (n)
+		log_err("egress: %lu guest connection(s) refused: %d connections open (at most one such line per %d s)",
+			n, SUP_EGRESS_MAX_CONNS, REFUSED_LOG_MS / 1000);
+}
+
 static void spawn_conn(struct listener *l, int fd)
 {
 	struct sup_egress *e = l->e;
@@ -137,7 +170,7 @@ static void spawn_conn(struct listener *l, int fd)
 	pthread_t t;
 
 	if (atomic_fetch_add(&e->active, 1) >= SUP_EGRESS_MAX_CONNS || !(c = malloc(sizeof(*c)))) {
-		log_err("egress: %s connection refused: %d connections open", l->path, SUP_EGRESS_MAX_CONNS);
+		log_refused(e, 1, false);
 		goto refuse;
 	}
 	c->l = l;
@@ -218,14 +251,6 @@ static void listener_stop(struct listener *l)
 	close(l->fd);
 	l->fd = -1;
 	unlink(l->path);
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* ---- the proxy's callbacks ---- */
@@ -393,6 +418,7 @@ void sup_egress_stop(struct sup_egress *e)
 		return;
 	listener_stop(&e->dns);
 	listener_stop(&e->tcp);
+	log_refused(e, 0, true);
 	if (e->approvals)
 		deny_waiters(e, deadline);
 	pthread_mutex_lock(&e->lock);

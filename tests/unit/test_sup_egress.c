@@ -6,6 +6,7 @@
  * address that is not synthetic refused, and a clean stop.  Also the
  * sandbox config's egress lists (src/supervisor/sandbox.c). */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -232,6 +234,94 @@ static void test_listeners(void **state)
 	pthread_mutex_destroy(&r.lock);
 }
 
+/* One framed DNS query on a new connection to path; true if answered. */
+static bool dns_answered(const char *path)
+{
+	static const uint8_t query[] = {
+		0, 30, 0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0,
+		7, 'a', 'l', 'l', 'o', 'w', 'e', 'd', 4, 't', 'e', 's', 't', 0, 0, 1, 0, 1,
+	};
+	uint8_t buf[600];
+	int d = uconnect(path);
+	bool ok = write(d, query, sizeof(query)) == (ssize_t)sizeof(query) &&
+		  read_some(d, buf, sizeof(buf), 4) >= 4 && buf[2] == 0x12 && buf[3] == 0x34;
+
+	close(d);
+	return ok;
+}
+
+static int count_lines(const char *path, const char *needle)
+{
+	char line[512];
+	int n = 0;
+	FILE *f = fopen(path, "r");
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+#define EXTRA_CONNS 40
+/* A guest holding SUP_EGRESS_MAX_CONNS connections (DNS streams, which
+ * never time out) and connecting again and again: the extra connections
+ * are closed at once, and the host's log gets one line for all of them
+ * (it used to get one each: a guest could fill the host's disk).  Once the
+ * held ones close, a new connection is served within seconds. */
+static void test_conn_limit(void **state)
+{
+	const char *allow[] = { "allowed.test" };
+	char vsock[200], p[240], logf[240], why[256] = "";
+	struct rec r = { .n = 0 };
+	struct sup_egress_opts o = {
+		.sandbox = "t", .state_dir = statedir, .vsock_path = vsock, .allow = allow,
+		.nallow = 1, .audit = record, .audit_arg = &r,
+	};
+	static int held[SUP_EGRESS_MAX_CONNS];
+	struct sup_egress *e = NULL;
+	struct rlimit rl;
+	uint8_t buf[8];
+	int saved, lf, tries;
+
+	/* Both ends of every held connection live in this process. */
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur < 3 * SUP_EGRESS_MAX_CONNS) {
+		rl.rlim_cur = rl.rlim_max;
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
+	assert_true(rl.rlim_cur >= 3 * SUP_EGRESS_MAX_CONNS);
+	clear_policies();
+	pthread_mutex_init(&r.lock, NULL);
+	snprintf(vsock, sizeof(vsock), "%s/vsock.sock", dir);
+	snprintf(p, sizeof(p), "%s_1053", vsock);
+	snprintf(logf, sizeof(logf), "%s/stderr.log", dir);
+	assert_int_equal(sup_egress_start(&o, &e, why, sizeof(why)), 0);
+	lf = open(logf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	assert_true(lf >= 0);
+	saved = dup(2);
+	dup2(lf, 2);
+	for (int i = 0; i < SUP_EGRESS_MAX_CONNS; i++)
+		held[i] = uconnect(p);
+	/* One accept thread, in connect order: these come after the held ones. */
+	for (int i = 0; i < EXTRA_CONNS; i++) {
+		int x = uconnect(p);
+		assert_int_equal(read_some(x, buf, sizeof(buf), 1), 0);
+		close(x);
+	}
+	dup2(saved, 2);
+	close(saved);
+	close(lf);
+	assert_int_equal(count_lines(logf, "refused"), 1);
+	for (int i = 0; i < SUP_EGRESS_MAX_CONNS; i++)
+		close(held[i]);
+	for (tries = 0; tries < 100 && !dns_answered(p); tries++)
+		usleep(100 * 1000);
+	assert_true(tries < 100);
+	sup_egress_stop(e);
+	pthread_mutex_destroy(&r.lock);
+}
+
 /* A secret that does not exist stops the start with its name. */
 static void test_missing_secret(void **state)
 {
@@ -288,6 +378,7 @@ int main(void)
 		cmocka_unit_test(test_policy_layers),
 		cmocka_unit_test(test_policy_errors),
 		cmocka_unit_test(test_listeners),
+		cmocka_unit_test(test_conn_limit),
 		cmocka_unit_test(test_missing_secret),
 		cmocka_unit_test(test_cfg_lists),
 	};
