@@ -33,7 +33,7 @@
 #include "common/log.h"
 #include "common/util.h"
 
-#define ID_SUFFIX ".kosa8-id"
+#define ID_SUFFIX DISK_BASE_ID_SUFFIX
 #define ID_TAG "kosa8-base-id 2"
 #define HASH_CHUNK (1u << 20)
 

@@ -88,8 +88,11 @@ int disk_flush(struct disk *d);
 int disk_snapshot(struct disk *d, const char *new_top, char *err, size_t errlen);
 
 /* The identity recorded for a raw base image: the first 16 bytes of the
- * SHA-256 of its contents, cached in "<path>.kosa8-id" and recomputed when the
- * file's size, inode, device, mtime or ctime differ from the cached ones. */
+ * SHA-256 of its contents, cached in "<path>" DISK_BASE_ID_SUFFIX and
+ * recomputed when the file's size, mtime or ctime differ from the cached
+ * ones (a jailed VMM must see that file too, or it hashes the whole image
+ * on every start). */
+#define DISK_BASE_ID_SUFFIX ".kosa8-id"
 int disk_base_id(const char *path, uint8_t id[16], char *err, size_t errlen);
 
 /* Counters for tests and benchmarks (what the library asked of the kernel). */
