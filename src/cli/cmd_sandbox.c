@@ -25,6 +25,7 @@
 #include "disk/disk.h"
 #include "proxy/policy.h"
 #include "proxy/secrets.h"
+#include "supervisor/ckpt_ops.h"
 #include "supervisor/control.h"
 #include "supervisor/sandbox.h"
 #include "supervisor/supervisor.h"
@@ -83,7 +84,6 @@ static int script_path(const char *script, const char *arg, char *out, size_t le
 	return run_for_last_line(argv, out, len);
 }
 
-static int remove_tree(const char *dir);
 
 /* ---- create ---- */
 
@@ -182,7 +182,7 @@ static int check_egress(const char *cmd, const struct create_opts *o, struct san
 }
 
 /* The --policy file, as it is now, becomes the sandbox's own policy. */
-static int copy_policy(const char *from, const char *dir)
+int cli_copy_policy(const char *from, const char *dir)
 {
 	char path[PATH_MAX + 16];
 	uint8_t *buf = NULL;
@@ -261,8 +261,8 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 		rmdir(rm);
 		return cli_fail(cmd, "cannot create the sandbox's disk: %s", err_msg);
 	}
-	if (o->policy && copy_policy(o->policy, dir) < 0) {
-		remove_tree(dir);
+	if (o->policy && cli_copy_policy(o->policy, dir) < 0) {
+		cli_remove_tree(dir);
 		return cli_fail(cmd, "cannot copy the policy %s into the sandbox", o->policy);
 	}
 	return 0;
@@ -283,7 +283,7 @@ int cmd_create(int argc, char **argv)
 
 /* ---- start / stop ---- */
 
-static int start_sandbox(const char *cmd, const char *name)
+int cli_start_sandbox(const char *cmd, const char *name)
 {
 	char self[PATH_MAX], line[512], dir[PATH_MAX];
 	struct sandbox_cfg cfg;
@@ -332,7 +332,7 @@ int cmd_start(int argc, char **argv)
 {
 	if (argc != 2)
 		return cli_fail("start", "%s", "usage: kosa8 start NAME"), 2;
-	return start_sandbox("start", argv[1]);
+	return cli_start_sandbox("start", argv[1]);
 }
 
 static int stop_sandbox(const char *cmd, const char *name)
@@ -371,7 +371,7 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
 }
 
 /* rm -rf of a sandbox's state directory (depth first, links not followed). */
-static int remove_tree(const char *dir)
+int cli_remove_tree(const char *dir)
 {
 	return nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) < 0 ? -errno : 0;
 }
@@ -380,19 +380,23 @@ int cmd_rm(int argc, char **argv)
 {
 	bool force = argc == 3 && !strcmp(argv[1], "-f");
 	const char *name = argv[argc - 1];
-	char dir[PATH_MAX];
+	char dir[PATH_MAX], child[SANDBOX_NAME_MAX + 1];
 	struct sandbox_cfg cfg;
 
 	if (argc < 2 || argc > 3 || (argc == 3 && !force))
 		return cli_fail("rm", "%s", "usage: kosa8 rm [-f] NAME"), 2;
 	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
 		return cli_fail("rm", "no sandbox named '%s'", name);
+	/* Forks read this sandbox's checkpoint files. */
+	if (ckpt_live_fork(dir, NULL, child, sizeof(child)))
+		return cli_fail("rm", "sandbox '%s' has forks that run from its checkpoints ('%s'): kosa8 rm them first",
+				name, child);
 	if (sandbox_running(name)) {
 		if (!force)
 			return cli_fail("rm", "sandbox '%s' is running: stop it first, or use rm -f", name);
 		stop_sandbox("rm", name);
 	}
-	if (remove_tree(dir) < 0)
+	if (cli_remove_tree(dir) < 0)
 		return cli_fail("rm", "cannot remove %s: %s", dir, strerror(errno));
 	return 0;
 }
@@ -756,7 +760,7 @@ int cmd_run(int argc, char **argv)
 		return cli_fail("run", "%s", "usage: kosa8 run [--name N] [--image I] [--cpus N] [--mem SIZE] [--workspace DIR] [--allow HOST[:PORT]]... [--policy FILE] [--secret NAME]... [--rm] -- CMD..."), 2;
 	if (create_sandbox("run", &o, name, sizeof(name)))
 		return 125;
-	if (start_sandbox("run", name)) {
+	if (cli_start_sandbox("run", name)) {
 		if (o.rm) {
 			char *rmv[] = {"rm", name, NULL};
 			cmd_rm(2, rmv);

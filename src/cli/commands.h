@@ -30,6 +30,17 @@ int cmd_secret(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
 int cmd_approvals(int argc, char **argv);
 int cmd_vmctl(int argc, char **argv);
+int cmd_checkpoint(int argc, char **argv);
+int cmd_checkpoints(int argc, char **argv);
+int cmd_rewind(int argc, char **argv);
+int cmd_fork(int argc, char **argv);
+
+/* Shared by the sandbox commands (cmd_sandbox.c): start NAME's supervisor
+ * and wait until the sandbox runs; copy a policy file into a state dir;
+ * rm -rf a state dir.  The first prints its error and returns 1. */
+int cli_start_sandbox(const char *cmd, const char *name);
+int cli_copy_policy(const char *from, const char *dir);
+int cli_remove_tree(const char *dir);
 
 /* "kosa8 CMD: <message>" on stderr; returns 1 (the commands' error status). */
 __attribute__((format(printf, 2, 3)))

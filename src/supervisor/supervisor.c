@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -17,16 +18,21 @@
 #include "audit/audit.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "supervisor/ckpt_ops.h"
 #include "supervisor/control.h"
 #include "supervisor/egress.h"
 #include "supervisor/sandbox.h"
 #include "vmm/seccomp.h"
+#include "vmm/vm.h"
 
 struct supervisor {
 	struct sandbox_cfg cfg;
 	char state_dir[PATH_MAX], run_dir[PATH_MAX];
 	char vm_dir[PATH_MAX];  /* run_dir/vm: all the jailed VMM sees of the host */
 	char vsock_path[PATH_MAX], control_path[PATH_MAX];
+	char vm_ctl[PATH_MAX];     /* the VMM's control socket, in vm/ */
+	char ckpt_dir[PATH_MAX];   /* state_dir/checkpoints: the VMM's --checkpoint-dir */
+	const char *self;          /* the kosa8 binary */
 	struct audit_log *audit;
 	struct sup_egress *egress;
 	char why[512];             /* a start-up failure, for `kosa8 start` */
@@ -91,21 +97,72 @@ static void report_seccomp(struct supervisor *s, int status, cJSON *details)
 	cJSON_AddStringToObject(details, "vmm_seccomp", last[0] ? last : "unknown");
 }
 
-static int spawn_vmm(struct supervisor *s, const char *self)
+/* Arguments of the jailed VMM: a new boot of the sandbox's current disk, or
+ * (restore) a run from a checkpoint on the delta made for it. */
+static int vmm_argv(struct supervisor *s, const char *restore, const char *top, const char **argv,
+		    char (*buf)[PATH_MAX])
 {
-	char disk[PATH_MAX], console[PATH_MAX], mem[32], cpus[16], cmdline[256];
-	int out;
+	struct ckpt_meta cur;
+	char err[256];
+	int n = 0, rc;
 
-	sandbox_path(disk, sizeof(disk), s->state_dir, "disk.k8d");
-	sandbox_path(console, sizeof(console), s->state_dir, "console.log");
-	snprintf(mem, sizeof(mem), "%lluK", (unsigned long long)(s->cfg.mem / 1024));
-	snprintf(cpus, sizeof(cpus), "%d", s->cfg.cpus);
-	snprintf(cmdline, sizeof(cmdline),
+	if (!top) {
+		if ((rc = ckpt_current(s->state_dir, &cur, err, sizeof(err)))) {
+			log_err("%s", err);
+			return rc;
+		}
+		snprintf(buf[0], PATH_MAX, "%s", cur.top);
+		ckpt_meta_free(&cur);
+		top = buf[0];
+	}
+	snprintf(buf[1], PATH_MAX, "%lluK", (unsigned long long)(s->cfg.mem / 1024));
+	snprintf(buf[2], PATH_MAX, "%d", s->cfg.cpus);
+	snprintf(buf[3], PATH_MAX,
 		 "root=/dev/vda rw rootfstype=ext4 init=/usr/sbin/kosa8-agent kosa8.hostname=%s kosa8.net=on quiet",
 		 s->cfg.name);
+	argv[n++] = s->self;
+	argv[n++] = "vm";
+	argv[n++] = "--no-emulate";
+	/* Jailed: the VMM sees the kernel, the disk's layers, the vm/
+	 * directory of its sockets and the checkpoint directory, nothing else
+	 * (vmm/jail.h). */
+	argv[n++] = "--jail";
+	argv[n++] = "--checkpoint-dir";
+	argv[n++] = s->ckpt_dir;
+	argv[n++] = "--control";
+	argv[n++] = s->vm_ctl;
+	argv[n++] = "--disk";
+	argv[n++] = top;
+	argv[n++] = "--vsock";
+	argv[n++] = s->vsock_path;
+	if (restore) {
+		argv[n++] = "--restore";
+		argv[n++] = restore;
+	} else {
+		const char *rest[] = {"--kernel", s->cfg.kernel, "--mem", buf[1], "--cpus", buf[2],
+				      "--cmdline", buf[3]};
+		memcpy(argv + n, rest, sizeof(rest));
+		n += (int)ARRAY_SIZE(rest);
+	}
+	argv[n] = NULL;
+	return 0;
+}
+
+static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
+{
+	char console[PATH_MAX], buf[4][PATH_MAX];
+	const char *argv[32];
+	int out, rc;
+
+	if ((rc = vmm_argv(s, restore, top, argv, buf)))
+		return rc;
+	sandbox_path(console, sizeof(console), s->state_dir, "console.log");
 	out = open(console, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (out < 0)
 		return -errno;
+	/* A VMM killed hard leaves its sockets behind; the next one binds them. */
+	unlink(s->vm_ctl);
+	unlink(s->vsock_path);
 	s->vmm = fork();
 	if (s->vmm < 0) {
 		close(out);
@@ -116,15 +173,22 @@ static int spawn_vmm(struct supervisor *s, const char *self)
 		dup2(null, 0);
 		dup2(out, 1);
 		dup2(out, 2);
-		/* Jailed: the VMM sees the kernel, the disk's layers and the
-		 * vm/ directory of vsock sockets, nothing else (vmm/jail.h). */
-		execl(self, self, "vm", "--no-emulate", "--jail", "--kernel", s->cfg.kernel, "--disk", disk,
-		      "--vsock", s->vsock_path, "--mem", mem, "--cpus", cpus, "--cmdline", cmdline,
-		      (char *)NULL);
+		execv(s->self, (char *const *)argv);
 		_exit(127);
 	}
 	close(out);
 	return 0;
+}
+
+int supervisor_boot_timeout_ms(void)
+{
+	const char *v = getenv("KOSA8_BOOT_TIMEOUT");
+	char *end;
+	long n = v ? strtol(v, &end, 10) : 0;
+
+	if (!v || *end || n < 10 || n > 7200)
+		return 300 * 1000;
+	return (int)n * 1000;
 }
 
 /* Polls the agent until it answers a ping or the VMM dies. */
@@ -151,6 +215,65 @@ static int wait_for_agent(struct supervisor *s)
 		usleep(200 * 1000);
 	}
 	return -ETIMEDOUT;
+}
+
+/* After a run from a checkpoint the guest's clock, RNG and (for a fork)
+ * identity are the checkpoint's: two forks would draw the same random
+ * numbers and share a host name and machine-id.  The agent runs this as
+ * root: host entropy written into the pool and the CRNG reseeded from it
+ * (RNDRESEEDCRNG, _IO('R', 7), through python3: the image has it, busybox
+ * tools have no ioctl), the wall clock set from the host, and for a fork the
+ * sandbox's own name and a new machine-id.  Processes keep what they drew
+ * before (a userspace RNG seeded earlier stays the same in every fork). */
+static const char fixup_script[] =
+	"printf %s \"$K8_SEED\" >/dev/urandom || exit 1\n"
+	"python3 -c 'import fcntl,os; fcntl.ioctl(os.open(\"/dev/urandom\", os.O_WRONLY), 0x5207)' || exit 2\n"
+	"date -s \"@$K8_TIME\" >/dev/null || exit 3\n"
+	"[ -z \"$K8_NAME\" ] && exit 0\n"
+	"hostname \"$K8_NAME\" && printf '%s\\n' \"$K8_NAME\" >/etc/hostname &&\n"
+	"printf '%s\\n' \"$K8_MACHINE_ID\" >/etc/machine-id || exit 4\n";
+
+static void hex(char *out, const uint8_t *in, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", in[i]);
+}
+
+static int guest_fixup(struct supervisor *s, bool new_identity)
+{
+	uint8_t seed[64], mid[16];
+	char env_seed[16 + 2 * sizeof(seed)], env_time[32], env_name[16 + SANDBOX_NAME_MAX],
+		env_mid[32 + 2 * sizeof(mid)];
+	const char *argv[] = {"/bin/sh", "-c", fixup_script, NULL};
+	const char *env[] = {env_seed, env_time, env_name, env_mid, NULL};
+	struct agent_exec_opts o = AGENT_EXEC_OPTS_INIT;
+	struct agent_client *c = NULL;
+	struct agent_exit x = {0};
+	int err;
+
+	if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed) ||
+	    getrandom(mid, sizeof(mid), 0) != (ssize_t)sizeof(mid))
+		return -EIO;
+	memcpy(env_seed, "K8_SEED=", 8);
+	hex(env_seed + 8, seed, sizeof(seed));
+	snprintf(env_time, sizeof(env_time), "K8_TIME=%lld", (long long)time(NULL));
+	snprintf(env_name, sizeof(env_name), "K8_NAME=%s", new_identity ? s->cfg.name : "");
+	memcpy(env_mid, "K8_MACHINE_ID=", 14);
+	hex(env_mid + 14, mid, sizeof(mid));
+	o.argv = argv;
+	o.env = env;
+	o.user = "root";
+	if ((err = agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c)) == 0 &&
+	    (err = agent_exec(c, &o, &x)) == 0 && (x.signaled || x.code))
+		err = -EIO;
+	if (err)
+		log_err("setting the guest's clock, RNG and identity after the restore: %s (status %d)",
+			c ? agent_client_error(c) : strerror(-err), x.code);
+	if (c)
+		agent_client_close(c);
+	explicit_bzero(seed, sizeof(seed));
+	explicit_bzero(env_seed, sizeof(env_seed));
+	return err;
 }
 
 static int copy_workspace(struct supervisor *s)
@@ -323,6 +446,142 @@ static void request_stop(struct supervisor *s)
 		agent_client_close(c);
 }
 
+/* ---- checkpoints (ckpt_ops.h) ---- */
+
+static const char *req_str(const cJSON *req, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, key);
+
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static void handle_take(struct supervisor *s, int fd, const cJSON *req)
+{
+	const char *msg = req_str(req, "message");
+	struct ckpt_meta m;
+	char err[600] = "";
+	cJSON *d, *r;
+
+	if (msg && !ckpt_message_valid(msg)) {
+		reply_error(fd, "the message is too long (511 bytes) or has control characters");
+		return;
+	}
+	if (ckpt_take(s->state_dir, s->vm_ctl, msg, &m, err, sizeof(err))) {
+		log_err("checkpoint: %s", err);
+		reply_error(fd, err);
+		return;
+	}
+	d = cJSON_CreateObject();
+	cJSON_AddStringToObject(d, "id", m.id);
+	cJSON_AddStringToObject(d, "parent", m.parent);
+	cJSON_AddStringToObject(d, "message", m.message);
+	cJSON_AddNumberToObject(d, "memory_bytes", (double)m.memory_bytes);
+	cJSON_AddNumberToObject(d, "paused_ms", m.paused_ms);
+	r = cJSON_Duplicate(d, true);
+	audit(s, "user", "checkpoint.create", d);
+	reply_ok(fd, r, -1);
+	ckpt_meta_free(&m);
+}
+
+/* Ends the running VMM now (its state is thrown away by the rewind). */
+static void kill_vmm(struct supervisor *s)
+{
+	char answer[256];
+
+	if (s->vmm <= 0)
+		return;
+	if (vm_control_call(s->vm_ctl, "stop", answer, sizeof(answer), 10000))
+		kill(s->vmm, SIGKILL);
+	for (int i = 0; i < 300; i++) {
+		if (waitpid(s->vmm, NULL, WNOHANG) == s->vmm) {
+			s->vmm = -1;
+			return;
+		}
+		if (i == 100)
+			kill(s->vmm, SIGKILL);
+		usleep(100 * 1000);
+	}
+	kill(s->vmm, SIGKILL);
+	waitpid(s->vmm, NULL, 0);
+	s->vmm = -1;
+}
+
+static void handle_rewind(struct supervisor *s, int fd, const cJSON *req)
+{
+	const char *id = req_str(req, "id");
+	char dir[PATH_MAX], top[PATH_MAX], err[600] = "";
+	uint64_t t0 = now_ms(), freed = 0;
+	cJSON *d;
+	int rc;
+
+	if (!id) {
+		reply_error(fd, "rewind needs a checkpoint id");
+		return;
+	}
+	/* Everything that can be checked is checked before the VM is touched:
+	 * a damaged checkpoint leaves the sandbox running as it was. */
+	if (ckpt_rewind_prepare(s->state_dir, id, dir, sizeof(dir), top, sizeof(top), err,
+				sizeof(err))) {
+		reply_error(fd, err);
+		return;
+	}
+	kill_vmm(s);
+	d = cJSON_CreateObject();
+	cJSON_AddStringToObject(d, "id", id);
+	if ((rc = spawn_vmm(s, dir, top)) || (rc = wait_for_agent(s))) {
+		snprintf(err, sizeof(err), "the VM did not run from checkpoint %s (see 'kosa8 logs'): %s",
+			 id, strerror(-rc));
+		log_err("%s", err);
+		cJSON_AddStringToObject(d, "error", err);
+		audit(s, "user", "checkpoint.rewind_failed", d);
+		reply_error(fd, err);
+		if (s->vmm > 0) {
+			kill(s->vmm, SIGKILL);
+			waitpid(s->vmm, NULL, 0);
+		}
+		s->vmm = -1; /* the sandbox has stopped */
+		return;
+	}
+	guest_fixup(s, false); /* logged; the rewind stands without it */
+	rc = ckpt_rewind_commit(s->state_dir, id, top, &freed);
+	if (rc)
+		log_err("rewind: cannot record the new disk: %s", strerror(-rc));
+	cJSON_AddNumberToObject(d, "freed_bytes", (double)freed);
+	cJSON_AddNumberToObject(d, "ms", (double)(now_ms() - t0));
+	audit(s, "user", "checkpoint.rewind", cJSON_Duplicate(d, true));
+	reply_ok(fd, d, -1);
+}
+
+static void handle_remove(struct supervisor *s, int fd, const cJSON *req)
+{
+	const char *id = req_str(req, "id");
+	char err[600] = "";
+	uint64_t freed = 0;
+	cJSON *d;
+
+	if (!id || ckpt_remove(s->state_dir, id, &freed, err, sizeof(err))) {
+		reply_error(fd, id ? err : "checkpoint rm needs an id");
+		return;
+	}
+	d = cJSON_CreateObject();
+	cJSON_AddStringToObject(d, "id", id);
+	cJSON_AddNumberToObject(d, "freed_bytes", (double)freed);
+	audit(s, "user", "checkpoint.rm", cJSON_Duplicate(d, true));
+	reply_ok(fd, d, -1);
+}
+
+static void handle_checkpoint_op(struct supervisor *s, int fd, const char *op, const cJSON *req)
+{
+	if (!strcmp(op, "checkpoint"))
+		handle_take(s, fd, req);
+	else if (!strcmp(op, "rewind"))
+		handle_rewind(s, fd, req);
+	else if (!strcmp(op, "checkpoint.rm"))
+		handle_remove(s, fd, req);
+	else
+		reply_error(fd, "unknown op");
+}
+
 static void handle_client(struct supervisor *s, int fd)
 {
 	cJSON *req = NULL;
@@ -344,6 +603,9 @@ static void handle_client(struct supervisor *s, int fd)
 	} else if (!strcmp(op->valuestring, "stop")) {
 		request_stop(s);
 		reply_ok(fd, NULL, -1);
+	} else if (!strncmp(op->valuestring, "checkpoint", 10) ||
+		   !strcmp(op->valuestring, "rewind")) {
+		handle_checkpoint_op(s, fd, op->valuestring, req);
 	} else if (control_serve_approvals(sup_egress_approvals(s->egress), fd, req)) {
 		/* approvals.list / approvals.answer */
 	} else {
@@ -380,6 +642,9 @@ static int setup(struct supervisor *s, const char *name, const char **why)
 	    (err = sandbox_path(s->vm_dir, sizeof(s->vm_dir), s->run_dir, "vm")) ||
 	    (err = mkdir_p(s->vm_dir, 0700)) ||
 	    (err = sandbox_path(s->vsock_path, sizeof(s->vsock_path), s->vm_dir, "vsock.sock")) ||
+	    (err = sandbox_path(s->vm_ctl, sizeof(s->vm_ctl), s->vm_dir, "ctl.sock")) ||
+	    (err = sandbox_path(s->ckpt_dir, sizeof(s->ckpt_dir), s->state_dir, CKPT_DIR)) ||
+	    (err = mkdir_p(s->ckpt_dir, 0700)) ||
 	    (err = sandbox_path(s->control_path, sizeof(s->control_path), s->run_dir, "control.sock"))) {
 		*why = "cannot create the sandbox's runtime directory";
 		return err;
@@ -435,16 +700,53 @@ static void event_loop(struct supervisor *s)
 	}
 }
 
+/* What a fork's first record says: where it came from, and the log's
+ * signed head at that moment (its parent's history up to the fork). */
+static cJSON *fork_origin(struct supervisor *s, const struct ckpt_fork *f)
+{
+	struct audit_head head;
+	char root[2 * sizeof(head.root) + 1];
+	cJSON *d = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(d, "fork_of", f->parent);
+	cJSON_AddStringToObject(d, "checkpoint", f->id);
+	if (s->audit && audit_log_sign_head(s->audit, &head) == 0) {
+		hex(root, head.root, sizeof(head.root));
+		cJSON_AddNumberToObject(d, "parent_head_size", (double)head.size);
+		cJSON_AddStringToObject(d, "parent_head_root", root);
+	}
+	return d;
+}
+
+/* A fork's first start ran from its parent's checkpoint: it takes its own
+ * identity; later starts boot its own disk. */
+static int fork_started(struct supervisor *s, const struct ckpt_fork *f)
+{
+	cJSON *d;
+	int err;
+
+	if ((err = guest_fixup(s, true)))
+		return err;
+	d = cJSON_CreateObject();
+	cJSON_AddStringToObject(d, "hostname", s->cfg.name);
+	audit(s, "supervisor", "sandbox.fork_identity", d);
+	if ((err = ckpt_fork_done(s->state_dir)))
+		log_err("fork.json: %s", strerror(-err));
+	return 0;
+}
+
 int supervisor_main(const char *self, const char *name, int ready_fd)
 {
 	struct supervisor s;
-	const char *why = NULL;
+	struct ckpt_fork fork;
+	const char *why = NULL, *restore = NULL;
 	struct sigaction sa;
 	int err;
 
 	memset(&s, 0, sizeof(s));
 	s.listen_fd = -1;
 	s.vmm = -1;
+	s.self = self;
 	if (pipe2(s.sigchld_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
 		return -errno;
 	sigchld_wfd = s.sigchld_pipe[1];
@@ -456,8 +758,14 @@ int supervisor_main(const char *self, const char *name, int ready_fd)
 
 	if ((err = setup(&s, name, &why)))
 		goto fail;
-	audit(&s, "supervisor", "sandbox.start", NULL);
-	if ((err = spawn_vmm(&s, self))) {
+	if ((err = ckpt_fork_load(s.state_dir, &fork)) == 0) {
+		restore = fork.restore;
+	} else if (err != -ENOENT) {
+		why = "the sandbox's fork.json is damaged";
+		goto fail;
+	}
+	audit(&s, "supervisor", "sandbox.start", restore ? fork_origin(&s, &fork) : NULL);
+	if ((err = spawn_vmm(&s, restore, NULL))) {
 		why = "cannot start the VMM";
 		goto fail;
 	}
@@ -465,6 +773,10 @@ int supervisor_main(const char *self, const char *name, int ready_fd)
 	if (err) {
 		why = err == -ECHILD ? "the VM stopped while booting (see 'kosa8 logs')" :
 				       "the guest agent did not answer in time (see 'kosa8 logs')";
+		goto fail;
+	}
+	if (restore && (err = fork_started(&s, &fork))) {
+		why = "the fork did not take its own identity (see the supervisor log)";
 		goto fail;
 	}
 	if ((err = install_guest_ca(&s, sup_egress_ca_pem(s.egress)))) {

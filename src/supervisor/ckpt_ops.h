@@ -1,0 +1,75 @@
+/* Checkpoint, rewind and checkpoint rm on disk (checkpoints.h for the
+ * layout).  Each returns 0 or -errno with a one-line reason in err. */
+#ifndef KOSA8_SUPERVISOR_CKPT_OPS_H
+#define KOSA8_SUPERVISOR_CKPT_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "supervisor/checkpoints.h"
+
+/* How long the VMM may take to write a checkpoint (a large guest under
+ * software emulation is slow). */
+#define CKPT_VMM_TIMEOUT_MS (300 * 1000)
+
+/* state_dir/checkpoints/<id> into buf. */
+int ckpt_dir_of(char *buf, size_t len, const char *state_dir, const char *id);
+/* current.json, or the sandbox's first delta when there is none. */
+int ckpt_current(const char *state_dir, struct ckpt_meta *cur, char *err, size_t errlen);
+
+/* Asks the VMM at vm_ctl for a checkpoint with the next id, records it and
+ * moves current.json to the new delta.  *out gets the record. */
+int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
+	      struct ckpt_meta *out, char *err, size_t errlen);
+
+/* Checks that checkpoint id loads (a damaged one is refused here, before
+ * the running VM is touched) and creates the delta the restored VM will
+ * write to, over the checkpoint's frozen disk. */
+int ckpt_rewind_prepare(const char *state_dir, const char *id, char *restore_dir, size_t rlen,
+			char *new_top, size_t tlen, char *err, size_t errlen);
+/* After the VM runs from the checkpoint: records new_top as the current
+ * disk and deletes the delta written since (*freed: its bytes). */
+int ckpt_rewind_commit(const char *state_dir, const char *id, const char *new_top,
+		       uint64_t *freed);
+
+/* Deletes checkpoint id: its memory and state, and its frozen disk delta
+ * unless the current disk or another checkpoint stands on it.  Children are
+ * re-parented.  *freed: bytes given back. */
+int ckpt_remove(const char *state_dir, const char *id, uint64_t *freed, char *err, size_t errlen);
+
+/* ---- forks ----
+ * A fork is a new sandbox that runs from another sandbox's checkpoint: its
+ * own delta over the checkpoint's frozen disk chain, the checkpoint's memory
+ * mapped copy-on-write.  It reads the parent's files, so the parent keeps
+ * them: state_dir/ckmeta/<id>.forks/<child> pins checkpoint id for child,
+ * and checkpoint rm and rm of the parent are refused while a pinned child
+ * exists.  The child's state dir holds fork.json until its first start has
+ * run from the checkpoint. */
+#define CKPT_FORK_FILE "fork.json"
+
+struct ckpt_fork {
+	char parent[64];            /* the parent sandbox's name */
+	char id[CKPT_ID_LEN];       /* its checkpoint */
+	char restore[PATH_MAX];     /* that checkpoint's directory */
+};
+
+/* Sets up child_dir (which exists, the child's sandbox.json aside) to run
+ * from checkpoint id of the sandbox in parent_dir: its disk.k8d over the
+ * checkpoint's chain, fork.json, the pin. */
+int ckpt_fork_prepare(const char *parent_dir, const char *parent, const char *id,
+		      const char *child_dir, const char *child, char *err, size_t errlen);
+/* fork.json of a sandbox: 0, -ENOENT when it is no (new) fork, -EBADMSG. */
+int ckpt_fork_load(const char *state_dir, struct ckpt_fork *f);
+/* After the first run from the checkpoint: fork.json becomes forked.json
+ * (kept for the record; a later start boots the fork's own disk). */
+int ckpt_fork_done(const char *state_dir);
+/* The first child (in buf) of a fork that still exists and runs from
+ * checkpoint id (NULL: any checkpoint) of the sandbox in state_dir: 1, or 0
+ * when there is none.  Pins of children that are gone are removed. */
+int ckpt_live_fork(const char *state_dir, const char *id, char *buf, size_t len);
+
+/* Bytes a checkpoint's memory and state files take; *disk_bytes those of
+ * its frozen delta. */
+uint64_t ckpt_size(const char *state_dir, const struct ckpt_meta *m, uint64_t *disk_bytes);
+
+#endif

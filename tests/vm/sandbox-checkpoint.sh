@@ -1,0 +1,155 @@
+# Sandbox checkpoints (sourced by tests/vm/run-all): kosa8 checkpoint,
+# checkpoints, rewind and checkpoint rm on one sandbox boot, with the VMM
+# jailed and under its seccomp filter as every sandbox's is.
+#
+# Uses run-all's WORK, ok, not_ok; CKB (default build/kosa8) is the binary.
+
+ck_sb() { KOSA8_STATE_DIR=$WORK/ckstate timeout -k 5 600 "${CKB:-build/kosa8}" "$@" </dev/null; }
+ck_x() { ck_sb exec ck -- sh -c "$1" 2>>"$WORK/out"; }
+ck_in() { ck_sb exec "$1" -- sh -c "$2" 2>>"$WORK/out"; }
+
+# Static checks first (no boot): a sandbox that does not run.
+test_sandbox_checkpoint_errors() {
+	ck_sb checkpoint nosuch >"$WORK/out" 2>&1
+	if [ $? -eq 0 ] || ! grep -q "is not running" "$WORK/out"; then
+		not_ok sandbox-checkpoint-error-not-running "want 'is not running'"
+	else
+		ok sandbox-checkpoint-error-not-running
+	fi
+}
+
+# Two forks of the running sandbox from c1 (files as they were at c1, the
+# counter process of c1 alive): each its own name, machine-id and random
+# numbers, files written in one seen in neither the other nor the parent;
+# the parent and c1 cannot be removed while they stand on them; the fork's
+# first audit record names its parent and the log's signed head.
+test_sandbox_fork() {
+	local name=sandbox-fork-two-diverge pid1=$1 f r1 r2 m1 m2 m0 t0
+	t0=$(date +%s)
+	ck_sb fork ck c1 --name ckf --count 2 >"$WORK/fork.out" 2>>"$WORK/out" || { ck_fail "$name" "fork failed"; return 1; }
+	echo "  fork of c1, two children: $(($(date +%s) - t0)) s"
+	[ "$(tr '\n' ' ' <"$WORK/fork.out")" = "ckf-1 ckf-2 " ] || { ck_fail "$name" "fork printed '$(cat "$WORK/fork.out")'"; return 1; }
+	for f in ckf-1 ckf-2; do
+		[ "$(ck_in $f 'cat /workspace/f')" = before ] || { ck_fail "$name" "$f: /workspace/f is not c1's 'before'"; return 1; }
+		ck_in $f 'test ! -e /workspace/g' || { ck_fail "$name" "$f: /workspace/g (written after c1) is there"; return 1; }
+		ck_in $f "kill -0 $pid1" || { ck_fail "$name" "$f: c1's counter process (pid $pid1) is not running"; return 1; }
+		[ "$(ck_in $f hostname)" = $f ] || { ck_fail "$name" "$f: hostname '$(ck_in $f hostname)'"; return 1; }
+	done
+	ck_in ckf-1 'echo one >/workspace/only1' || { ck_fail "$name" "write in ckf-1 failed"; return 1; }
+	ck_in ckf-2 'test ! -e /workspace/only1' || { ck_fail "$name" "ckf-1's file is seen in ckf-2"; return 1; }
+	ck_x 'test ! -e /workspace/only1' || { ck_fail "$name" "ckf-1's file is seen in the parent"; return 1; }
+	r1=$(ck_in ckf-1 'head -c 16 /dev/urandom | od -An -tx1')
+	r2=$(ck_in ckf-2 'head -c 16 /dev/urandom | od -An -tx1')
+	echo "  /dev/urandom: ckf-1 $r1 / ckf-2 $r2"
+	[ -n "$r1" ] && [ "$r1" != "$r2" ] || { ck_fail "$name" "the forks drew the same random bytes"; return 1; }
+	m0=$(ck_x 'cat /etc/machine-id'); m1=$(ck_in ckf-1 'cat /etc/machine-id'); m2=$(ck_in ckf-2 'cat /etc/machine-id')
+	[ -n "$m1" ] && [ "$m1" != "$m2" ] && [ "$m1" != "$m0" ] || { ck_fail "$name" "machine-ids: parent '$m0', forks '$m1' '$m2'"; return 1; }
+	ok "$name"
+
+	name=sandbox-fork-pins-parent-audit
+	ck_sb rm -f ck >"$WORK/rm.out" 2>&1 && { ck_fail "$name" "rm of the parent was allowed"; return 1; }
+	grep -q "has forks" "$WORK/rm.out" || { ck_fail "$name" "rm said '$(cat "$WORK/rm.out")'"; return 1; }
+	ck_sb checkpoint rm ck c1 >"$WORK/rm.out" 2>&1 && { ck_fail "$name" "checkpoint rm of c1 was allowed"; return 1; }
+	grep -q "was forked from" "$WORK/rm.out" || { ck_fail "$name" "checkpoint rm said '$(cat "$WORK/rm.out")'"; return 1; }
+	KOSA8_STATE_DIR=$WORK/ckstate "${CKB:-build/kosa8}" audit show --json --sandbox ckf-1 --type sandbox.start >"$WORK/audit.out" 2>&1
+	grep -q '"fork_of":"ck"' "$WORK/audit.out" && grep -q '"parent_head_root":"[0-9a-f]\{64\}"' "$WORK/audit.out" ||
+		{ ck_fail "$name" "no sandbox.start record naming the parent and its head: $(head -c 300 "$WORK/audit.out")"; return 1; }
+	ck_sb rm -f ckf-1 >/dev/null 2>&1; ck_sb rm -f ckf-2 >/dev/null 2>&1
+	ck_sb rm ckf-1 >/dev/null 2>&1
+	ok "$name"
+}
+
+# The counter is a process started before the checkpoint: its count lives
+# in its memory (a shell variable) and is shown in /tmp/count.
+ck_start_counter() {
+	ck_x 'setsid sh -c '\''n=0; while :; do n=$((n+1)); echo $n >/tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done'\'' </dev/null >/dev/null 2>&1 & echo $! >/tmp/counter.pid'
+}
+
+ck_fail() {
+	not_ok "$1" "$2"
+	echo "  --- supervisor log / console (last lines) ---"
+	tail -15 "$WORK/ckstate/sandboxes/ck/supervisor.log" 2>/dev/null | sed 's/^/  | /'
+	tail -25 "$WORK/ckstate/sandboxes/ck/console.log" 2>/dev/null | sed 's/^/  | /'
+	ls -la "$WORK/ckstate/sandboxes/ck/" "$WORK/ckstate/sandboxes/ck/checkpoints" 2>&1 | sed 's/^/  | /'
+	ck_sb rm -f ck >/dev/null 2>&1
+}
+
+test_sandbox_checkpoint() {
+	local name=sandbox-checkpoint-rewind-files-processes c0 c1 vb va pid1 pid2 id id2 t0
+	rm -rf "$WORK/ckstate" && mkdir -p "$WORK/ckstate"
+	: >"$WORK/out"
+	ck_sb create --name ck >>"$WORK/out" 2>&1 || { ck_fail "$name" "create failed"; return; }
+	t0=$(date +%s)
+	ck_sb start ck >>"$WORK/out" 2>&1 || { ck_fail "$name" "start failed"; return; }
+	echo "  sandbox start: $(($(date +%s) - t0)) s"
+	ck_x 'echo before >/workspace/f' && ck_start_counter || { ck_fail "$name" "exec failed"; return; }
+	sleep 3
+	pid1=$(ck_x 'cat /tmp/counter.pid')
+	c0=$(ck_x 'cat /tmp/count')
+	t0=$(date +%s)
+	id=$(ck_sb checkpoint ck -m "first one" 2>>"$WORK/out") || { ck_fail "$name" "checkpoint failed"; return; }
+	echo "  checkpoint $id at count >= $c0: $(($(date +%s) - t0)) s"
+	[ "$id" = c1 ] || { ck_fail "$name" "checkpoint id '$id', want c1"; return; }
+	# After the checkpoint: the file changes, a new file and a new process.
+	ck_x 'echo after >/workspace/f; echo new >/workspace/g; setsid sleep 100000 </dev/null >/dev/null 2>&1 & echo $! >/tmp/p2.pid' ||
+		{ ck_fail "$name" "exec after the checkpoint failed"; return; }
+	pid2=$(ck_x 'cat /tmp/p2.pid')
+	sleep 20
+	vb=$(ck_x 'cat /tmp/count')
+	t0=$(date +%s)
+	ck_sb rewind ck c1 >>"$WORK/out" 2>&1 || { ck_fail "$name" "rewind failed"; return; }
+	echo "  rewind: $(($(date +%s) - t0)) s"
+	va=$(ck_x 'cat /tmp/count')
+	echo "  counter: $c0 at the checkpoint, $vb before the rewind, $va after"
+	[ "$(ck_x 'cat /workspace/f')" = before ] || { ck_fail "$name" "/workspace/f is not back to 'before'"; return; }
+	ck_x 'test ! -e /workspace/g' || { ck_fail "$name" "/workspace/g written after the checkpoint is still there"; return; }
+	ck_x "kill -0 $pid1" || { ck_fail "$name" "the counter process (pid $pid1) did not survive the rewind"; return; }
+	ck_x "test ! -e /proc/$pid2" || { ck_fail "$name" "the process started after the checkpoint (pid $pid2) is still there"; return; }
+	if [ -z "$va" ] || [ "$va" -lt "$c0" ] || [ "$va" -ge "$vb" ]; then
+		ck_fail "$name" "counter after the rewind is '$va', want $c0..$((vb - 1))"; return
+	fi
+	sleep 3
+	[ "$(ck_x 'cat /tmp/count')" -gt "$va" ] || { ck_fail "$name" "the counter does not count after the rewind"; return; }
+	ok "$name"
+
+	name=sandbox-checkpoint-tree-rm-audit
+	id2=$(ck_sb checkpoint ck -m "after rewind" 2>>"$WORK/out") || { ck_fail "$name" "a checkpoint after the rewind failed"; return; }
+	ck_sb checkpoints ck >"$WORK/tree" 2>>"$WORK/out"
+	sed 's/^/  | /' "$WORK/tree"
+	grep -q "^c1 .*first one" "$WORK/tree" && grep -q "^  $id2 *c1 .*after rewind" "$WORK/tree" &&
+		grep -q "^2 checkpoints, " "$WORK/tree" || { ck_fail "$name" "the tree does not show c1 and $id2 under it"; return; }
+	[ -s "$WORK/ckstate/sandboxes/ck/checkpoints/$id2/memory" ] || { ck_fail "$name" "no memory file for $id2"; return; }
+	ck_sb checkpoint rm ck "$id2" >"$WORK/rm.out" 2>>"$WORK/out" || { ck_fail "$name" "checkpoint rm failed"; return; }
+	cat "$WORK/rm.out"
+	grep -q "removed $id2, [1-9][0-9.]* MiB freed" "$WORK/rm.out" || { ck_fail "$name" "rm did not say it freed space"; return; }
+	[ ! -e "$WORK/ckstate/sandboxes/ck/checkpoints/$id2" ] || { ck_fail "$name" "$id2's files are still there"; return; }
+	ck_sb checkpoints ck | grep -q "^$id2 \|^  $id2 " && { ck_fail "$name" "$id2 still listed"; return; }
+	for t in checkpoint.create checkpoint.rewind checkpoint.rm; do
+		KOSA8_STATE_DIR=$WORK/ckstate "${CKB:-build/kosa8}" audit show --sandbox ck --type "$t" 2>/dev/null | grep -q . ||
+			{ ck_fail "$name" "no $t audit record"; return; }
+	done
+	ok "$name"
+
+	test_sandbox_fork "$pid1" || return
+
+	# Refused cleanly, the sandbox running on as it was.
+	ck_x 'echo still-here >/workspace/h'
+	ck_sb rewind ck c99 >"$WORK/out" 2>&1
+	if [ $? -eq 0 ] || [ "$(wc -l <"$WORK/out")" -ne 1 ] || ! grep -q "no checkpoint c99" "$WORK/out"; then
+		not_ok sandbox-checkpoint-unknown-id-refused "want one line 'no checkpoint c99'"
+	else
+		ok sandbox-checkpoint-unknown-id-refused
+	fi
+	id2=$(ck_sb checkpoint ck 2>>"$WORK/out")
+	printf '\377' | dd of="$WORK/ckstate/sandboxes/ck/checkpoints/$id2/state" bs=1 seek=300 conv=notrunc 2>/dev/null
+	ck_sb rewind ck "$id2" >"$WORK/out" 2>&1
+	if [ $? -eq 0 ] || [ "$(wc -l <"$WORK/out")" -ne 1 ] || ! grep -q "checksum mismatch" "$WORK/out"; then
+		not_ok sandbox-checkpoint-corrupt-refused "want one line with 'checksum mismatch'"
+		sed 's/^/  | /' "$WORK/out"
+	elif [ "$(ck_x 'cat /workspace/h')" != still-here ]; then
+		not_ok sandbox-checkpoint-corrupt-refused "the sandbox did not run on after the refusal"
+	else
+		ok sandbox-checkpoint-corrupt-refused
+	fi
+	ck_sb rm -f ck >/dev/null 2>&1
+}
