@@ -24,9 +24,9 @@ test_sandbox_checkpoint_errors() {
 # the parent and c1 cannot be removed while they stand on them; the fork's
 # first audit record names its parent and the log's signed head.
 test_sandbox_fork() {
-	local name=sandbox-fork-two-diverge pid1=$1 f r1 r2 m1 m2 m0 t0
+	local name=sandbox-fork-two-diverge pid1=$1 f r1 r2 m1 m2 m0 t0 rc
 	t0=$(date +%s)
-	ck_sb fork ck c1 --name ckf --count 2 >"$WORK/fork.out" 2>>"$WORK/out" || { ck_fail "$name" "fork failed"; return 1; }
+	ck_sb fork ck c1 --name ckf --count 2 >"$WORK/fork.out" 2>"$WORK/fork.err"; rc=$?; sed "s/^/  /" "$WORK/fork.err"; [ $rc -eq 0 ] || { ck_fail "$name" "fork failed"; return 1; }
 	echo "  fork of c1, two children: $(($(date +%s) - t0)) s"
 	[ "$(tr '\n' ' ' <"$WORK/fork.out")" = "ckf-1 ckf-2 " ] || { ck_fail "$name" "fork printed '$(cat "$WORK/fork.out")'"; return 1; }
 	for f in ckf-1 ckf-2; do
