@@ -55,7 +55,18 @@ test_sandbox_fork() {
 	grep -q '"fork_of":"ck"' "$WORK/audit.out" && grep -q '"parent_head_root":"[0-9a-f]\{64\}"' "$WORK/audit.out" ||
 		{ ck_fail "$name" "no sandbox.start record naming the parent and its head: $(head -c 300 "$WORK/audit.out")"; return 1; }
 	ck_sb rm -f ckf-1 >/dev/null 2>&1; ck_sb rm -f ckf-2 >/dev/null 2>&1
-	ck_sb rm ckf-1 >/dev/null 2>&1
+	ok "$name"
+
+	# Without an id: a checkpoint of the running parent now, so a file
+	# written since c1 is in the fork.
+	name=sandbox-fork-now-has-later-files
+	ck_x 'echo late >/workspace/late' || { ck_fail "$name" "write in the parent failed"; return 1; }
+	ck_sb fork ck --name ckl >"$WORK/fork.out" 2>"$WORK/fork.err"
+	rc=$?
+	sed 's/^/  /' "$WORK/fork.err"
+	[ $rc -eq 0 ] || { ck_fail "$name" "fork without an id failed"; return 1; }
+	[ "$(ck_in ckl 'cat /workspace/late')" = late ] || { ck_fail "$name" "the fork does not have /workspace/late"; return 1; }
+	ck_sb rm -f ckl >/dev/null 2>&1
 	ok "$name"
 }
 
