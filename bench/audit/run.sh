@@ -83,7 +83,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 echo "| verify | MB/s by the wall clock | MB per CPU-second |"
 echo "|---|---:|---:|"
 echo "| raw SHA-256, \`openssl speed -evp sha256\`, 16 KiB blocks | $sha_wall | $sha_cpu |"
-echo "| verify, library, helper threads as chosen (read under lock, chain, tree, signatures), best of 3 | $verify_wall | $verify_cpu |"
+echo "| verify, library (\`audit_log_verify\`: size and heads under the lock, then one pass: chain, tree, signatures), helper threads as chosen, best of 3 | $verify_wall | $verify_cpu |"
 echo "| verify, library, one thread, best of 3 | $verify1_wall | $verify1_cpu |"
 echo "| verify, library, two threads (forced), best of 3 | $verify2_wall | $verify2_cpu |"
 echo "| \`kosa8 audit verify\` end to end, once (process start, key, snapshot, verify) | $cli_mbs | |"

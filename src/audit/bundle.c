@@ -90,9 +90,14 @@ static size_t last_line_end(const uint8_t *p, size_t len)
 	return len;
 }
 
-int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot *s)
+/* Under a shared lock on the log: its size, and the heads mapped up to their
+ * last complete line.  With scan, also where the last complete record ends
+ * (complete_end) and the log mapped; without, log_len is the file's size
+ * and nothing of the log is read here (audit_log_verify's one pass). */
+static int snapshot_open(const char *log_path, size_t max, bool scan, struct audit_snapshot *s)
 {
 	char heads_path[4096];
+	struct stat st;
 	int fd, hfd = -1, err;
 
 	memset(s, 0, sizeof(*s));
@@ -107,7 +112,14 @@ int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot 
 			err = -errno;
 			goto out;
 		}
-	err = map_fd(fd, max, false, &s->log, &s->log_map);
+	if (scan) {
+		err = map_fd(fd, max, false, &s->log, &s->log_map);
+	} else if (fstat(fd, &st) < 0) {
+		err = -errno;
+	} else {
+		err = !S_ISREG(st.st_mode) ? -EINVAL : (uint64_t)st.st_size > max ? -EFBIG : 0;
+		s->log_len = (size_t)st.st_size;
+	}
 	if (err)
 		goto out;
 	hfd = open(heads_path, O_RDONLY | O_CLOEXEC);
@@ -116,7 +128,7 @@ int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot 
 		goto out;
 	}
 	err = hfd < 0 ? 0 : map_fd(hfd, max, true, &s->heads, &s->heads_map);
-	if (!err)
+	if (!err && scan)
 		err = complete_end(fd, s->log, s->log_map, &s->log_len, &s->torn_bytes);
 	if (err)
 		goto out;
@@ -132,6 +144,40 @@ out:
 		close(fd);
 	if (err)
 		audit_snapshot_free(s);
+	return err;
+}
+
+int audit_snapshot_read(const char *log_path, size_t max, struct audit_snapshot *s)
+{
+	return snapshot_open(log_path, max, true, s);
+}
+
+int audit_log_verify(const char *log_path, size_t max, const uint8_t pub[AUDIT_PUBKEY_LEN],
+		     struct audit_verify_result *res, size_t *torn_bytes)
+{
+	struct audit_snapshot s;
+	int err;
+
+	*torn_bytes = 0;
+	err = snapshot_open(log_path, max, false, &s);
+	if (err)
+		return err;
+	/* Bytes below the size seen under the lock are only ever appended to,
+	 * except a torn tail, which a writer may cut and write over: a walk
+	 * that meets one (or anything else it cannot settle on the spot)
+	 * does not end cleanly at that size, and gives -ESTALE. */
+	err = audit_verify_fd_clean(s.log_fd, s.log_len, s.heads, s.heads_len, pub, res);
+	audit_snapshot_free(&s);
+	if (err != -ESTALE)
+		return err;
+	/* The careful way: complete records found under the lock, a problem
+	 * named over a mapping. */
+	err = audit_snapshot_read(log_path, max, &s);
+	if (err)
+		return err;
+	err = audit_snapshot_verify(&s, pub, res, NULL);
+	*torn_bytes = s.torn_bytes;
+	audit_snapshot_free(&s);
 	return err;
 }
 

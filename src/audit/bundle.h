@@ -42,6 +42,17 @@ void audit_snapshot_free(struct audit_snapshot *s);
 int audit_snapshot_verify(const struct audit_snapshot *s, const uint8_t pub[AUDIT_PUBKEY_LEN],
 			  struct audit_verify_result *res, merkle_hash **leaves);
 
+/* Verifies the log at log_path in one pass over its bytes: under the shared
+ * lock only its size is taken and the heads are mapped, then the records
+ * up to that size are read and checked (audit_verify_fd_clean()).  Only
+ * if they do not end there cleanly (a torn tail, a problem to name, the
+ * file changed) does it fall back to audit_snapshot_read() and
+ * audit_snapshot_verify(), whose verdicts are therefore the same.
+ * *torn_bytes: an incomplete last record left out (0 if none).  Returns as
+ * audit_verify(), or a negative errno as audit_snapshot_read(). */
+int audit_log_verify(const char *log_path, size_t max, const uint8_t pub[AUDIT_PUBKEY_LEN],
+		     struct audit_verify_result *res, size_t *torn_bytes);
+
 /* Writes a bundle of s and pub to f.  0 or -EIO. */
 int audit_bundle_write(FILE *f, const struct audit_snapshot *s, const uint8_t pub[AUDIT_PUBKEY_LEN]);
 

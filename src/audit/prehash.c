@@ -82,12 +82,22 @@ static merkle_hash *node(struct prehash *ph, unsigned k, uint64_t j)
 	return &ph->lv[k][j - ph->w.lo[k]];
 }
 
-/* Nodes a .. b-1 of height k from their children, two at a time.  Siblings
+/* Nodes a .. b-1 of height k from their children, four or two at a time.  Siblings
  * lie side by side, so a node's input is 64 contiguous bytes. */
 static void hash_level(struct prehash *ph, unsigned k, uint64_t a, uint64_t b)
 {
 	uint64_t j = a;
 
+	for (; j + 3 < b; j += 4) {
+		const uint8_t *in[4] = {*node(ph, k - 1, 2 * j), *node(ph, k - 1, 2 * j + 2),
+					*node(ph, k - 1, 2 * j + 4), *node(ph, k - 1, 2 * j + 6)};
+		const size_t len[4] = {2 * AUDIT_HASH_LEN, 2 * AUDIT_HASH_LEN, 2 * AUDIT_HASH_LEN,
+				       2 * AUDIT_HASH_LEN};
+		uint8_t *const out[4] = {*node(ph, k, j), *node(ph, k, j + 1), *node(ph, k, j + 2),
+					 *node(ph, k, j + 3)};
+
+		audit_sha256_pre4(0x01, in, len, out);
+	}
 	for (; j + 1 < b; j += 2)
 		audit_sha256_pre2(0x01, *node(ph, k - 1, 2 * j), 2 * AUDIT_HASH_LEN,
 				  *node(ph, k - 1, 2 * j + 2), 2 * AUDIT_HASH_LEN, *node(ph, k, j),
@@ -107,6 +117,13 @@ static void hash_chunk(struct prehash *ph, uint64_t lo, uint64_t hi)
 	merkle_hash *leaf = ph->lv[0];
 	size_t i = (size_t)(lo - ph->w.first), end = (size_t)(hi - ph->w.first);
 
+	for (; i + 3 < end; i += 4) {
+		const uint8_t *in[4] = {rec(ph, i), rec(ph, i + 1), rec(ph, i + 2), rec(ph, i + 3)};
+		const size_t len[4] = {ph->len[i], ph->len[i + 1], ph->len[i + 2], ph->len[i + 3]};
+		uint8_t *const out[4] = {leaf[i], leaf[i + 1], leaf[i + 2], leaf[i + 3]};
+
+		audit_sha256_pre4(0x00, in, len, out);
+	}
 	for (; i + 1 < end; i += 2)
 		audit_sha256_pre2(0x00, rec(ph, i), ph->len[i], rec(ph, i + 1), ph->len[i + 1],
 				  leaf[i], leaf[i + 1]);

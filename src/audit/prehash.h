@@ -5,7 +5,7 @@
  * None of that depends on the checks, so for a window of up to
  * PREHASH_WINDOW records this computes every leaf hash, every node of the
  * log's tree whose leaves all lie in the window, and the signature of every
- * head that ends in the window: hashes two messages at a time (sha256.h),
+ * head that ends in the window: hashes four (or two) messages at a time (sha256.h),
  * the work shared with helper threads when there are idle CPUs.  The checks
  * (sequence numbers, chain, roots, order) stay in the caller's thread, in
  * order; a head's root folds the frontier before the window with at most

@@ -153,7 +153,8 @@ NI static void ni_block(struct ni_state *s, const uint8_t *p)
 	s->cdgh = _mm_add_epi32(s->cdgh, in.cdgh);
 }
 
-NI static void ni_block2(struct ni_state *s, struct ni_state *t, const uint8_t *p, const uint8_t *q)
+NI static void ni_block2(struct ni_state *restrict s, struct ni_state *restrict t, const uint8_t *p,
+		       const uint8_t *q)
 {
 	struct ni_state sin = *s, tin = *t;
 	__m128i w[4], v[4], k;
@@ -175,6 +176,34 @@ NI static void ni_block2(struct ni_state *s, struct ni_state *t, const uint8_t *
 	s->cdgh = _mm_add_epi32(s->cdgh, sin.cdgh);
 	t->abef = _mm_add_epi32(t->abef, tin.abef);
 	t->cdgh = _mm_add_epi32(t->cdgh, tin.cdgh);
+}
+
+/* One block each into four states.  Two messages do not fill the round
+ * instruction's pipeline: measured on the development VM's EPYC, 25 ns per
+ * block two at a time, 22 ns four at a time (40 ns one at a time). */
+NI static void ni_block4(struct ni_state st[restrict 4], const uint8_t *const p[4])
+{
+	struct ni_state in[4] = {st[0], st[1], st[2], st[3]};
+	__m128i w[4][4], k;
+
+#pragma GCC unroll 16
+	for (int g = 0; g < 16; g++) {
+#pragma GCC unroll 4
+		for (int i = 0; i < 4; i++) {
+			if (g < 4)
+				w[i][g] = bswap32x4(_mm_loadu_si128((const __m128i *)(p[i] + 16 * g)));
+			else
+				NI_SCHEDULE(w[i], g);
+		}
+		k = _mm_load_si128((const __m128i *)&K[4 * g]);
+#pragma GCC unroll 4
+		for (int i = 0; i < 4; i++)
+			NI_ROUNDS4(st[i], _mm_add_epi32(w[i][g & 3], k));
+	}
+	for (int i = 0; i < 4; i++) {
+		st[i].abef = _mm_add_epi32(st[i].abef, in[i].abef);
+		st[i].cdgh = _mm_add_epi32(st[i].cdgh, in[i].cdgh);
+	}
 }
 
 NI static void ni_final(const struct ni_state *s, uint8_t *out)
@@ -224,6 +253,34 @@ NI static void pre2_ni(uint8_t prefix, const uint8_t *d0, size_t l0, const uint8
 	ni_final(&t, out1);
 }
 
+NI static void pre4_ni(uint8_t prefix, const uint8_t *const d[4], const size_t l[4],
+		       uint8_t *const out[4])
+{
+	uint8_t b[4][64];
+	const uint8_t *p[4];
+	struct ni_state st[4];
+	struct msg m[4];
+	size_t common, j;
+
+	for (int i = 0; i < 4; i++) {
+		msg_init(&m[i], prefix, d[i], l[i]);
+		ni_init(&st[i]);
+	}
+	common = m[0].nblocks;
+	for (int i = 1; i < 4; i++)
+		common = m[i].nblocks < common ? m[i].nblocks : common;
+	for (j = 0; j < common; j++) {
+		for (int i = 0; i < 4; i++)
+			p[i] = msg_block(&m[i], j, b[i]);
+		ni_block4(st, p);
+	}
+	for (int i = 0; i < 4; i++) {
+		for (size_t k = j; k < m[i].nblocks; k++)
+			ni_block(&st[i], msg_block(&m[i], k, b[i]));
+		ni_final(&st[i], out[i]);
+	}
+}
+
 static bool cpu_has_sha(void)
 {
 	unsigned a, b, c, d;
@@ -252,6 +309,13 @@ static void pre2_ni(uint8_t prefix, const uint8_t *d0, size_t l0, const uint8_t 
 {
 	pre_openssl(prefix, d0, l0, out0);
 	pre_openssl(prefix, d1, l1, out1);
+}
+
+static void pre4_ni(uint8_t prefix, const uint8_t *const d[4], const size_t l[4],
+		    uint8_t *const out[4])
+{
+	for (int i = 0; i < 4; i++)
+		pre_openssl(prefix, d[i], l[i], out[i]);
 }
 #endif
 
@@ -299,4 +363,15 @@ void audit_sha256_pre2(uint8_t prefix, const uint8_t *d0, size_t l0, const uint8
 		pre_openssl(prefix, d0, l0, out0);
 		pre_openssl(prefix, d1, l1, out1);
 	}
+}
+
+void audit_sha256_pre4(uint8_t prefix, const uint8_t *const d[4], const size_t l[4],
+		       uint8_t *const out[4])
+{
+	if (current() == IMPL_CPU) {
+		pre4_ni(prefix, d, l, out);
+		return;
+	}
+	for (int i = 0; i < 4; i++)
+		pre_openssl(prefix, d[i], l[i], out[i]);
 }

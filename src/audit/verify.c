@@ -449,24 +449,40 @@ int audit_verify(const uint8_t *log, size_t log_len, const uint8_t *heads, size_
 	return run(&c, heads, heads_len, leaves);
 }
 
+/* The streamed walk over fd; -ESTALE whenever it would need the mapping. */
+static int verify_stream(int fd, size_t log_len, const uint8_t *heads, size_t heads_len,
+			 const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
+			 merkle_hash **leaves)
+{
+	uint8_t hdr[AUDIT_HDR_LEN];
+	struct vctx c = {.hdr = hdr, .len = log_len, .fd = fd, .pub = pub, .res = res};
+	ssize_t n = log_len < AUDIT_HDR_LEN ? 0 : pread(fd, hdr, sizeof(hdr), 0);
+	int err;
+
+	/* The header is read on its own; the walk streams what follows. */
+	if (n != (ssize_t)sizeof(hdr) || !(c.buf = malloc(STREAM_BUF)))
+		return -ESTALE;
+	c.buf_off = AUDIT_HDR_LEN;
+	err = run(&c, heads, heads_len, leaves);
+	free(c.buf);
+	return err;
+}
+
+int audit_verify_fd_clean(int fd, size_t log_len, const uint8_t *heads, size_t heads_len,
+			  const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res)
+{
+	return verify_stream(fd, log_len, heads, heads_len, pub, res, NULL);
+}
+
 int audit_verify_fd(int fd, size_t log_len, const uint8_t *heads, size_t heads_len,
 		    const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
 		    merkle_hash **leaves)
 {
-	uint8_t hdr[AUDIT_HDR_LEN];
-	struct vctx c = {.hdr = hdr, .len = log_len, .fd = fd, .pub = pub, .res = res};
 	const uint8_t *log;
-	ssize_t n = log_len < AUDIT_HDR_LEN ? 0 : pread(fd, hdr, sizeof(hdr), 0);
-	int err = -ENOMEM;
+	int err = verify_stream(fd, log_len, heads, heads_len, pub, res, leaves);
 
-	/* The header is read on its own; the walk streams what follows. */
-	if (n == (ssize_t)sizeof(hdr) && (c.buf = malloc(STREAM_BUF))) {
-		c.buf_off = AUDIT_HDR_LEN;
-		err = run(&c, heads, heads_len, leaves);
-		free(c.buf);
-		if (err != -ESTALE)
-			return err;
-	}
+	if (err != -ESTALE)
+		return err;
 	/* A problem to name, a short log, or no memory for the buffer: the
 	 * whole log, mapped. */
 	if (log_len > 0) {

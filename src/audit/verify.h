@@ -62,6 +62,12 @@ int audit_verify_fd(int fd, size_t log_len, const uint8_t *heads, size_t heads_l
 		    const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res,
 		    merkle_hash **leaves);
 
+/* Like audit_verify_fd(), but never maps the file: when the records do not
+ * end exactly at log_len, or a problem needs the bytes after it to be
+ * named, it returns -ESTALE (the caller then takes the careful way). */
+int audit_verify_fd_clean(int fd, size_t log_len, const uint8_t *heads, size_t heads_len,
+			  const uint8_t pub[AUDIT_PUBKEY_LEN], struct audit_verify_result *res);
+
 /* The same over files (the log read, the heads mapped); a missing heads file
  * counts as empty.  Other errors: negative errno. */
 int audit_verify_files(const char *log_path, const char *heads_path,

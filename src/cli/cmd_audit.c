@@ -387,29 +387,25 @@ static void print_fail(const struct audit_verify_result *r, const char *what)
 	printf("  %s\n", r->what);
 }
 
-/* A snapshot (s) is read through its descriptor; a bundle's bytes (log) in place. */
-static int verify_bytes(const struct audit_snapshot *s, const uint8_t *log, size_t log_len,
-			const uint8_t *heads, size_t heads_len, const uint8_t *pub, const char *what)
+/* The verdict of a verify: printed, and the exit code for it. */
+static int verify_report(int err, const struct audit_verify_result *r, const char *what)
 {
-	struct audit_verify_result r;
-	int err = s ? audit_snapshot_verify(s, pub, &r, NULL)
-		    : audit_verify(log, log_len, heads, heads_len, pub, &r, NULL);
-
 	if (err == -EBADMSG) {
-		print_fail(&r, what);
+		print_fail(r, what);
 		return 1;
 	}
 	if (err) {
 		fprintf(stderr, "kosa8 audit: verify: %s\n", strerror(-err));
 		return 2;
 	}
-	print_ok(&r, what);
+	print_ok(r, what);
 	return 0;
 }
 
 static int verify_bundle(const struct aopts *o)
 {
 	struct audit_bundle b;
+	struct audit_verify_result r;
 	uint8_t *buf = NULL, pub[AUDIT_PUBKEY_LEN];
 	size_t len;
 	int err = read_file(o->bundle, MAX_LOG, &buf, &len), rc = 2;
@@ -430,7 +426,8 @@ static int verify_bundle(const struct aopts *o)
 				"bundle, which proves only that the bundle is self-consistent\n");
 		memcpy(pub, b.pub, sizeof(pub));
 	}
-	rc = verify_bytes(NULL, b.log, b.log_len, b.heads, b.heads_len, pub, o->bundle);
+	err = audit_verify(b.log, b.log_len, b.heads, b.heads_len, pub, &r, NULL);
+	rc = verify_report(err, &r, o->bundle);
 out:
 	free(buf);
 	return rc;
@@ -438,19 +435,31 @@ out:
 
 static int do_verify(struct aopts *o)
 {
-	struct audit_snapshot s;
+	struct audit_verify_result r;
 	uint8_t pub[AUDIT_PUBKEY_LEN];
-	int rc;
+	size_t torn = 0;
+	int err, rc;
 
 	if (o->bundle)
 		return verify_bundle(o);
-	if (trusted_key(o, pub) || load_snapshot(o, &s))
+	if (trusted_key(o, pub))
 		return 2;
-	rc = verify_bytes(&s, s.log, s.log_len, s.heads, s.heads_len, pub, o->log);
-	if (s.torn_bytes)
+	/* One pass over the log (audit_log_verify), the snapshot's length
+	 * pass only when the log does not end in a complete record. */
+	signal(SIGBUS, on_sigbus);
+	err = audit_log_verify(o->log, MAX_LOG, pub, &r, &torn);
+	if (err == -ENOENT) {
+		fprintf(stderr, "kosa8 audit: no audit log at %s\n", o->log);
+		return 2;
+	}
+	if (err && err != -EBADMSG && err != -ENOMEM) {
+		fprintf(stderr, "kosa8 audit: cannot read %s: %s\n", o->log, strerror(-err));
+		return 2;
+	}
+	rc = verify_report(err, &r, o->log);
+	if (torn)
 		printf("  note: an incomplete last record (%zu bytes, an interrupted write, never "
-		       "acknowledged) was left out; the next writer cuts it\n", s.torn_bytes);
-	audit_snapshot_free(&s);
+		       "acknowledged) was left out; the next writer cuts it\n", torn);
 	return rc;
 }
 

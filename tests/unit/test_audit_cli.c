@@ -140,6 +140,26 @@ static void test_verify_and_tamper(void **state)
 	assert_non_null(strstr(out, "truncated"));
 }
 
+/* verify reads the log in one pass and takes the careful way (lengths under
+ * the lock, a mapping to name the problem) only when the records do not end
+ * at the file's end: both kinds of tail must still come out right. */
+static void test_verify_tails(void **state)
+{
+	/* zeros after the last record: a torn write (section 7), a note */
+	assert_int_equal(run("cp $LOG.heads $D/t.log.heads && cp $LOG $D/t.log && "
+			     "head -c 16 /dev/zero >> $D/t.log"),
+			 0);
+	assert_int_equal(run("$K audit verify --log $D/t.log --pubkey $D/pub.pem"), 0);
+	assert_non_null(strstr(out, "6 records, 6 signed heads"));
+	assert_non_null(strstr(out, "incomplete last record (16 bytes"));
+	/* bytes that are no record: damage, named as record 6 */
+	assert_int_equal(run("cp $LOG $D/t.log && printf 'not a record at all, no.\\n' >> $D/t.log"), 0);
+	assert_int_equal(run("$K audit verify --log $D/t.log --pubkey $D/pub.pem"), 1);
+	assert_non_null(strstr(out, "edited (malformed record)"));
+	assert_non_null(strstr(out, "first bad record: 6,"));
+	assert_null(strstr(out, "incomplete"));
+}
+
 static void test_prove_and_check(void **state)
 {
 	assert_int_equal(run("$K audit prove 3 --log $LOG > $D/p.json"), 0);
@@ -220,6 +240,7 @@ int main(void)
 		cmocka_unit_test(test_show_filters),
 		cmocka_unit_test(test_append_rejects),
 		cmocka_unit_test(test_verify_and_tamper),
+		cmocka_unit_test(test_verify_tails),
 		cmocka_unit_test(test_prove_and_check),
 		cmocka_unit_test(test_export_bundle),
 		cmocka_unit_test(test_consistency),

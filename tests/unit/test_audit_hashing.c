@@ -92,6 +92,28 @@ static void test_sha256_known_answers(void **state)
 
 static uint8_t Data[4096 + 64];
 
+/* Four at a time: equal lengths (as leaves and nodes mostly are) and four
+ * unequal ones, so that each of the four runs on alone past the others. */
+static void four_against_evp(uint8_t prefix, size_t len, size_t len2)
+{
+	const size_t lens[2][4] = {{len, len, len, len},
+				   {len, len2, (len * 3 + 1) % 1153, (len2 + 130) % 1153}};
+	uint8_t want[4][32], got[4][32];
+	uint8_t *const out[4] = {got[0], got[1], got[2], got[3]};
+	const uint8_t *in[4];
+
+	for (int v = 0; v < 2; v++) {
+		for (int i = 0; i < 4; i++) {
+			in[i] = Data + (size_t)(17 * i + v) % 64 + 64 * (size_t)i;
+			evp_prefixed(prefix, in[i], lens[v][i], want[i]);
+		}
+		memset(got, 0, sizeof(got));
+		audit_sha256_pre4(prefix, in, lens[v], out);
+		for (int i = 0; i < 4; i++)
+			assert_memory_equal(got[i], want[i], 32);
+	}
+}
+
 /* Every length across the first 18 block boundaries, two prefixes, odd
  * alignments, and pairs of unequal lengths (one message runs on alone). */
 static void against_evp(void)
@@ -109,6 +131,7 @@ static void against_evp(void)
 		audit_sha256_pre2(prefix, Data + a, len, Data + b, len2, got, got2);
 		assert_memory_equal(got, want, 32);
 		assert_memory_equal(got2, want2, 32);
+		four_against_evp(prefix, len, len2);
 	}
 }
 
