@@ -5,6 +5,7 @@
  * policy does not allow does not even get an address.
  *
  *   allowed name, A        one synthetic A record, TTL EGRESS_DNS_TTL
+ *   (or `ask` name)        (the person is asked at connect, not here)
  *   allowed name, other    NOERROR with no records ("NODATA"): the sandbox
  *                          has IPv4 synthetic addresses only, and no TXT,
  *                          MX, ... data exists for it to see
@@ -57,7 +58,7 @@ static const char *rcode_name(int rcode)
 }
 
 static void audit_query(const struct egress_ctx *ctx, const struct dns_query *q, bool parsed,
-			const char *decision, const char *rule, bool asked, int rcode,
+			const char *decision, const char *rule, int rcode,
 			const uint8_t *addr)
 {
 	char tbuf[16], abuf[INET_ADDRSTRLEN];
@@ -72,8 +73,6 @@ static void audit_query(const struct egress_ctx *ctx, const struct dns_query *q,
 	cJSON_AddStringToObject(d, "decision", decision);
 	if (rule)
 		cJSON_AddStringToObject(d, "rule", rule);
-	if (asked)
-		cJSON_AddBoolToObject(d, "asked", true);
 	cJSON_AddStringToObject(d, "rcode", rcode_name(rcode));
 	if (addr && inet_ntop(AF_INET, addr, abuf, sizeof(abuf)))
 		cJSON_AddStringToObject(d, "address", abuf);
@@ -84,7 +83,7 @@ static void audit_query(const struct egress_ctx *ctx, const struct dns_query *q,
 static int answer_malformed(const struct egress_ctx *ctx, const uint8_t *msg, size_t len, int rcode,
 			    uint8_t *out, size_t outlen)
 {
-	audit_query(ctx, NULL, false, rcode < 0 ? "dropped" : "malformed", NULL, false, rcode, NULL);
+	audit_query(ctx, NULL, false, rcode < 0 ? "dropped" : "malformed", NULL, rcode, NULL);
 	if (rcode < 0)
 		return -EBADMSG;
 	return dns_build_error(msg, len, rcode, out, outlen);
@@ -98,23 +97,21 @@ int egress_dns_answer(const struct egress_ctx *ctx, const uint8_t *msg, size_t l
 	enum policy_action a;
 	uint8_t addr[4];
 	const uint8_t *ans = NULL;
-	bool asked = false;
 	int rcode, err;
 
 	if (dns_parse_query(msg, len, &q, &rcode))
 		return answer_malformed(ctx, msg, len, rcode, out, outlen);
+	/* An `ask` name is answered at once, like an allowed one, and the
+	 * person is asked when the guest connects (the proxy holds that
+	 * connection): a resolver gives up after 5-10 s, long before a person
+	 * answers.  The answer is a synthetic address, so nothing leaves the
+	 * host, and the address only leads to the proxy, which asks. */
 	a = policy_decide(ctx->policy, q.name, 0, rule, sizeof(rule));
-	if (a == POLICY_ASK) {
-		asked = true;
-		a = ctx->ask ? ctx->ask(ctx->arg, "dns", q.name, 0) : POLICY_DENY;
-		if (a != POLICY_ALLOW)
-			a = POLICY_DENY;
-	}
-	rcode = a == POLICY_ALLOW ? DNS_NOERROR : DNS_REFUSED;
-	if (a == POLICY_ALLOW && q.qtype == DNS_TYPE_A) {
+	rcode = a != POLICY_DENY ? DNS_NOERROR : DNS_REFUSED;
+	if (a != POLICY_DENY && q.qtype == DNS_TYPE_A) {
 		char norm[POLICY_NAME_MAX + 1];
 		uint32_t ip;
-		/* policy_decide allowed it, so it normalises. */
+		/* policy_decide did not deny it, so it normalises. */
 		if (policy_normalise_name(q.name, norm, sizeof(norm)) ||
 		    names_assign(ctx->names, norm, &ip)) {
 			rcode = DNS_SERVFAIL; /* the range is used up */
@@ -125,7 +122,7 @@ int egress_dns_answer(const struct egress_ctx *ctx, const uint8_t *msg, size_t l
 		}
 	}
 	err = dns_build_answer(&q, rcode, ans, EGRESS_DNS_TTL, out, outlen);
-	audit_query(ctx, &q, true, policy_action_name(a), rule, asked, rcode, ans);
+	audit_query(ctx, &q, true, policy_action_name(a), rule, rcode, ans);
 	return err;
 }
 

@@ -51,8 +51,9 @@ struct egress_ctx {
 	struct egress_ca *ca;        /* per-sandbox CA; needed when secrets is set */
 
 	/* Blocks until a person answers (or the wait times out): POLICY_ALLOW or
-	 * POLICY_DENY.  kind is "dns" or "connect"; port 0 for DNS.  NULL: an
-	 * `ask` is a deny. */
+	 * POLICY_DENY.  kind is "connect" (DNS answers an `ask` name with a
+	 * synthetic address without asking: see dns_server.c).  NULL: an `ask`
+	 * is a deny. */
 	enum policy_action (*ask)(void *arg, const char *kind, const char *name, uint16_t port);
 	/* Takes ownership of details.  type is e.g. "net.dns", "net.connect". */
 	void (*audit)(void *arg, const char *type, cJSON *details);

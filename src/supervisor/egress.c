@@ -355,9 +355,32 @@ static void ctx_init(struct sup_egress *e, struct egress_ctx *c, int idle_ms)
 	c->idle_timeout_ms = idle_ms;
 }
 
+/* How long a request waits for a person: KOSA8_APPROVAL_TIMEOUT seconds
+ * (5 to 3600), else APPROVAL_TIMEOUT_MS.  A value that does not parse is
+ * an error: a sandbox must not start waiting longer or shorter than asked. */
+static int approval_timeout_ms(int *ms, char *why, size_t whylen)
+{
+	const char *v = getenv("KOSA8_APPROVAL_TIMEOUT");
+	char *end;
+	long n;
+
+	*ms = APPROVAL_TIMEOUT_MS;
+	if (!v || !*v)
+		return 0;
+	errno = 0;
+	n = strtol(v, &end, 10);
+	if (errno || *end || n < 5 || n > 3600) {
+		snprintf(why, whylen, "KOSA8_APPROVAL_TIMEOUT '%.20s': want seconds, 5 to 3600", v);
+		return -EINVAL;
+	}
+	*ms = (int)n * 1000;
+	return 0;
+}
+
 int sup_egress_start(const struct sup_egress_opts *o, struct sup_egress **out, char *why,
 		     size_t whylen)
 {
+	int timeout_ms;
 	struct sup_egress *e = calloc(1, sizeof(*e));
 	int err;
 
@@ -368,11 +391,12 @@ int sup_egress_start(const struct sup_egress_opts *o, struct sup_egress **out, c
 	snprintf(e->sandbox, sizeof(e->sandbox), "%s", o->sandbox);
 	e->audit = o->audit;
 	e->audit_arg = o->audit_arg;
-	if ((err = sup_egress_policy(o->state_dir, o->allow, o->nallow, &e->policy, why, whylen)) ||
+	if ((err = approval_timeout_ms(&timeout_ms, why, whylen)) ||
+	    (err = sup_egress_policy(o->state_dir, o->allow, o->nallow, &e->policy, why, whylen)) ||
 	    (err = load_secrets(e, o, why, whylen)))
 		goto fail;
 	if ((err = names_new(&e->names)) ||
-	    (err = approvals_new(e->policy, APPROVAL_TIMEOUT_MS, &e->approvals))) {
+	    (err = approvals_new(e->policy, timeout_ms, &e->approvals))) {
 		snprintf(why, whylen, "cannot set up the egress tables: %s", strerror(-err));
 		goto fail;
 	}

@@ -337,6 +337,29 @@ static void test_missing_secret(void **state)
 	assert_non_null(strstr(why, "secret NO_SUCH_KEY"));
 }
 
+/* KOSA8_APPROVAL_TIMEOUT out of range or not a number stops the start;
+ * a good value starts. */
+static void test_approval_timeout_env(void **state)
+{
+	static const char *const bad[] = { "4", "3601", "30s", "abc", "-30", "99999999999999999999" };
+	char vsock[200], why[256];
+	struct sup_egress_opts o = { .sandbox = "t", .state_dir = statedir, .vsock_path = vsock };
+	struct sup_egress *e = NULL;
+
+	snprintf(vsock, sizeof(vsock), "%s/vsock3.sock", dir);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("KOSA8_APPROVAL_TIMEOUT", bad[i], 1);
+		why[0] = 0;
+		assert_int_equal(sup_egress_start(&o, &e, why, sizeof(why)), -EINVAL);
+		assert_null(e);
+		assert_non_null(strstr(why, "KOSA8_APPROVAL_TIMEOUT"));
+	}
+	setenv("KOSA8_APPROVAL_TIMEOUT", "30", 1);
+	assert_int_equal(sup_egress_start(&o, &e, why, sizeof(why)), 0);
+	sup_egress_stop(e);
+	unsetenv("KOSA8_APPROVAL_TIMEOUT");
+}
+
 /* ---- sandbox.json lists ---- */
 
 static void test_cfg_lists(void **state)
@@ -380,6 +403,7 @@ int main(void)
 		cmocka_unit_test(test_listeners),
 		cmocka_unit_test(test_conn_limit),
 		cmocka_unit_test(test_missing_secret),
+		cmocka_unit_test(test_approval_timeout_env),
 		cmocka_unit_test(test_cfg_lists),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
