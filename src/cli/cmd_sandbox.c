@@ -567,6 +567,22 @@ struct exec_opts {
 	int tty; /* -1 auto, 0 no, 1 yes */
 };
 
+/* A command that could not be started gives 127 (not found) or 126 (not
+ * runnable), as sh(1) and docker do, so scripts can tell it from kosa8's own
+ * failures (125).  The agent names the stage that failed; only a failed
+ * execve is about the command itself (a missing working directory is also
+ * ENOENT). */
+static int start_failure_status(int err, const char *msg)
+{
+	if (strncmp(msg, "executing ", 10))
+		return 125;
+	if (err == -ENOENT)
+		return 127;
+	if (err == -EACCES || err == -ENOEXEC)
+		return 126;
+	return 125;
+}
+
 static int run_in_sandbox(const char *cmd, const char *name, const char *const *argv,
 			  const struct exec_opts *eo)
 {
@@ -621,9 +637,10 @@ static int run_in_sandbox(const char *cmd, const char *name, const char *const *
 	restore_tty();
 	free_env(senv);
 	if (err) {
+		int status = start_failure_status(err, agent_client_error(c));
 		cli_fail(cmd, "%s", agent_client_error(c));
 		agent_client_close(c);
-		return 125;
+		return status;
 	}
 	agent_client_close(c);
 	return x.signaled ? 128 + x.code : x.code;
