@@ -233,12 +233,6 @@ static const char fixup_script[] =
 	"hostname \"$K8_NAME\" && printf '%s\\n' \"$K8_NAME\" >/etc/hostname &&\n"
 	"printf '%s\\n' \"$K8_MACHINE_ID\" >/etc/machine-id || exit 4\n";
 
-static void hex(char *out, const uint8_t *in, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		sprintf(out + 2 * i, "%02x", in[i]);
-}
-
 static int guest_fixup(struct supervisor *s, bool new_identity)
 {
 	uint8_t seed[64], mid[16];
@@ -255,11 +249,11 @@ static int guest_fixup(struct supervisor *s, bool new_identity)
 	    getrandom(mid, sizeof(mid), 0) != (ssize_t)sizeof(mid))
 		return -EIO;
 	memcpy(env_seed, "K8_SEED=", 8);
-	hex(env_seed + 8, seed, sizeof(seed));
+	audit_hex(seed, sizeof(seed), env_seed + 8);
 	snprintf(env_time, sizeof(env_time), "K8_TIME=%lld", (long long)time(NULL));
 	snprintf(env_name, sizeof(env_name), "K8_NAME=%s", new_identity ? s->cfg.name : "");
 	memcpy(env_mid, "K8_MACHINE_ID=", 14);
-	hex(env_mid + 14, mid, sizeof(mid));
+	audit_hex(mid, sizeof(mid), env_mid + 14);
 	o.argv = argv;
 	o.env = env;
 	o.user = "root";
@@ -711,7 +705,7 @@ static cJSON *fork_origin(struct supervisor *s, const struct ckpt_fork *f)
 	cJSON_AddStringToObject(d, "fork_of", f->parent);
 	cJSON_AddStringToObject(d, "checkpoint", f->id);
 	if (s->audit && audit_log_sign_head(s->audit, &head) == 0) {
-		hex(root, head.root, sizeof(head.root));
+		audit_hex(head.root, sizeof(head.root), root);
 		cJSON_AddNumberToObject(d, "parent_head_size", (double)head.size);
 		cJSON_AddStringToObject(d, "parent_head_root", root);
 	}
