@@ -84,6 +84,22 @@ static int chain_of(const char *state_dir, const char *id, struct ckpt_meta *int
 	return rc;
 }
 
+/* A new empty delta at path over checkpoint id's frozen disk; the
+ * checkpoint is read whole (checksums) first, so a damaged one is refused
+ * before anything is created.  Rewind and fork both start from this. */
+static int delta_on_checkpoint(const char *state_dir, const char *id, const char *path,
+			       char *err, size_t errlen)
+{
+	struct ckpt_meta c = {0};
+	char derr[DISK_ERR_LEN];
+	int rc = chain_of(state_dir, id, &c, err, errlen);
+
+	if (!rc && (rc = disk_create(path, c.chain[c.nchain - 1], NULL, derr, sizeof(derr))))
+		snprintf(err, errlen, "disk: %.400s", derr);
+	ckpt_meta_free(&c);
+	return rc;
+}
+
 int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
 	      struct ckpt_meta *out, char *err, size_t errlen)
 {
@@ -189,8 +205,7 @@ static uint64_t drop_layer(const char *state_dir, const struct ckpt_meta *cur, c
 int ckpt_rewind_prepare(const char *state_dir, const char *id, char *restore_dir, size_t rlen,
 			char *new_top, size_t tlen, char *err, size_t errlen)
 {
-	struct ckpt_meta m, cur, c = {0};
-	char derr[DISK_ERR_LEN];
+	struct ckpt_meta m, cur;
 	int rc;
 
 	if (!ckpt_id_valid(id) || ckpt_meta_load(state_dir, id, &m, NULL, 0)) {
@@ -200,15 +215,11 @@ int ckpt_rewind_prepare(const char *state_dir, const char *id, char *restore_dir
 	ckpt_meta_free(&m);
 	if ((rc = ckpt_current(state_dir, &cur, err, errlen)))
 		return rc;
-	if ((rc = chain_of(state_dir, id, &c, err, errlen)) ||
-	    (rc = ckpt_dir_of(restore_dir, rlen, state_dir, id)) ||
-	    (rc = delta_path(new_top, tlen, state_dir, cur.next)))
-		goto out;
-	unlink(new_top); /* left by a rewind that failed before recording it */
-	if ((rc = disk_create(new_top, c.chain[c.nchain - 1], NULL, derr, sizeof(derr))))
-		snprintf(err, errlen, "disk: %.400s", derr);
-out:
-	ckpt_meta_free(&c);
+	if (!(rc = ckpt_dir_of(restore_dir, rlen, state_dir, id)) &&
+	    !(rc = delta_path(new_top, tlen, state_dir, cur.next))) {
+		unlink(new_top); /* left by a rewind that failed before recording it */
+		rc = delta_on_checkpoint(state_dir, id, new_top, err, errlen);
+	}
 	ckpt_meta_free(&cur);
 	return rc;
 }
@@ -361,9 +372,9 @@ out:
 int ckpt_fork_prepare(const char *parent_dir, const char *parent, const char *id,
 		      const char *child_dir, const char *child, char *err, size_t errlen)
 {
-	char disk[PATH_MAX], pins[PATH_MAX], pin[PATH_MAX + 80], derr[DISK_ERR_LEN];
+	char disk[PATH_MAX], pins[PATH_MAX], pin[PATH_MAX + 80];
 	struct ckpt_fork f = {0};
-	struct ckpt_meta m, c = {0};
+	struct ckpt_meta m;
 	int rc, fd;
 
 	if (!ckpt_id_valid(id) || ckpt_meta_load(parent_dir, id, &m, NULL, 0)) {
@@ -372,22 +383,16 @@ int ckpt_fork_prepare(const char *parent_dir, const char *parent, const char *id
 		return -ENOENT;
 	}
 	ckpt_meta_free(&m);
-	/* The checkpoint is read whole here (checksums): a damaged one is
-	 * refused before anything is created. */
-	if ((rc = chain_of(parent_dir, id, &c, err, errlen)))
-		return rc;
 	snprintf(f.parent, sizeof(f.parent), "%s", parent);
 	snprintf(f.id, sizeof(f.id), "%s", id);
 	if ((rc = ckpt_dir_of(f.restore, sizeof(f.restore), parent_dir, id)) ||
 	    (rc = sandbox_path(disk, sizeof(disk), child_dir, "disk.k8d")) ||
 	    (rc = pin_dir(pins, sizeof(pins), parent_dir, id))) {
 		snprintf(err, errlen, "paths are too long");
-		goto out;
+		return rc;
 	}
-	if ((rc = disk_create(disk, c.chain[c.nchain - 1], NULL, derr, sizeof(derr)))) {
-		snprintf(err, errlen, "disk: %.400s", derr);
-		goto out;
-	}
+	if ((rc = delta_on_checkpoint(parent_dir, id, disk, err, errlen)))
+		return rc;
 	/* The pin before the child can run: the parent's files stay. */
 	snprintf(pin, sizeof(pin), "%s/%s", pins, child);
 	if ((rc = mkdir_p(pins, 0700)) ||
@@ -397,8 +402,6 @@ int ckpt_fork_prepare(const char *parent_dir, const char *parent, const char *id
 		unlink(disk);
 		unlink(pin);
 	}
-out:
-	ckpt_meta_free(&c);
 	return rc;
 }
 
