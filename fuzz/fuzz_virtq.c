@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			for (uint32_t k = 0; k < chain.iov[j].len; k += 512)
 				sink ^= chain.iov[j].base[k];
 		virtq_write_in(&chain, 0, &sink, 1);
-		virtq_push(&q, chain.head, 1);
+		virtq_push(&q, &chain, 1);
 		virtq_should_notify(&q);
 	}
 	return 0;

@@ -131,9 +131,10 @@ static void print_one(const char *state_dir, const struct ckpt_meta *m, int dept
 	*total += files + disk;
 	localtime_r(&t, &tm);
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
-	printf("%*s%-*s %-6s %s %9.1f %9.1f  %s%s\n", depth * 2, "", 8 - depth * 2 > 2 ? 8 - depth * 2 : 2,
-	       m->id, m->parent[0] ? m->parent : "-", when, (double)files / MiB, (double)disk / MiB,
-	       m->message, !strcmp(m->id, current_parent) ? "  <- running from here" : "");
+	printf("%*s%-*s %-6s %s %9.1f %-5s %9.1f  %s%s\n", depth * 2, "",
+	       8 - depth * 2 > 2 ? 8 - depth * 2 : 2, m->id, m->parent[0] ? m->parent : "-", when,
+	       (double)files / MiB, ckpt_memory_kind(state_dir, m->id), (double)disk / MiB, m->message,
+	       !strcmp(m->id, current_parent) ? "  <- running from here" : "");
 }
 
 static void print_tree(const char *state_dir, const struct ckpt_meta *v, int n, const char *parent,
@@ -165,8 +166,8 @@ int cmd_checkpoints(int argc, char **argv)
 		ckpt_meta_free(&cur);
 		return cli_fail("checkpoints", "cannot read the checkpoints of '%s'", argv[1]);
 	}
-	printf("%-8s %-6s %-19s %9s %9s  %s\n", "ID", "PARENT", "CREATED", "MEM MiB", "DISK MiB",
-	       "MESSAGE");
+	printf("%-8s %-6s %-19s %9s %-5s %9s  %s\n", "ID", "PARENT", "CREATED", "MEM MiB", "KIND",
+	       "DISK MiB", "MESSAGE");
 	print_tree(dir, v, n, "", 0, cur.parent, &total);
 	/* Children of a checkpoint whose record is gone: shown at the root. */
 	for (int i = 0; i < n; i++) {

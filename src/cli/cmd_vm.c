@@ -25,6 +25,7 @@
 #include "vmm/accel.h"
 #include "vmm/jail.h"
 #include "vmm/snapshot.h"
+#include "vmm/snapshot_mem.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
@@ -375,6 +376,24 @@ static int jail_disk(struct jail *j, const struct vm_config *cfg)
 	return rc;
 }
 
+/* A checkpoint whose memory is a layer needs the checkpoints under it
+ * (read-only, like itself). */
+static int jail_memory_layers(struct jail *j, const char *restore_dir, const char **why)
+{
+	static char err[512];
+	struct snapmem_chain c;
+	int rc;
+
+	if ((rc = snapmem_chain_load(restore_dir, &c, err, sizeof(err)))) {
+		*why = err;
+		return rc;
+	}
+	for (int i = 1; i < c.n && !rc; i++)
+		rc = jail_add(j, c.l[i].dir, false);
+	snapmem_chain_free(&c);
+	return rc;
+}
+
 /* Paths are made absolute first: the jail's working directory is its root. */
 static int abs_path(const char **p, char *buf)
 {
@@ -429,6 +448,9 @@ static int enter_jail(struct vm_config *cfg, const char *ckpt_dir, bool probe_on
 	if ((cfg->kernel_path && (rc = jail_add(&j, cfg->kernel_path, false))) ||
 	    (cfg->initrd_path && (rc = jail_add(&j, cfg->initrd_path, false))) ||
 	    (cfg->restore_dir && (rc = jail_add(&j, cfg->restore_dir, false))))
+		return rc;
+	*why = "too many files for the jail";
+	if (cfg->restore_dir && (rc = jail_memory_layers(&j, cfg->restore_dir, why)))
 		return rc;
 	*why = "cannot open the disk to find its layers";
 	if (cfg->disk_path && (rc = jail_disk(&j, cfg)))

@@ -216,7 +216,7 @@ static void serve_queue(struct virtio_blk *b, struct virtq_chain *c)
 		/* A reset while we worked: the queue is gone, drop the result. */
 		if (gen != b->generation)
 			break;
-		virtq_push(q, c->head, len);
+		virtq_push(q, c, len);
 		if (!virtq_has_work(q))
 			virtio_mmio_notify_used(t, 0);
 	}

@@ -49,7 +49,7 @@ static void rng_notify(struct virtio_mmio *t, uint16_t qi)
 			break;
 		}
 		rng_fill(r, c, &written);
-		virtq_push(q, c->head, written);
+		virtq_push(q, c, written);
 	}
 	if (got < 0)
 		virtio_mmio_fail(t, "malformed descriptor chain");

@@ -485,7 +485,7 @@ static void tx_process(struct virtio_vsock *v)
 			return;
 		}
 		tx_packet(v, v->txc);
-		virtq_push(q, v->txc->head, 0);
+		virtq_push(q, v->txc, 0);
 		v->pushed[TXQ] = true;
 	}
 	v->more_work = true;
@@ -525,7 +525,7 @@ static void rx_push(struct virtio_vsock *v, const struct vsock_pkt *p)
 	};
 
 	virtq_write_in(v->rxc, 0, &h, sizeof(h));
-	virtq_push(&v->mmio.s.queues[RXQ], v->rxc->head, VSOCK_HDR_LEN + p->len);
+	virtq_push(&v->mmio.s.queues[RXQ], v->rxc, VSOCK_HDR_LEN + p->len);
 	v->pushed[RXQ] = true;
 	if (p->op == VIRTIO_VSOCK_OP_RST)
 		v->stats.rst_sent++;
@@ -697,7 +697,7 @@ static void event_deliver(struct virtio_vsock *v)
 		return;
 	}
 	virtq_write_in(v->txc, 0, &id, sizeof(id));
-	virtq_push(q, v->txc->head, sizeof(id));
+	virtq_push(q, v->txc, sizeof(id));
 	v->pushed[EVQ] = true;
 	v->event_pending = false;
 	v->stats.transport_resets++;

@@ -20,6 +20,7 @@
 #include "disk/disk.h"
 #include "supervisor/sandbox.h"
 #include "vmm/snapshot.h"
+#include "vmm/snapshot_mem.h"
 #include "vmm/vm.h"
 
 /* state_dir/checkpoints/dN.k8d: the delta written after checkpoint or
@@ -271,6 +272,7 @@ static void reparent(const char *state_dir, const char *id, const char *parent)
 int ckpt_remove(const char *state_dir, const char *id, uint64_t *freed, char *err, size_t errlen)
 {
 	char dir[PATH_MAX], path[PATH_MAX + 16];
+	uint64_t copied = 0;
 	struct ckpt_meta m, cur;
 	int rc;
 
@@ -287,6 +289,12 @@ int ckpt_remove(const char *state_dir, const char *id, uint64_t *freed, char *er
 	}
 	if ((rc = ckpt_current(state_dir, &cur, err, errlen)))
 		goto out;
+	/* Checkpoints whose memory is a layer over this one take its pages
+	 * first; until then it stays whole (vmm/snapshot_mem.h). */
+	ckpt_dir_of(dir, sizeof(dir), state_dir, id);
+	if ((rc = snapmem_detach_children(dir, &copied, err, errlen)) < 0)
+		goto out;
+	rc = 0;
 	if (!strcmp(cur.parent, id)) {
 		snprintf(cur.parent, sizeof(cur.parent), "%s", m.parent);
 		if ((rc = ckpt_meta_save(state_dir, &cur)))
@@ -301,7 +309,6 @@ int ckpt_remove(const char *state_dir, const char *id, uint64_t *freed, char *er
 		snprintf(err, errlen, "cannot remove %.300s: %s", path, strerror(errno));
 		goto out;
 	}
-	ckpt_dir_of(dir, sizeof(dir), state_dir, id);
 	snprintf(path, sizeof(path), "%s/" SNAP_MEMORY_FILE, dir);
 	*freed += allocated(path);
 	unlink(path);
@@ -313,11 +320,28 @@ int ckpt_remove(const char *state_dir, const char *id, uint64_t *freed, char *er
 	 * stands on it. */
 	if (m.top[0])
 		*freed += drop_layer(state_dir, &cur, m.top, id);
+	*freed = *freed > copied ? *freed - copied : 0; /* what the layers above took over */
 out:
 	ckpt_meta_free(&cur);
 out_meta:
 	ckpt_meta_free(&m);
 	return rc;
+}
+
+const char *ckpt_memory_kind(const char *state_dir, const char *id)
+{
+	struct snap_memory_desc md;
+	char dir[PATH_MAX];
+	struct snapshot sn;
+	uint8_t *buf;
+	bool ok;
+
+	if (ckpt_dir_of(dir, sizeof(dir), state_dir, id) || snapshot_load(dir, &buf, &sn, NULL, 0))
+		return "?";
+	ok = !snapshot_memory_desc(snapshot_find(&sn, SNAP_SEC_MEMORY, 0), &md);
+	snapshot_free(&sn);
+	free(buf);
+	return !ok ? "?" : (md.flags & SNAP_MEM_LAYER) ? "layer" : "full";
 }
 
 uint64_t ckpt_size(const char *state_dir, const struct ckpt_meta *m, uint64_t *disk_bytes)

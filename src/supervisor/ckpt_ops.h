@@ -68,6 +68,10 @@ int ckpt_fork_done(const char *state_dir);
  * when there is none.  Pins of children that are gone are removed. */
 int ckpt_live_fork(const char *state_dir, const char *id, char *buf, size_t len);
 
+/* "layer" when the checkpoint's memory holds only the pages written since
+ * the checkpoint below it, "full", or "?" when its state cannot be read. */
+const char *ckpt_memory_kind(const char *state_dir, const char *id);
+
 /* Bytes a checkpoint's memory and state files take; *disk_bytes those of
  * its frozen delta. */
 uint64_t ckpt_size(const char *state_dir, const struct ckpt_meta *m, uint64_t *disk_bytes);

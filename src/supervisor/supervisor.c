@@ -470,6 +470,7 @@ static void handle_take(struct supervisor *s, int fd, const cJSON *req)
 	cJSON_AddStringToObject(d, "parent", m.parent);
 	cJSON_AddStringToObject(d, "message", m.message);
 	cJSON_AddNumberToObject(d, "memory_bytes", (double)m.memory_bytes);
+	cJSON_AddStringToObject(d, "memory", ckpt_memory_kind(s->state_dir, m.id));
 	cJSON_AddNumberToObject(d, "paused_ms", m.paused_ms);
 	r = cJSON_Duplicate(d, true);
 	audit(s, "user", "checkpoint.create", d);

@@ -164,18 +164,26 @@ int virtq_pop(struct virtq *q, struct virtq_chain *c)
 	return 1;
 }
 
-int virtq_push(struct virtq *q, uint16_t head, uint32_t written)
+int virtq_push(struct virtq *q, const struct virtq_chain *c, uint32_t written)
 {
 	uint8_t *elem;
 
-	if (!q->used || head >= q->size)
+	if (!q->used || c->head >= q->size)
 		return -EINVAL;
+	/* Everything a device may have written into the chain, and the ring
+	 * entry: the next incremental checkpoint must hold these pages (KVM
+	 * logs only the guest's own writes).  Chains are pushed in the same
+	 * loop turn they are filled, never across a checkpoint. */
+	for (uint16_t i = c->nout; i < c->nout + c->nin; i++)
+		guest_mem_mark(q->mem, c->iov[i].base, c->iov[i].len);
 	elem = q->used + 4 + 8u * (q->used_idx % q->size);
-	memcpy(elem, &(uint32_t){head}, 4);
+	memcpy(elem, &(uint32_t){c->head}, 4);
 	memcpy(elem + 4, &written, 4);
 	q->used_idx++;
 	/* The element must be visible before the index that publishes it. */
 	store16(q->used + 2, q->used_idx);
+	guest_mem_mark(q->mem, q->used + 2, 2);
+	guest_mem_mark(q->mem, elem, 8);
 	return 0;
 }
 

@@ -56,7 +56,7 @@ void virtq_reset(struct virtq *q);
  * empty, -EINVAL when the driver broke the rules. */
 int virtq_pop(struct virtq *q, struct virtq_chain *c);
 /* Hands a chain back with the number of bytes written into its buffers. */
-int virtq_push(struct virtq *q, uint16_t head, uint32_t written);
+int virtq_push(struct virtq *q, const struct virtq_chain *c, uint32_t written);
 /* After pushes: should the driver be interrupted (VRING_AVAIL_F_NO_INTERRUPT
  * or the used_event index, when negotiated)? */
 bool virtq_should_notify(struct virtq *q);

@@ -100,9 +100,14 @@ int accel_open(struct accel_vm **vm, const char **err_msg);
 void accel_close(struct accel_vm *vm);
 void accel_caps(struct accel_vm *vm, struct accel_caps *caps);
 
-/* Guest physical memory: host range [hva, hva+size) appears at gpa. */
+/* Guest physical memory: host range [hva, hva+size) appears at gpa.  With
+ * log_dirty the hypervisor records which pages the guest writes. */
 int accel_map_memory(struct accel_vm *vm, uint32_t slot, uint64_t gpa,
-		     uint64_t size, void *hva);
+		     uint64_t size, void *hva, bool log_dirty);
+/* The pages of a slot mapped with log_dirty that were written since the
+ * last call (or since it was mapped), one bit per page from the slot's
+ * start, and starts a new interval.  bitmap holds (pages + 63) / 64 words. */
+int accel_dirty_log(struct accel_vm *vm, uint32_t slot, uint64_t *bitmap);
 
 /* Interrupt controller and timer in the hypervisor (x86: PIC, IOAPIC, PIT). */
 int accel_create_irqchip(struct accel_vm *vm);

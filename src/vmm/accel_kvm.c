@@ -188,16 +188,27 @@ void accel_close(struct accel_vm *vm)
 void accel_caps(struct accel_vm *vm, struct accel_caps *caps) { *caps = vm->caps; }
 
 int accel_map_memory(struct accel_vm *vm, uint32_t slot, uint64_t gpa,
-		     uint64_t size, void *hva)
+		     uint64_t size, void *hva, bool log_dirty)
 {
 	struct kvm_userspace_memory_region r = {
 		.slot = slot,
+		.flags = log_dirty ? KVM_MEM_LOG_DIRTY_PAGES : 0,
 		.guest_phys_addr = gpa,
 		.memory_size = size,
 		.userspace_addr = (uint64_t)(uintptr_t)hva,
 	};
 
 	return ioctl(vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &r) < 0 ? -errno : 0;
+}
+
+/* Without KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 (not enabled) the call both
+ * returns the bitmap and write-protects the pages again: one ioctl per
+ * slot per checkpoint. */
+int accel_dirty_log(struct accel_vm *vm, uint32_t slot, uint64_t *bitmap)
+{
+	struct kvm_dirty_log log = {.slot = slot, .dirty_bitmap = bitmap};
+
+	return ioctl(vm->vm_fd, KVM_GET_DIRTY_LOG, &log) < 0 ? -errno : 0;
 }
 
 int accel_create_irqchip(struct accel_vm *vm)

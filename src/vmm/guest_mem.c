@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -93,8 +94,26 @@ out:
 	return err;
 }
 
+int guest_mem_track(struct guest_mem *m)
+{
+	if (!m->dirty && !(m->dirty = calloc(guest_mem_bitmap_words(m), sizeof(uint64_t))))
+		return -ENOMEM;
+	return 0;
+}
+
+void guest_mem_mark(const struct guest_mem *m, const void *p, size_t len)
+{
+	uintptr_t start = (uintptr_t)p - (uintptr_t)m->base;
+
+	if (!m->dirty || !len || (uintptr_t)p < (uintptr_t)m->base || start >= m->size)
+		return;
+	for (uint64_t pg = start / 4096; pg <= (start + len - 1) / 4096 && pg < m->size / 4096; pg++)
+		__atomic_fetch_or(&m->dirty[pg / 64], 1ULL << (pg % 64), __ATOMIC_RELAXED);
+}
+
 void guest_mem_destroy(struct guest_mem *m)
 {
+	free(m->dirty);
 	if (m->base)
 		munmap(m->base, m->size);
 	if (m->memfd >= 0)

@@ -31,6 +31,10 @@ struct guest_mem {
 	 * open so that the next checkpoint can ask it where its data is. */
 	bool from_file;
 	int file_fd;
+	/* Pages the VMM itself wrote (virtio buffers and used rings) since the
+	 * last checkpoint, one bit per page of RAM; KVM's dirty log has the
+	 * guest's own writes.  NULL when the VM is not tracked. */
+	uint64_t *dirty;
 };
 
 int guest_mem_create(struct guest_mem *m, uint64_t size);
@@ -40,6 +44,17 @@ int guest_mem_create(struct guest_mem *m, uint64_t size);
  * it.  The file must be exactly size bytes (-EINVAL otherwise). */
 int guest_mem_open_file(struct guest_mem *m, const char *path, uint64_t size);
 void guest_mem_destroy(struct guest_mem *m);
+
+/* Starts tracking the VMM's writes (guest_mem_mark); -ENOMEM. */
+int guest_mem_track(struct guest_mem *m);
+/* Notes that the VMM wrote [p, p+len), a range inside RAM, for the next
+ * incremental checkpoint.  Device threads call it concurrently. */
+void guest_mem_mark(const struct guest_mem *m, const void *p, size_t len);
+/* Words in a bitmap of one bit per page of RAM. */
+static inline uint64_t guest_mem_bitmap_words(const struct guest_mem *m)
+{
+	return (m->size / 4096 + 63) / 64;
+}
 
 /* Lays out the regions for a RAM size without allocating (used by create,
  * and by unit tests of the e820 map). */

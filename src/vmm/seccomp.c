@@ -120,6 +120,7 @@ static const struct rule rules[] = {
 	{CK_IOC(KVM_GET_CLOCK), R_HOST, "read kvmclock for a checkpoint"},
 	{CK_IOC(KVM_GET_MSR_INDEX_LIST), R_HOST, "which MSRs to save (asked at the first checkpoint)"},
 	{CK_IOC(KVM_CHECK_EXTENSION), R_HOST, "which optional vCPU records exist (XCRS, DEBUGREGS, XSAVE2)"},
+	{CK_IOC(KVM_GET_DIRTY_LOG), R_HOST, "pages the guest wrote since the last checkpoint (incremental memory)"},
 	{CK_SC(openat), "create the checkpoint's files and the new disk delta; fsync the directory"},
 	{CK_SC(mkdir), "the checkpoint's temporary directory"},
 	{CK_SC(newfstatat), "the checkpoint directory must not exist; fstat of a new disk layer"},

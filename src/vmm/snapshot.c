@@ -13,6 +13,7 @@
 #include "common/util.h"
 #include "disk/format.h"
 #include "vmm/accel.h"
+#include "vmm/snapshot_mem.h"
 
 /* Header field offsets (docs/snapshot-format.md). */
 #define H_VERSION 8
@@ -35,7 +36,7 @@
 #define PAGE 4096u
 #define MEM_WRITE_CHUNK (1u << 20) /* one pwrite covers at most this much */
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+int snap_fail(char *err, size_t errlen, int code, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -143,6 +144,9 @@ void snap_memory_desc_encode(const struct snap_memory_desc *d, uint8_t out[SNAP_
 	put_le64(out + 8, d->data_bytes);
 	put_le32(out + 16, d->page_size);
 	put_le32(out + 20, d->flags);
+	put_le32(out + 24, d->depth);
+	put_le32(out + 28, 0);
+	memcpy(out + 32, d->id, SNAP_MEM_ID_LEN);
 }
 
 /* ---- parser ---- */
@@ -153,30 +157,30 @@ static int parse_header(const uint8_t *buf, size_t len, struct snap_header *h,
 	uint32_t version;
 
 	if (len < SNAP_MAGIC_LEN || memcmp(buf, SNAP_MAGIC, SNAP_MAGIC_LEN))
-		return fail(err, errlen, -EINVAL, "not a kosa8 checkpoint (bad magic)");
+		return snap_fail(err, errlen, -EINVAL, "not a kosa8 checkpoint (bad magic)");
 	if (len < SNAP_HEADER_LEN)
-		return fail(err, errlen, -EINVAL, "checkpoint state file is truncated (%zu bytes)", len);
+		return snap_fail(err, errlen, -EINVAL, "checkpoint state file is truncated (%zu bytes)", len);
 	version = get_le32(buf + H_VERSION);
-	if (version != SNAP_VERSION)
-		return fail(err, errlen, -EPROTO,
-			    "checkpoint format version %u; this kosa8 reads version %u", version,
+	if (version < 1 || version > SNAP_VERSION)
+		return snap_fail(err, errlen, -EPROTO,
+			    "checkpoint format version %u; this kosa8 reads versions 1 to %u", version,
 			    SNAP_VERSION);
 	if (CRC_BAD(get_le32(buf + H_CRC), disk_crc32c(0, buf, H_CRC)))
-		return fail(err, errlen, -EBADMSG, "checkpoint header checksum mismatch (corrupt file)");
+		return snap_fail(err, errlen, -EBADMSG, "checkpoint header checksum mismatch (corrupt file)");
 	if (get_le32(buf + H_HEADER_LEN) != SNAP_HEADER_LEN || get_le32(buf + H_FLAGS) != 0)
-		return fail(err, errlen, -EINVAL, "checkpoint header has unknown fields");
+		return snap_fail(err, errlen, -EINVAL, "checkpoint header has unknown fields");
 	h->version = version;
 	h->ncpus = get_le32(buf + H_NCPUS);
 	h->mem_size = get_le64(buf + H_MEM_SIZE);
 	memcpy(h->cpu_fp, buf + H_CPU_FP, SNAP_FP_LEN);
 	*nsections = get_le32(buf + H_NSECTIONS);
 	if (h->ncpus < 1 || h->ncpus > SNAP_MAX_CPUS)
-		return fail(err, errlen, -EINVAL, "checkpoint has %u vCPUs (1..%d)", h->ncpus,
+		return snap_fail(err, errlen, -EINVAL, "checkpoint has %u vCPUs (1..%d)", h->ncpus,
 			    SNAP_MAX_CPUS);
 	if (h->mem_size < PAGE || h->mem_size % PAGE)
-		return fail(err, errlen, -EINVAL, "checkpoint memory size is not a whole number of pages");
+		return snap_fail(err, errlen, -EINVAL, "checkpoint memory size is not a whole number of pages");
 	if (*nsections > SNAP_MAX_SECTIONS)
-		return fail(err, errlen, -EINVAL, "checkpoint claims %u sections (at most %d)",
+		return snap_fail(err, errlen, -EINVAL, "checkpoint claims %u sections (at most %d)",
 			    *nsections, SNAP_MAX_SECTIONS);
 	return 0;
 }
@@ -189,24 +193,24 @@ static int parse_section(const uint8_t *buf, size_t len, size_t *off, struct sna
 	size_t padded;
 
 	if (len - *off < SNAP_SECTION_HDR_LEN)
-		return fail(err, errlen, -EINVAL, "checkpoint state file is truncated (section %u)", n);
+		return snap_fail(err, errlen, -EINVAL, "checkpoint state file is truncated (section %u)", n);
 	s->tag = get_le32(h);
 	s->index = get_le32(h + 4);
 	s->len = get_le32(h + 8);
 	if (s->len > SNAP_MAX_SECTION)
-		return fail(err, errlen, -EINVAL, "checkpoint section %u is too large (%u bytes)", n,
+		return snap_fail(err, errlen, -EINVAL, "checkpoint section %u is too large (%u bytes)", n,
 			    s->len);
 	padded = ALIGN_UP((size_t)s->len, (size_t)8);
 	if (len - *off - SNAP_SECTION_HDR_LEN < padded)
-		return fail(err, errlen, -EINVAL, "checkpoint state file is truncated (section %u)", n);
+		return snap_fail(err, errlen, -EINVAL, "checkpoint state file is truncated (section %u)", n);
 	s->data = h + SNAP_SECTION_HDR_LEN;
 	if (CRC_BAD(get_le32(h + 12), section_crc(h, s->data, s->len)))
-		return fail(err, errlen, -EBADMSG,
+		return snap_fail(err, errlen, -EBADMSG,
 			    "checkpoint section %u (tag 0x%x) checksum mismatch (corrupt file)", n,
 			    s->tag);
 	for (size_t i = s->len; i < padded; i++)
 		if (s->data[i])
-			return fail(err, errlen, -EINVAL, "checkpoint section %u has non-zero padding", n);
+			return snap_fail(err, errlen, -EINVAL, "checkpoint section %u has non-zero padding", n);
 	*off += SNAP_SECTION_HDR_LEN + padded;
 	return 0;
 }
@@ -224,16 +228,28 @@ static int check_required(const struct snapshot *s, char *err, size_t errlen)
 	for (uint32_t c = 0; c < s->h.ncpus; c++)
 		for (size_t i = 0; i < ARRAY_SIZE(vcpu_required); i++)
 			if (!snapshot_find(s, SNAP_SEC_VCPU | vcpu_required[i], c))
-				return fail(err, errlen, -EINVAL,
+				return snap_fail(err, errlen, -EINVAL,
 					    "checkpoint lacks vCPU %u's state (record %u)", c,
 					    vcpu_required[i]);
 	for (size_t i = 0; i < ARRAY_SIZE(vm_required); i++)
 		if (!snapshot_find(s, SNAP_SEC_VM | vm_required[i], 0))
-			return fail(err, errlen, -EINVAL, "checkpoint lacks the VM's state (record %u)",
+			return snap_fail(err, errlen, -EINVAL, "checkpoint lacks the VM's state (record %u)",
 				    vm_required[i]);
 	if (snapshot_memory_desc(snapshot_find(s, SNAP_SEC_MEMORY, 0), &md) < 0 ||
-	    md.size != s->h.mem_size)
-		return fail(err, errlen, -EINVAL, "checkpoint's memory description is missing or wrong");
+	    md.size != s->h.mem_size || (s->h.version < 2 && md.flags))
+		return snap_fail(err, errlen, -EINVAL, "checkpoint's memory description is missing or wrong");
+	if (md.flags & SNAP_MEM_LAYER) {
+		uint8_t id[SNAP_MEM_ID_LEN];
+		char name[SNAP_MAX_PARENT_NAME + 1];
+		uint64_t *pages = NULL;
+		int rc = snapshot_memory_parent(s, id, name);
+		if (!rc)
+			rc = snapshot_memory_pages(s, &pages);
+		free(pages);
+		if (rc)
+			return snap_fail(err, errlen, -EINVAL,
+				    "checkpoint's memory layer names no valid parent or page map");
+	}
 	return 0;
 }
 
@@ -246,17 +262,17 @@ int snapshot_parse(const uint8_t *buf, size_t len, struct snapshot *out, char *e
 
 	memset(out, 0, sizeof(*out));
 	if (len > SNAP_MAX_FILE)
-		return fail(err, errlen, -EFBIG, "checkpoint state file is too large");
+		return snap_fail(err, errlen, -EFBIG, "checkpoint state file is too large");
 	if ((rc = parse_header(buf, len, &out->h, &n, err, errlen)))
 		return rc;
 	out->secs = calloc(n ? n : 1, sizeof(*out->secs));
 	if (!out->secs)
-		return fail(err, errlen, -ENOMEM, "out of memory");
+		return snap_fail(err, errlen, -ENOMEM, "out of memory");
 	for (uint32_t i = 0; i < n; i++) {
 		if ((rc = parse_section(buf, len, &off, &out->secs[i], i, err, errlen)))
 			goto bad;
 		if (out->secs[i].tag == SNAP_SEC_END) {
-			rc = fail(err, errlen, -EINVAL, "checkpoint ends after %u of %u sections", i, n);
+			rc = snap_fail(err, errlen, -EINVAL, "checkpoint ends after %u of %u sections", i, n);
 			goto bad;
 		}
 		out->nsections = i + 1;
@@ -264,7 +280,7 @@ int snapshot_parse(const uint8_t *buf, size_t len, struct snapshot *out, char *e
 	if ((rc = parse_section(buf, len, &off, &end, n, err, errlen)))
 		goto bad;
 	if (end.tag != SNAP_SEC_END || end.len != 0 || off != len) {
-		rc = fail(err, errlen, -EINVAL, "checkpoint has more data than its header says");
+		rc = snap_fail(err, errlen, -EINVAL, "checkpoint has more data than its header says");
 		goto bad;
 	}
 	if ((rc = check_required(out, err, errlen)))
@@ -291,14 +307,78 @@ const struct snap_section *snapshot_find(const struct snapshot *s, uint32_t tag,
 
 int snapshot_memory_desc(const struct snap_section *sec, struct snap_memory_desc *out)
 {
-	if (!sec || sec->len != SNAP_MEMORY_DESC_LEN)
+	memset(out, 0, sizeof(*out));
+	if (!sec || (sec->len != SNAP_MEMORY_DESC_LEN && sec->len != SNAP_MEMORY_DESC_V1_LEN))
 		return -EINVAL;
 	out->size = get_le64(sec->data);
 	out->data_bytes = get_le64(sec->data + 8);
 	out->page_size = get_le32(sec->data + 16);
 	out->flags = get_le32(sec->data + 20);
-	if (out->page_size != PAGE || out->flags || out->data_bytes > out->size)
+	if (sec->len == SNAP_MEMORY_DESC_LEN) {
+		out->depth = get_le32(sec->data + 24);
+		if (get_le32(sec->data + 28))
+			return -EINVAL;
+		memcpy(out->id, sec->data + 32, SNAP_MEM_ID_LEN);
+	}
+	if (out->page_size != PAGE || (out->flags & ~SNAP_MEM_LAYER) || out->data_bytes > out->size)
 		return -EINVAL;
+	/* A layer sits on something; a full file on nothing. */
+	if ((out->flags & SNAP_MEM_LAYER) ? (out->depth < 1 || out->depth > SNAP_MAX_MEM_DEPTH)
+					  : out->depth != 0)
+		return -EINVAL;
+	return 0;
+}
+
+/* The parent is a sibling directory: a plain name, so that a layer can
+ * never point outside the directory its checkpoints live in. */
+static bool parent_name_ok(const uint8_t *p, size_t n)
+{
+	if (n < 1 || n > SNAP_MAX_PARENT_NAME || (n == 1 && p[0] == '.') ||
+	    (n == 2 && p[0] == '.' && p[1] == '.'))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z') ||
+		      (p[i] >= '0' && p[i] <= '9') || p[i] == '.' || p[i] == '_' || p[i] == '-'))
+			return false;
+	return true;
+}
+
+bool snapshot_name_ok(const char *name)
+{
+	return parent_name_ok((const uint8_t *)name, strlen(name));
+}
+
+int snapshot_memory_parent(const struct snapshot *s, uint8_t id[SNAP_MEM_ID_LEN], char *name)
+{
+	const struct snap_section *sec = snapshot_find(s, SNAP_SEC_MEMORY_PARENT, 0);
+	size_t n;
+
+	if (!sec || sec->len <= SNAP_MEM_ID_LEN)
+		return -EINVAL;
+	n = sec->len - SNAP_MEM_ID_LEN;
+	if (!parent_name_ok(sec->data + SNAP_MEM_ID_LEN, n))
+		return -EINVAL;
+	memcpy(id, sec->data, SNAP_MEM_ID_LEN);
+	memcpy(name, sec->data + SNAP_MEM_ID_LEN, n);
+	name[n] = '\0';
+	return 0;
+}
+
+int snapshot_memory_pages(const struct snapshot *s, uint64_t **pages)
+{
+	const struct snap_section *sec = snapshot_find(s, SNAP_SEC_MEMORY_PAGES, 0);
+	uint64_t npages = s->h.mem_size / PAGE, nwords = (npages + 63) / 64;
+
+	*pages = NULL;
+	if (!sec || sec->len != (npages + 7) / 8)
+		return -EINVAL;
+	/* Bits past the last page would name pages that do not exist. */
+	if ((npages % 8) && (sec->data[sec->len - 1] >> (npages % 8)))
+		return -EINVAL;
+	if (!(*pages = calloc(nwords, sizeof(uint64_t))))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < sec->len; i++)
+		(*pages)[i / 8] |= (uint64_t)sec->data[i] << (8 * (i % 8));
 	return 0;
 }
 
@@ -331,15 +411,15 @@ int snapshot_load(const char *dir, uint8_t **buf, struct snapshot *out, char *er
 
 	*buf = NULL;
 	if (snprintf(path, sizeof(path), "%s/%s", dir, SNAP_STATE_FILE) >= (int)sizeof(path))
-		return fail(err, errlen, -ENAMETOOLONG, "checkpoint path is too long");
+		return snap_fail(err, errlen, -ENAMETOOLONG, "checkpoint path is too long");
 	rc = read_file(path, SNAP_MAX_FILE, buf, &len);
 	if (rc == -ENOENT)
-		return fail(err, errlen, rc, "%.200s is not a checkpoint (no %s file)", dir,
+		return snap_fail(err, errlen, rc, "%.200s is not a checkpoint (no %s file)", dir,
 			    SNAP_STATE_FILE);
 	if (rc == -EFBIG)
-		return fail(err, errlen, rc, "checkpoint state file is too large");
+		return snap_fail(err, errlen, rc, "checkpoint state file is too large");
 	if (rc)
-		return fail(err, errlen, rc, "cannot read %.200s: %s", path, strerror(-rc));
+		return snap_fail(err, errlen, rc, "cannot read %.200s: %s", path, strerror(-rc));
 	rc = snapshot_parse(*buf, len, out, err, errlen);
 	if (rc) {
 		free(*buf);
@@ -506,19 +586,41 @@ static int write_private(int fd, const struct guest_mem *m, uint64_t *data_bytes
 	return err;
 }
 
-int snapshot_write_memory(const char *path, const struct guest_mem *m, uint64_t *data_bytes)
+struct layer_write {
+	int fd, err;
+	const uint8_t *base;
+	uint64_t *data_bytes;
+};
+
+static void layer_run(uint64_t first, uint64_t end, void *arg)
 {
+	struct layer_write *l = arg;
+
+	if (!l->err)
+		l->err = write_pages(l->fd, l->base, first * PAGE, end - first, NULL, l->data_bytes);
+}
+
+/* A new sparse RAM-sized file at path, filled by one of the writers above;
+ * removed again on failure. */
+static int write_memory_file(const char *path, const struct guest_mem *m, const uint64_t *pages,
+			     uint64_t *data_bytes)
+{
+	struct layer_write l = {.base = m->base, .data_bytes = data_bytes};
 	int fd, err = 0;
 
 	*data_bytes = 0;
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
+	l.fd = fd;
 	/* The file gets its full size first: whatever is not written stays a
 	 * hole and reads as zeros. */
 	if (ftruncate(fd, (off_t)m->size) < 0)
 		err = -errno;
-	else if (m->memfd >= 0)
+	else if (pages) {
+		snapmem_runs(pages, m->size / PAGE, layer_run, &l);
+		err = l.err;
+	} else if (m->memfd >= 0)
 		err = write_memfd(fd, m, data_bytes);
 	else if (m->from_file)
 		err = write_private(fd, m, data_bytes);
@@ -530,4 +632,33 @@ int snapshot_write_memory(const char *path, const struct guest_mem *m, uint64_t 
 	if (err)
 		unlink(path);
 	return err;
+}
+
+int snapshot_write_memory(const char *path, const struct guest_mem *m, uint64_t *data_bytes)
+{
+	return write_memory_file(path, m, NULL, data_bytes);
+}
+
+int snapshot_write_memory_layer(const char *path, const struct guest_mem *m,
+				const uint64_t *pages, uint64_t *data_bytes)
+{
+	return write_memory_file(path, m, pages, data_bytes);
+}
+
+void snapshot_add_pages(struct snap_writer *w, const uint64_t *pages, uint64_t npages)
+{
+	size_t len = (size_t)((npages + 7) / 8);
+	uint8_t *b = malloc(len ? len : 1);
+
+	if (!b) {
+		w->err = w->err ? w->err : -ENOMEM;
+		return;
+	}
+	for (size_t i = 0; i < len; i++)
+		b[i] = (uint8_t)(pages[i / 8] >> (8 * (i % 8)));
+	/* Bits past the last page are not pages (the reader refuses them). */
+	if (npages % 8)
+		b[len - 1] &= (uint8_t)((1u << (npages % 8)) - 1);
+	snap_writer_add(w, SNAP_SEC_MEMORY_PAGES, 0, b, len);
+	free(b);
 }

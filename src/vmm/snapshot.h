@@ -23,7 +23,7 @@
 
 #define SNAP_MAGIC "KOSA8SNP"
 #define SNAP_MAGIC_LEN 8
-#define SNAP_VERSION 1
+#define SNAP_VERSION 2               /* 2: memory layers; version 1 files still load */
 #define SNAP_HEADER_LEN 72
 #define SNAP_SECTION_HDR_LEN 16
 #define SNAP_FP_LEN 32              /* CPU feature fingerprint: SHA-256 */
@@ -48,6 +48,8 @@ enum snap_tag {
 	SNAP_SEC_VSOCK = 0x3004,     /* struct virtio_vsock_state */
 	SNAP_SEC_DISK = 0x4001,      /* disk chain: layer paths, bottom first, '\n' after each */
 	SNAP_SEC_MEMORY = 0x4002,    /* struct snap_memory_desc */
+	SNAP_SEC_MEMORY_PARENT = 0x4003, /* layers: parent's memory id (16) + its directory's name */
+	SNAP_SEC_MEMORY_PAGES = 0x4004,  /* layers: one bit per page, set for pages the layer holds */
 	SNAP_SEC_END = 0xffff,       /* last, empty */
 };
 
@@ -58,14 +60,28 @@ struct snap_header {
 	uint8_t cpu_fp[SNAP_FP_LEN];
 };
 
-/* The memory file as the state file describes it (little-endian on disk). */
+/* The memory file as the state file describes it (little-endian on disk).
+ *
+ * A full memory file holds all of RAM.  A layer (SNAP_MEM_LAYER) holds only
+ * the pages written since its parent checkpoint, which is a sibling
+ * directory named in SNAP_SEC_MEMORY_PARENT; SNAP_SEC_MEMORY_PAGES says which
+ * pages the layer holds (a held page that is a hole in the file is zero).
+ * RAM is the bottom full file with each layer above it laid over it in turn
+ * (snapshot_mem.h). */
+#define SNAP_MEM_LAYER 1u
+#define SNAP_MAX_MEM_DEPTH 16        /* layers above a full file; the next checkpoint is full */
+#define SNAP_MEM_ID_LEN 16
+#define SNAP_MAX_PARENT_NAME 255
 struct snap_memory_desc {
 	uint64_t size;           /* bytes, equal to the header's mem_size */
 	uint64_t data_bytes;     /* bytes written (not holes), informational */
 	uint32_t page_size;      /* granularity of the holes */
-	uint32_t flags;          /* 0 */
+	uint32_t flags;          /* SNAP_MEM_LAYER or 0 */
+	uint32_t depth;          /* 0 for a full file, parent's depth + 1 for a layer */
+	uint8_t id[SNAP_MEM_ID_LEN]; /* names this memory view (all zero in version 1) */
 };
-#define SNAP_MEMORY_DESC_LEN 24
+#define SNAP_MEMORY_DESC_V1_LEN 24
+#define SNAP_MEMORY_DESC_LEN 48
 
 struct snap_section {
 	uint32_t tag, index, len;
@@ -96,6 +112,13 @@ int snapshot_load(const char *dir, uint8_t **buf, struct snapshot *out, char *er
 int snapshot_disk_chain(const struct snap_section *sec, char *storage, size_t storage_len,
 			const char **paths, int max);
 int snapshot_memory_desc(const struct snap_section *sec, struct snap_memory_desc *out);
+/* A layer's parent: its memory id and directory name (a plain name, no '/',
+ * not "." or ".."; name holds SNAP_MAX_PARENT_NAME + 1).  -EINVAL if bad. */
+bool snapshot_name_ok(const char *name);
+int snapshot_memory_parent(const struct snapshot *s, uint8_t id[SNAP_MEM_ID_LEN], char *name);
+/* A layer's page map as words of 64 pages each (bit i of word w is page
+ * 64w + i), malloc'd into *pages; -EINVAL if missing or the wrong size. */
+int snapshot_memory_pages(const struct snapshot *s, uint64_t **pages);
 
 /* Builds a state file in memory.  Errors stick: check snap_writer_finish. */
 struct snap_writer {
@@ -122,9 +145,22 @@ int snapshot_write_new_file(const char *path, const void *buf, size_t len);
  * (SEEK_DATA), so untouched RAM costs nothing.  Sets *data_bytes. */
 int snapshot_write_memory(const char *path, const struct guest_mem *m, uint64_t *data_bytes);
 
+/* Writes a memory layer to a new sparse file at path: of the pages set in
+ * pages (one bit per page of RAM), those holding data; the rest are holes
+ * (a held page that is a hole reads as zero).  Sets *data_bytes. */
+int snapshot_write_memory_layer(const char *path, const struct guest_mem *m,
+				const uint64_t *pages, uint64_t *data_bytes);
+/* Adds a layer's page map section (SNAP_SEC_MEMORY_PAGES). */
+void snapshot_add_pages(struct snap_writer *w, const uint64_t *pages, uint64_t npages);
+
 /* Opens /proc/self/pagemap for later checkpoints of a restored VM, before
  * a jail without /proc is entered. */
 int snapshot_preopen_pagemap(void);
+
+/* Puts a message in err (if any) and returns code: the one error style of
+ * the checkpoint code. */
+int snap_fail(char *err, size_t errlen, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 /* fsync of a directory (after creating or renaming entries in it). */
 int snapshot_fsync_dir(const char *dir);

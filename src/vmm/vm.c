@@ -352,19 +352,22 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 		goto fail;
 	}
 	if (cfg->restore_dir) {
-		char path[4200];
-		snprintf(path, sizeof(path), "%s/%s", cfg->restore_dir, SNAP_MEMORY_FILE);
-		if ((err = guest_mem_open_file(&vm->mem, path, cfg->mem_size))) {
-			*why = "cannot map the checkpoint's memory file (missing, or not the size the checkpoint says)";
+		if ((err = vm_restore_memory(vm, why)))
 			goto fail;
-		}
 	} else if ((err = guest_mem_create(&vm->mem, cfg->mem_size))) {
 		*why = "cannot allocate guest memory";
 		goto fail;
 	}
+	/* A VM that can be checkpointed logs the pages written to it from the
+	 * start, so that every checkpoint after the first is a layer. */
+	if (cfg->control_path && (err = guest_mem_track(&vm->mem))) {
+		*why = "cannot allocate the dirty-page map";
+		goto fail;
+	}
 	for (int i = 0; i < vm->mem.nregions; i++) {
 		const struct guest_region *r = &vm->mem.regions[i];
-		if ((err = accel_map_memory(vm->accel, (uint32_t)i, r->gpa, r->size, r->host))) {
+		if ((err = accel_map_memory(vm->accel, (uint32_t)i, r->gpa, r->size, r->host,
+					    cfg->control_path != NULL))) {
 			*why = "KVM refused the guest memory";
 			goto fail;
 		}

@@ -102,6 +102,13 @@ struct vm {
 	int parked, nrunning;
 	int pause_depth;           /* nested vm_pause() calls; main thread only */
 	char disk_top[4096];       /* the writable delta now (moves at each checkpoint) */
+	/* Incremental checkpoints: the checkpoint whose memory RAM equalled when
+	 * the current dirty interval began (the last one written, or the one
+	 * restored from), "" if none; a next checkpoint in the same directory
+	 * is a layer over it (vmm/snapshot_mem.h). */
+	char mem_parent[4096];
+	uint8_t mem_parent_id[SNAP_MEM_ID_LEN];
+	uint32_t mem_parent_depth;
 	/* Restore: the checkpoint being loaded, until vm_create returns. */
 	uint8_t *snap_buf;
 	struct snapshot snap;
@@ -138,6 +145,8 @@ int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg
 /* Restore steps, called by vm_create (vm_checkpoint.c): load and check the
  * checkpoint, then, once devices and vCPUs exist, load their state. */
 int vm_restore_load(struct vm *vm, const char **why);
+/* Guest RAM from the checkpoint's memory layers (vmm/snapshot_mem.h). */
+int vm_restore_memory(struct vm *vm, const char **why);
 int vm_restore_state(struct vm *vm, const char **why);
 /* SHA-256 over a CPUID set: what a checkpoint's CPU must match. */
 void vm_cpu_fingerprint(const struct cpuid_leaf *leaves, size_t n, uint8_t fp[SNAP_FP_LEN]);

@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "vmm/snapshot_mem.h"
 
 static uint64_t now_us(void)
 {
@@ -237,13 +238,137 @@ out:
 	return err;
 }
 
-static int write_checkpoint(struct vm *vm, const char *tmp, const char *dir,
-			    const char *new_top, uint64_t *mem_bytes, char *msg, size_t msglen)
+/* ---- memory: whole, or a layer of what was written since ---- */
+
+static void or_bits(uint64_t *dst, uint64_t at, const uint64_t *src, uint64_t n)
+{
+	for (uint64_t w = 0; w < (n + 63) / 64; w++)
+		for (uint64_t x = src[w]; x; x &= x - 1) {
+			uint64_t p = at + w * 64 + (uint64_t)__builtin_ctzll(x);
+			dst[p / 64] |= 1ULL << (p % 64);
+		}
+}
+
+/* The pages written since the interval began, into pages (one bit per page
+ * of RAM): the VMM's own writes and KVM's log of the guest's, per memory
+ * slot.  Both start a new interval. */
+static int take_dirty(struct vm *vm, uint64_t *pages)
+{
+	struct guest_mem *m = &vm->mem;
+
+	for (uint64_t i = 0; i < guest_mem_bitmap_words(m); i++)
+		pages[i] = __atomic_exchange_n(&m->dirty[i], 0, __ATOMIC_RELAXED);
+	for (int i = 0; i < m->nregions; i++) {
+		const struct guest_region *r = &m->regions[i];
+		uint64_t n = r->size / 4096, *log = calloc((n + 63) / 64, sizeof(uint64_t));
+		int err = log ? accel_dirty_log(vm->accel, (uint32_t)i, log) : -ENOMEM;
+		if (!err)
+			or_bits(pages, (uint64_t)(r->host - m->base) / 4096, log, n);
+		free(log);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+/* After a failed checkpoint the pages taken count as written still. */
+static void give_back_dirty(struct vm *vm, const uint64_t *pages)
+{
+	for (uint64_t i = 0; pages && i < guest_mem_bitmap_words(&vm->mem); i++)
+		__atomic_fetch_or(&vm->mem.dirty[i], pages[i], __ATOMIC_RELAXED);
+}
+
+/* A name for this memory view, unique without a random source (the filter
+ * keeps getrandom for vCPU threads): the clocks and a counter. */
+static void new_mem_id(uint8_t id[SNAP_MEM_ID_LEN])
+{
+	static uint64_t counter;
+	struct timespec rt, mono;
+
+	clock_gettime(CLOCK_REALTIME, &rt);
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	put_le64(id, (uint64_t)rt.tv_sec * 1000000000u + (uint64_t)rt.tv_nsec);
+	put_le64(id + 8, ((uint64_t)mono.tv_sec * 1000000000u + (uint64_t)mono.tv_nsec) ^
+			       (++counter << 48) ^ ((uint64_t)getpid() << 32));
+}
+
+/* Whether a layer can stand on vm->mem_parent: it is a sibling of dir (a
+ * layer names its parent by name only), still holds the memory it held,
+ * and the stack is not at its height limit.  name gets its name. */
+static bool parent_usable(struct vm *vm, const char *dir, char *name, size_t len)
+{
+	const char *a = strrchr(vm->mem_parent, '/'), *b = strrchr(dir, '/');
+	struct snap_memory_desc md;
+	struct snapshot s;
+	uint8_t *buf;
+	bool ok;
+
+	if (!vm->mem_parent[0] || !a || !b || a - vm->mem_parent != b - dir ||
+	    strncmp(vm->mem_parent, dir, (size_t)(a - vm->mem_parent)) ||
+	    vm->mem_parent_depth >= SNAP_MAX_MEM_DEPTH || !snapshot_name_ok(a + 1) ||
+	    strlen(a + 1) >= len)
+		return false;
+	if (snapshot_load(vm->mem_parent, &buf, &s, NULL, 0))
+		return false; /* removed (checkpoint rm), or damaged: a full one then */
+	ok = !snapshot_memory_desc(snapshot_find(&s, SNAP_SEC_MEMORY, 0), &md) &&
+	     !memcmp(md.id, vm->mem_parent_id, SNAP_MEM_ID_LEN) && md.size == vm->mem.size;
+	snapshot_free(&s);
+	free(buf);
+	snprintf(name, len, "%s", a + 1);
+	return ok;
+}
+
+/* Writes the memory file into tmp and adds its sections.  *pages gets the
+ * pages taken from the dirty log (NULL if none): the caller gives them
+ * back if the checkpoint fails. */
+static int save_memory(struct vm *vm, struct snap_writer *w, const char *tmp, const char *dir,
+		       struct snap_memory_desc *md, uint64_t **pages, char *msg, size_t msglen)
+{
+	uint8_t mdb[SNAP_MEMORY_DESC_LEN], psec[SNAP_MEM_ID_LEN + SNAP_MAX_PARENT_NAME];
+	char path[PATH_MAX + 16], name[SNAP_MAX_PARENT_NAME + 1];
+	bool layer = false;
+	int err;
+
+	*pages = NULL;
+	new_mem_id(md->id);
+	if (vm->mem.dirty) {
+		*pages = calloc(guest_mem_bitmap_words(&vm->mem), sizeof(uint64_t));
+		if (!*pages)
+			return -ENOMEM;
+		if ((err = take_dirty(vm, *pages)))
+			log_warn("checkpoint: KVM's dirty log failed (%s): writing all of memory",
+				 strerror(-err));
+		else
+			layer = parent_usable(vm, dir, name, sizeof(name));
+	}
+	snprintf(path, sizeof(path), "%s/%s", tmp, SNAP_MEMORY_FILE);
+	if (layer) {
+		md->flags = SNAP_MEM_LAYER;
+		md->depth = vm->mem_parent_depth + 1;
+		err = snapshot_write_memory_layer(path, &vm->mem, *pages, &md->data_bytes);
+	} else {
+		err = snapshot_write_memory(path, &vm->mem, &md->data_bytes);
+	}
+	if (err) {
+		snprintf(msg, msglen, "cannot write guest memory: %s", strerror(-err));
+		return err;
+	}
+	snap_memory_desc_encode(md, mdb);
+	snap_writer_add(w, SNAP_SEC_MEMORY, 0, mdb, sizeof(mdb));
+	if (layer) {
+		memcpy(psec, vm->mem_parent_id, SNAP_MEM_ID_LEN);
+		memcpy(psec + SNAP_MEM_ID_LEN, name, strlen(name));
+		snap_writer_add(w, SNAP_SEC_MEMORY_PARENT, 0, psec, SNAP_MEM_ID_LEN + strlen(name));
+		snapshot_add_pages(w, *pages, vm->mem.size / 4096);
+	}
+	return 0;
+}
+
+static int write_checkpoint(struct vm *vm, const char *tmp, const char *dir, const char *new_top,
+			    struct snap_memory_desc *md, uint64_t **pages, char *msg, size_t msglen)
 {
 	struct snap_header h = {.version = SNAP_VERSION, .ncpus = (uint32_t)vm->cfg.ncpus,
 				.mem_size = vm->mem.size};
-	struct snap_memory_desc md = {.size = vm->mem.size, .page_size = 4096};
-	uint8_t mdb[SNAP_MEMORY_DESC_LEN];
 	struct snap_writer w;
 	char path[PATH_MAX + 16];
 	const char *why = NULL;
@@ -258,14 +383,8 @@ static int write_checkpoint(struct vm *vm, const char *tmp, const char *dir,
 	save_devices(vm, &w);
 	if (vm->has_blk && (err = save_disk(vm, &w, dir, new_top, msg, msglen)))
 		goto out;
-	snprintf(path, sizeof(path), "%s/%s", tmp, SNAP_MEMORY_FILE);
-	if ((err = snapshot_write_memory(path, &vm->mem, &md.data_bytes))) {
-		snprintf(msg, msglen, "cannot write guest memory: %s", strerror(-err));
+	if ((err = save_memory(vm, &w, tmp, dir, md, pages, msg, msglen)))
 		goto out;
-	}
-	*mem_bytes = md.data_bytes;
-	snap_memory_desc_encode(&md, mdb);
-	snap_writer_add(&w, SNAP_SEC_MEMORY, 0, mdb, sizeof(mdb));
 	if ((err = snap_writer_finish(&w))) {
 		snprintf(msg, msglen, "cannot build the state file: %s", strerror(-err));
 		goto out;
@@ -276,6 +395,18 @@ static int write_checkpoint(struct vm *vm, const char *tmp, const char *dir,
 out:
 	snap_writer_free(&w);
 	return err;
+}
+
+/* The next interval starts at this checkpoint (or at the restored one). */
+static void set_mem_parent(struct vm *vm, const char *dir, const struct snap_memory_desc *md)
+{
+	if (strlen(dir) >= sizeof(vm->mem_parent)) {
+		vm->mem_parent[0] = '\0';
+		return;
+	}
+	memcpy(vm->mem_parent, dir, strlen(dir) + 1);
+	memcpy(vm->mem_parent_id, md->id, SNAP_MEM_ID_LEN);
+	vm->mem_parent_depth = md->depth;
 }
 
 static void remove_tmp(const char *tmp)
@@ -295,7 +426,8 @@ static void remove_tmp(const char *tmp)
 int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg, size_t msglen)
 {
 	char tmp[PATH_MAX], parent[PATH_MAX];
-	uint64_t t0 = now_us(), t_paused, t_done, mem_bytes = 0;
+	uint64_t t0 = now_us(), t_paused, t_done, *pages = NULL;
+	struct snap_memory_desc md = {.size = vm->mem.size, .page_size = 4096};
 	struct stat st;
 	int err;
 
@@ -320,11 +452,16 @@ int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg
 		return err;
 	}
 	t_paused = now_us();
-	err = write_checkpoint(vm, tmp, dir, new_top, &mem_bytes, msg, msglen);
+	err = write_checkpoint(vm, tmp, dir, new_top, &md, &pages, msg, msglen);
 	if (!err && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_NOREPLACE) < 0) {
 		err = -errno;
 		snprintf(msg, msglen, "cannot rename the checkpoint into place: %s", strerror(errno));
 	}
+	if (err)
+		give_back_dirty(vm, pages);
+	else
+		set_mem_parent(vm, dir, &md);
+	free(pages);
 	vm_resume(vm);
 	t_done = now_us();
 	if (err) {
@@ -333,9 +470,11 @@ int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg
 	}
 	snprintf(parent, sizeof(parent), "%s", dir);
 	snapshot_fsync_dir(dirname(parent));
-	snprintf(msg, msglen, "checkpoint %.300s memory_bytes=%llu paused_ms=%.1f total_ms=%.1f disk=%.300s",
-		 dir, (unsigned long long)mem_bytes, (double)(t_done - t_paused) / 1000.0,
-		 (double)(t_done - t0) / 1000.0, vm->has_blk ? vm->disk_top : "none");
+	snprintf(msg, msglen,
+		 "checkpoint %.300s memory_bytes=%llu memory=%s depth=%u paused_ms=%.1f total_ms=%.1f disk=%.300s",
+		 dir, (unsigned long long)md.data_bytes, md.flags & SNAP_MEM_LAYER ? "layer" : "full",
+		 md.depth, (double)(t_done - t_paused) / 1000.0, (double)(t_done - t0) / 1000.0,
+		 vm->has_blk ? vm->disk_top : "none");
 	return 0;
 }
 
@@ -407,6 +546,22 @@ static int restore_disk(struct vm *vm, const char **why)
 	}
 	vm->cfg.disk_read_only = false;
 	return 0;
+}
+
+int vm_restore_memory(struct vm *vm, const char **why)
+{
+	struct snapmem_chain c;
+	int rc;
+
+	rc = snapmem_chain_load(vm->cfg.restore_dir, &c, vm->err_buf, sizeof(vm->err_buf));
+	if (!rc)
+		rc = snapmem_map(&vm->mem, &c, vm->err_buf, sizeof(vm->err_buf));
+	if (!rc)
+		set_mem_parent(vm, vm->cfg.restore_dir, &c.l[0].md);
+	else
+		*why = vm->err_buf;
+	snapmem_chain_free(&c);
+	return rc;
 }
 
 /* When this process began loading its checkpoint (one VM per process), for

@@ -144,11 +144,17 @@ static void test_other_version_and_bad_header(void **state)
 	char err[SNAP_ERR_LEN];
 
 	build(&w, 64 << 20, true);
-	w.buf[8] = 2; /* version 2, header checksum made valid again */
+	w.buf[8] = 3; /* version 3, header checksum made valid again */
 	reseal_header(w.buf);
 	assert_int_equal(snapshot_parse(w.buf, w.len, &s, err, sizeof(err)), -EPROTO);
-	assert_non_null(strstr(err, "version 2"));
-	w.buf[8] = 1;
+	assert_non_null(strstr(err, "version 3"));
+	w.buf[8] = 0;
+	reseal_header(w.buf);
+	assert_int_equal(snapshot_parse(w.buf, w.len, &s, err, sizeof(err)), -EPROTO);
+	w.buf[8] = 1; /* version 1 files still load */
+	reseal_header(w.buf);
+	assert_int_equal(snapshot_parse(w.buf, w.len, &s, err, sizeof(err)), 0);
+	snapshot_free(&s);
 	w.buf[16] = 0; /* zero vCPUs */
 	reseal_header(w.buf);
 	assert_int_equal(snapshot_parse(w.buf, w.len, &s, err, sizeof(err)), -EINVAL);

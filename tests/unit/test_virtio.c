@@ -88,7 +88,7 @@ static void test_chain_ok(void **state)
 	assert_memory_equal(mem.base + DATA + 0x100 + 14, "ab", 2);
 	assert_memory_equal(mem.base + DATA + 0x200, "cdef", 4);
 	assert_int_equal(virtq_write_in(c, 19, "xyz", 3), 1);
-	assert_int_equal(virtq_push(&q, c->head, 20), 0);
+	assert_int_equal(virtq_push(&q, c, 20), 0);
 	memcpy(&used_idx, mem.base + USED + 2, 2);
 	memcpy(&used_id, mem.base + USED + 4, 4);
 	memcpy(&used_len, mem.base + USED + 8, 4);
@@ -96,6 +96,45 @@ static void test_chain_ok(void **state)
 	assert_int_equal(used_id, 0);
 	assert_int_equal(used_len, 20);
 	assert_int_equal(virtq_pop(&q, c), 0);
+	free(c);
+}
+
+static bool page_marked(uint64_t gpa)
+{
+	return mem.dirty[gpa / 4096 / 64] >> (gpa / 4096 % 64) & 1;
+}
+
+/* A pushed chain marks what the device may have written (its writable
+ * buffers, whole) and the used ring, and nothing else: that is what the
+ * next incremental checkpoint will hold beside KVM's log. */
+static void test_push_marks_written_pages(void **state)
+{
+	struct virtq q;
+	struct virtq_chain *c = malloc(sizeof(*c));
+
+	init_queue(&q, false);
+	assert_int_equal(guest_mem_track(&mem), 0);
+	memset(mem.dirty, 0, guest_mem_bitmap_words(&mem) * sizeof(uint64_t));
+	put_desc(DESC, 0, DATA, 8, VRING_DESC_F_NEXT, 1);                 /* read-only */
+	put_desc(DESC, 1, DATA + 0x1ff0, 0x20, VRING_DESC_F_WRITE | VRING_DESC_F_NEXT, 2); /* 2 pages */
+	put_desc(DESC, 2, DATA + 0x5000, 1, VRING_DESC_F_WRITE, 0);
+	make_avail(0, 0);
+	assert_int_equal(virtq_pop(&q, c), 1);
+	for (uint64_t g = 0; g < MEM_SIZE; g += 4096)
+		assert_false(page_marked(g)); /* popping writes nothing */
+	assert_int_equal(virtq_push(&q, c, 1), 0);
+	assert_true(page_marked(DATA + 0x1000));
+	assert_true(page_marked(DATA + 0x2000));
+	assert_true(page_marked(DATA + 0x5000));
+	assert_true(page_marked(USED));
+	assert_false(page_marked(DATA));   /* the request the driver wrote */
+	assert_false(page_marked(DESC));
+	assert_false(page_marked(AVAIL));
+	assert_false(page_marked(DATA + 0x3000));
+	/* Marks outside RAM are ignored, not written anywhere. */
+	guest_mem_mark(&mem, mem.base + MEM_SIZE, 4096);
+	guest_mem_mark(&mem, mem.base + MEM_SIZE - 1, 100);
+	assert_true(page_marked(MEM_SIZE - 4096));
 	free(c);
 }
 
@@ -357,6 +396,7 @@ int main(void)
 		cmocka_unit_test(test_activate_checks),
 		cmocka_unit_test(test_transport_rng),
 		cmocka_unit_test(test_transport_bad_status),
+		cmocka_unit_test(test_push_marks_written_pages),
 	};
 	return cmocka_run_group_tests_name("virtio", tests, setup, teardown);
 }

@@ -55,6 +55,8 @@ restore_once() {
 		ck_ans=$("$bin" vmctl "$d/ctl-r$run" checkpoint "$next" 2>&1) || ck_err="restore $run: checkpoint of the restored VM failed: $ck_ans"
 		ck_rep=$(counts "$out" | tail -1)
 		echo "  checkpoint of restore $run at count $ck_req..$ck_rep: $ck_ans"
+		# Beside the checkpoint it ran from: a layer of what changed since.
+		case $ck_ans in *memory=layer*) ;; *) [ -n "$ck_err" ] || ck_err="restore $run: its checkpoint is not a memory layer: $ck_ans" ;; esac
 	fi
 	echo 'poweroff -f' >&8
 	# The VMM exits on the guest's poweroff (the sanitizer build takes a
@@ -133,5 +135,8 @@ test_checkpoint_bad() {
 	cp "$d/cp1/state" "$d/bad/state" && printf '\007' | dd of="$d/bad/state" bs=1 seek=8 conv=notrunc 2>/dev/null
 	expect_error "$p-checkpoint-version-refused" "format version 7" "$bin" --no-emulate --restore "$d/bad" --disk "$d/rb.k8d"
 	expect_error "$p-checkpoint-needs-disk" "give --disk" "$bin" --no-emulate --restore "$d/cp1"
+	# A layer without the checkpoint under it (cp2 stands on cp1).
+	rm -rf "$d/alone" && mkdir -p "$d/alone" && cp -r --sparse=always "$d/cp2" "$d/alone/cp2"
+	expect_error "$p-checkpoint-layer-without-parent-refused" "is gone" "$bin" --no-emulate --restore "$d/alone/cp2" --disk "$d/rb.k8d"
 	expect_error "$p-checkpoint-missing" "not a checkpoint" "$bin" --no-emulate --restore "$d/nothing-here"
 }
