@@ -24,7 +24,17 @@ IO_LIST='cd "$1" && find . -mindepth 1 | LC_ALL=C sort | while IFS= read -r p; d
 	elif [ -d "$p" ]; then echo "$p dir $(stat -c %a "$p")";
 	else echo "$p file $(stat -c %a "$p") $(sha256sum <"$p" | cut -c1-64)"; fi; done'
 
-io_fail() { not_ok "$1" "$2"; sb rm -f io >/dev/null 2>&1; }
+# On a failure, what the log needs to tell why (it failed once late in a
+# whole run-all and never alone): whether the VMM still runs, the guest's
+# and the supervisor's last lines, the helper's free memory and any OOM.
+io_why() {
+	local st=${KOSA8_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/kosa8}/sandboxes/io
+	echo "  --- why: VMM pid '$(pgrep -f -- " vm .*--jail.*/sandboxes/io/" | head -1)', $(free -m | awk '/Mem:/{print "MiB used "$3", shared "$5", available "$7}')"
+	tail -15 "$st/console.log" 2>/dev/null | sed 's/^/  | console: /'
+	tail -10 "$st/supervisor.log" 2>/dev/null | sed 's/^/  | supervisor: /'
+	dmesg 2>/dev/null | grep -iE 'oom|killed process|out of memory' | tail -5 | sed 's/^/  | dmesg: /'
+}
+io_fail() { not_ok "$1" "$2"; io_why; sb rm -f io >/dev/null 2>&1; }
 
 test_sandbox_io() {
 	local name=sandbox-io-setup t0 t1 want got
@@ -62,6 +72,7 @@ test_sandbox_io() {
 	if [ -z "$want" ] || [ "$want" != "$got" ]; then
 		cp "$WORK/io/gsum" "$WORK/out"
 		not_ok "$name" "stdout: guest sent sha256 '$want', host got '$got'"
+		io_why
 	else
 		# 100 MiB in through stdin; the guest hashes and counts what it read.
 		head -c $IO_SIZE /dev/urandom >"$WORK/io/big.bin"
@@ -71,7 +82,7 @@ test_sandbox_io() {
 			<"$WORK/io/big.bin" 2>"$WORK/out")
 		t1=$(io_now)
 		echo "# exec stdin 100 MiB: $(io_rate "$t0" "$t1")"
-		if [ "$got" != "$want" ]; then not_ok "$name" "stdin: guest read '$got', host sent '$want'"; else ok "$name"; fi
+		if [ "$got" != "$want" ]; then not_ok "$name" "stdin: guest read '$got', host sent '$want'"; io_why; else ok "$name"; fi
 	fi
 
 	# 3. cp: a 100 MiB file in and a guest-made one out, a tree both ways.
@@ -128,6 +139,8 @@ test_sandbox_io() {
 	if [ "$rc" -ne 125 ]; then io_fail "$name" "a missing working directory gave $rc, want 125"; return; fi
 	ok "$name"
 	sb rm -f io >>"$WORK/out" 2>&1 || not_ok sandbox-io-cleanup "rm -f io failed"
+	# 200 MiB of the helper's RAM (its /tmp is a tmpfs) back for later tests.
+	rm -rf "$WORK/io"
 }
 
 # Four sandboxes started at once; each answers with its own hostname.
