@@ -238,7 +238,16 @@ static void term_raw(void)
 
 /* ---- software emulation: re-run this command inside the test bed ---- */
 
-static bool kvm_present(void) { return access("/dev/kvm", F_OK) == 0; }
+/* Why this host's KVM cannot run the VM directly, or NULL if it can. */
+static const char *kvm_unusable(void)
+{
+	if (access("/dev/kvm", F_OK) != 0)
+		return "no /dev/kvm here";
+	if (!accel_hw_virt())
+		return "the /dev/kvm here has no hardware virtualization under it (no vmx/svm CPU flag: "
+		       "a software KVM, which cannot run kosa8's guest)";
+	return NULL;
+}
 
 static int find_testbed(char *buf, size_t len)
 {
@@ -249,7 +258,7 @@ static int find_testbed(char *buf, size_t len)
 	return kosa8_data_path("testbed/run", buf, len);
 }
 
-static int run_emulated(const struct vm_args *a)
+static int run_emulated(const struct vm_args *a, const char *reason)
 {
 	char testbed[PATH_MAX], self[PATH_MAX], kernel[PATH_MAX], initrd[PATH_MAX], disk[PATH_MAX];
 	char restore[PATH_MAX], mem[32], cpus[16], cid[24];
@@ -257,7 +266,7 @@ static int run_emulated(const struct vm_args *a)
 	int n = 0;
 
 	if (find_testbed(testbed, sizeof(testbed)) < 0) {
-		fprintf(stderr, "kosa8: no /dev/kvm and the software-emulation helper (testbed/run) is not installed\n");
+		fprintf(stderr, "kosa8: %s and the software-emulation helper (testbed/run) is not installed\n", reason);
 		return VM_EXIT_ERROR;
 	}
 	if (a->restore) {
@@ -273,7 +282,7 @@ static int run_emulated(const struct vm_args *a)
 			fprintf(stderr, "kosa8: %s: path too long\n", a->disk);
 			return VM_EXIT_ERROR;
 		}
-		fprintf(stderr, "kosa8: warning: no /dev/kvm here; running in a helper VM under software emulation (slow)\n");
+		fprintf(stderr, "kosa8: warning: %s; running in a helper VM under software emulation (slow)\n", reason);
 		argv[n++] = testbed;
 		argv[n++] = "--";
 		argv[n++] = self;
@@ -289,7 +298,7 @@ static int run_emulated(const struct vm_args *a)
 			"file not found");
 		return VM_EXIT_ERROR;
 	}
-	fprintf(stderr, "kosa8: warning: no /dev/kvm here; running in a helper VM under software emulation (slow)\n");
+	fprintf(stderr, "kosa8: warning: %s; running in a helper VM under software emulation (slow)\n", reason);
 	snprintf(mem, sizeof(mem), "%lluK", (unsigned long long)(a->mem / KiB));
 	snprintf(cpus, sizeof(cpus), "%d", a->cpus);
 	argv[n++] = testbed;
@@ -566,8 +575,10 @@ int cmd_vm(int argc, char **argv)
 		fprintf(stderr, "kosa8 vm: %s\n", why);
 		return VM_EXIT_ERROR;
 	}
-	if (a.emulate == EMULATE_ALWAYS || (a.emulate == EMULATE_AUTO && !kvm_present()))
-		return run_emulated(&a);
+	if (a.emulate == EMULATE_ALWAYS)
+		return run_emulated(&a, "--emulate given");
+	if (a.emulate == EMULATE_AUTO && (why = kvm_unusable()))
+		return run_emulated(&a, why);
 	if (a.jail && (err = enter_jail(&cfg, a.ckpt_dir, a.jail_probe, &why)) < 0) {
 		fprintf(stderr, "kosa8 vm: jail: %s: %s\n", why, strerror(-err));
 		return VM_EXIT_ERROR;

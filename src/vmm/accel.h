@@ -63,6 +63,10 @@ enum vcpu_exit_kind {
 struct vcpu_exit {
 	enum vcpu_exit_kind kind;
 	uint64_t code; /* backend-specific detail for FAIL/OTHER, for the log */
+	/* FAIL: what the hypervisor said beyond the code (for KVM's internal
+	 * errors its data words: exit reason, fault address, instruction
+	 * bytes), for the log; empty if nothing. */
+	char detail[200];
 	union {
 		struct {
 			uint16_t port;
@@ -93,6 +97,15 @@ struct accel_caps {
 
 /* Opens the accelerator.  On failure err_msg gets a sentence for the user
  * that says what is wrong and what to do. */
+/* Whether the CPU offers hardware virtualization (x86: the vmx or svm flag
+ * in /proc/cpuinfo).  A /dev/kvm without it is a software KVM (kvm-pvm,
+ * seen on this project's build machines), which fails to run a stock
+ * kernel's early boot: its emulator gives up on cmpxchg16b in SLUB.  Read
+ * before any jail (which hides /proc/cpuinfo). */
+bool accel_hw_virt(void);
+/* The same from a file in /proc/cpuinfo's format (true if unreadable). */
+bool accel_cpuinfo_hw_virt(const char *path);
+
 /* Opens the accelerator's device now, for the next accel_open() (which
  * then needs no file system access: the VMM's jail hides /dev). */
 int accel_preopen(const char **err_msg);

@@ -6,6 +6,7 @@
 #include <linux/kvm.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -45,6 +46,26 @@ struct accel_vcpu {
 };
 
 static void kick_handler(int sig) { (void)sig; }
+
+/* KVM's data words of an internal error, in hex: for an emulation failure
+ * they hold the instruction bytes and the exit that led to it (reason,
+ * info1/info2: for a nested page fault its error code and address). */
+static void internal_error_detail(const struct kvm_run *r, char *buf, size_t len)
+{
+	uint32_t n = r->internal.ndata;
+	size_t used = 0;
+
+	buf[0] = '\0';
+	if (n > sizeof(r->internal.data) / sizeof(r->internal.data[0]))
+		n = sizeof(r->internal.data) / sizeof(r->internal.data[0]);
+	for (uint32_t i = 0; i < n && used + 1 < len; i++) {
+		int w = snprintf(buf + used, len - used, "%s%llx", i ? " " : "data ",
+				 (unsigned long long)r->internal.data[i]);
+		if (w < 0)
+			break;
+		used += (size_t)w;
+	}
+}
 
 static int install_kick_handler(void)
 {
@@ -92,6 +113,30 @@ static void kvm_enable_msr_exits(struct accel_vm *vm)
 	cap.args[0] = KVM_MSR_EXIT_REASON_UNKNOWN;
 	if (ioctl(vm->vm_fd, KVM_ENABLE_CAP, &cap) == 0)
 		vm->caps.user_msr_exits = true;
+}
+
+bool accel_hw_virt(void) { return accel_cpuinfo_hw_virt("/proc/cpuinfo"); }
+
+bool accel_cpuinfo_hw_virt(const char *path)
+{
+	FILE *f = fopen(path, "re");
+	char line[4096];
+	bool found = false;
+
+	if (!f)
+		return true; /* cannot tell: let KVM itself decide */
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *colon = strchr(line, ':');
+		if (strncmp(line, "flags", 5) || !colon)
+			continue;
+		for (char *save = NULL, *t = strtok_r(colon + 1, " \t\n", &save); t;
+		     t = strtok_r(NULL, " \t\n", &save))
+			if (!strcmp(t, "vmx") || !strcmp(t, "svm"))
+				found = true;
+		break; /* every CPU lists the same flags */
+	}
+	fclose(f);
+	return found;
 }
 
 /* /dev/kvm opened ahead of a jail that will hide it (accel_preopen). */
@@ -461,6 +506,7 @@ static void decode_exit(struct accel_vcpu *v, struct vcpu_exit *e)
 	case KVM_EXIT_INTERNAL_ERROR:
 		e->kind = VCPU_EXIT_FAIL;
 		e->code = 0x10000u | r->internal.suberror;
+		internal_error_detail(r, e->detail, sizeof(e->detail));
 		break;
 	case KVM_EXIT_INTR:
 		e->kind = VCPU_EXIT_INTR;

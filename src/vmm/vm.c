@@ -528,6 +528,8 @@ static void *vcpu_thread(void *arg)
 				vcpu_park(v);
 			break;
 		case VCPU_EXIT_FAIL:
+			if (e.detail[0])
+				log_err("vCPU %d: %s", v->id, e.detail);
 			vcpu_crash(v, "the accelerator failed to run the guest", e.code);
 			break;
 		case VCPU_EXIT_OTHER:

@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <stdio.h>
+#include <unistd.h>
 
+#include "vmm/accel.h"
 #include "vmm/acpi.h"
 #include "vmm/cpuid.h"
 
@@ -139,10 +142,42 @@ static void test_acpi_limits(void **state)
 	assert_int_equal(acpi_build(buf, BASE, sizeof(buf), 0, &rsdp), -ENOSPC);
 }
 
+/* Writes text to a temporary file and asks whether it shows hardware
+ * virtualization. */
+static bool hw_virt_of(const char *text)
+{
+	char path[] = "/tmp/kosa8-cpuinfo-XXXXXX";
+	int fd = mkstemp(path);
+	bool r;
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	r = accel_cpuinfo_hw_virt(path);
+	unlink(path);
+	return r;
+}
+
+/* Whole flags only: svm and vmx, not a flag that merely contains them, and
+ * not the word elsewhere on the line or in another field. */
+static void test_hw_virt_flags(void **state)
+{
+	(void)state;
+	assert_true(hw_virt_of("processor\t: 0\nflags\t\t: fpu vme svm cx16 lm\n"));
+	assert_true(hw_virt_of("processor\t: 0\nflags\t\t: fpu vmx\nflags\t\t: fpu\n"));
+	assert_false(hw_virt_of("processor\t: 0\nflags\t\t: fpu cx16 hypervisor svm_lock vmxsvm\n"));
+	assert_false(hw_virt_of("model name\t: svm vmx\nflags\t\t: fpu sse2\n"));
+	assert_false(hw_virt_of("processor\t: 0\n"));
+	assert_false(hw_virt_of("flags svm\n")); /* no colon: not a field */
+	/* Unreadable: cannot tell, so KVM itself decides. */
+	assert_true(accel_cpuinfo_hw_virt("/nonexistent/cpuinfo"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cpuid_basic_and_topology),
+		cmocka_unit_test(test_hw_virt_flags),
 		cmocka_unit_test(test_cpuid_single_and_bad),
 		cmocka_unit_test(test_acpi_tables),
 		cmocka_unit_test(test_acpi_limits),

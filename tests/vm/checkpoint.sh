@@ -2,11 +2,16 @@
 # (kosa8 vm --control, kosa8 vmctl, kosa8 vm --restore; docs/snapshot-format.md).
 # Uses run-all's KERNEL, INITRD, WORK, BOOT_TIMEOUT, ok, not_ok, expect_error.
 
-# wait_for FILE PATTERN SECONDS: until a line of FILE matches (grep -E).
+# wait_for FILE PATTERN SECONDS [PID]: until a line of FILE matches (grep
+# -E); with PID, gives up at once when that process (the VMM) has ended.
 wait_for() {
 	local i
 	for ((i = 0; i < $3 * 10; i++)); do
-		tr -d '\r' <"$1" 2>/dev/null | grep -qE -- "$2" && return 0
+		tr -d '\r' 2>/dev/null <"$1" | grep -qE -- "$2" && return 0
+		if [ -n "${4:-}" ] && ! kill -0 "$4" 2>/dev/null; then
+			tr -d '\r' 2>/dev/null <"$1" | grep -qE -- "$2"
+			return
+		fi
 		sleep 0.1
 	done
 	return 1
@@ -27,7 +32,7 @@ restore_once() {
 	"$bin" vm --no-emulate --restore "$cp" --disk "$d/r$run.k8d" ${next:+--control "$d/ctl-r$run"} \
 		<"$d/in-r$run" >"$out" 2>&1 &
 	pid=$!
-	if ! wait_for "$out" '^k8: count=' 120; then
+	if ! wait_for "$out" '^k8: count=' 120 "$pid"; then
 		ck_err="restore $run: no count line"
 	else
 		c1=$(counts "$out" | head -1)
@@ -36,14 +41,14 @@ restore_once() {
 		# most one past the last one printed when the answer came.
 		if [ "$c1" -lt "$c_req" ] || [ "$c1" -gt $((c_rep + 2)) ]; then
 			ck_err="restore $run: counter resumed at $c1, want $c_req..$((c_rep + 2))"
-		elif ! wait_for "$out" "^k8: count=$((c1 + 10))\$" 120; then
+		elif ! wait_for "$out" "^k8: count=$((c1 + 10))\$" 120 "$pid"; then
 			ck_err="restore $run: the counter stopped after $c1"
 		fi
 	fi
 	if [ -z "$ck_err" ]; then
 		echo 'echo 3 >/proc/sys/vm/drop_caches; echo "k8: disk=$(dd if=/dev/vda bs=512 count=1 2>/dev/null | tr -d "\000")"' >&8
 		echo 'echo "k8: rng=$(head -c 16 /dev/hwrng | od -An -tx1 | tr -d " \n")"' >&8
-		if ! wait_for "$out" '^k8: rng=[0-9a-f]{32}$' 120; then
+		if ! wait_for "$out" '^k8: rng=[0-9a-f]{32}$' 120 "$pid"; then
 			ck_err="restore $run: console command or virtio-rng did not answer"
 		else
 			disk=$(tr -d '\r' <"$out" | sed -n 's/^k8: disk=//p' | head -1)
@@ -88,17 +93,17 @@ test_checkpoint_restore() {
 		--disk "$d/disk.k8d" --control "$d/ctl" <"$d/in" >"$d/out" 2>&1 &
 	pid=$!
 	ck_fail() { kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; exec 7>&-; cp "$d/out" "$WORK/out"; not_ok "$name" "$1"; }
-	wait_for "$d/out" '^k8: count=20$' "$BOOT_TIMEOUT" || { ck_fail "the guest did not count to 20"; return; }
+	wait_for "$d/out" '^k8: count=20$' "$BOOT_TIMEOUT" "$pid" || { ck_fail "the guest did not count to 20"; return; }
 	echo '(while :; do :; done) & printf AAAA-before | dd of=/dev/vda bs=512 conv=sync,fsync 2>/dev/null; echo k8: wrote=before' >&7
-	wait_for "$d/out" '^k8: wrote=before$' 60 || { ck_fail "the guest did not write the disk"; return; }
+	wait_for "$d/out" '^k8: wrote=before$' 60 "$pid" || { ck_fail "the guest did not write the disk"; return; }
 	c_req=$(counts "$d/out" | tail -1)
 	ans=$("$bin" vmctl "$d/ctl" checkpoint "$d/cp1" 2>&1) || { ck_fail "checkpoint failed: $ans"; return; }
 	c_rep=$(counts "$d/out" | tail -1)
 	echo "  checkpoint at count $c_req..$c_rep: $ans"
 	[ -s "$d/cp1/state" ] && [ -f "$d/cp1/memory" ] || { ck_fail "no state or memory file in the checkpoint"; return; }
 	echo 'printf BBBB-after | dd of=/dev/vda bs=512 conv=sync,fsync 2>/dev/null; echo k8: wrote=after' >&7
-	wait_for "$d/out" '^k8: wrote=after$' 60 || { ck_fail "the guest stopped after the checkpoint"; return; }
-	wait_for "$d/out" "^k8: count=$((c_rep + 10))\$" 60 || { ck_fail "the counter stopped after the checkpoint"; return; }
+	wait_for "$d/out" '^k8: wrote=after$' 60 "$pid" || { ck_fail "the guest stopped after the checkpoint"; return; }
+	wait_for "$d/out" "^k8: count=$((c_rep + 10))\$" 60 "$pid" || { ck_fail "the counter stopped after the checkpoint"; return; }
 	"$bin" vmctl "$d/ctl" checkpoint "$d/cp-killed" >/dev/null 2>&1 &
 	sleep 0.3
 	kill -9 "$pid"
