@@ -2,8 +2,9 @@
  * (src/vmm/snapshot.c), the file `kosa8 vm --restore` reads first.
  *
  * Whatever parses must hold together: every section lies inside the input,
- * is found again by its tag and index, the disk chain and memory
- * description decode or are refused cleanly, and writing the parsed
+ * is found again by its tag and index, the disk chain, the memory
+ * description and a memory layer's parent and page map decode or are
+ * refused cleanly, and writing the parsed
  * sections out again gives a file that parses to the same sections.
  * Anything else aborts, which libFuzzer reports.  Built with
  * -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION so that checksums do not stop
@@ -44,6 +45,26 @@ static void check_section(const uint8_t *data, size_t size, const struct snapsho
 	if (sec->tag == SNAP_SEC_MEMORY && snapshot_memory_desc(sec, &md) == 0 &&
 	    md.data_bytes > md.size)
 		abort();
+}
+
+/* A memory layer's parent must be a plain sibling name, and its page map
+ * may name only pages the guest has. */
+static void check_layer(const struct snapshot *s)
+{
+	uint8_t id[SNAP_MEM_ID_LEN];
+	char name[SNAP_MAX_PARENT_NAME + 1];
+	uint64_t *pages, npages = s->h.mem_size / 4096;
+
+	if (snapshot_memory_parent(s, id, name) == 0 &&
+	    (!name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
+	     !snapshot_name_ok(name)))
+		abort();
+	if (snapshot_memory_pages(s, &pages) != 0)
+		return;
+	for (uint64_t p = npages; p < (npages + 63) / 64 * 64; p++)
+		if (pages[p / 64] >> (p % 64) & 1)
+			abort();
+	free(pages);
 }
 
 /* Writes the parsed sections out again: the result must parse, to the same. */
@@ -87,6 +108,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	for (uint32_t i = 0; i < s.nsections; i++)
 		check_section(data, size, &s, &s.secs[i]);
+	check_layer(&s);
 	check_rewrite(&s);
 	snapshot_free(&s);
 	return 0;
