@@ -4,9 +4,11 @@
 
 # wait_for FILE PATTERN SECONDS [PID]: until a line of FILE matches (grep
 # -E); with PID, gives up at once when that process (the VMM) has ended.
+# The limit is in seconds of the clock, not in polls: under emulation each
+# poll's fork and exec take a good part of a second.
 wait_for() {
-	local i
-	for ((i = 0; i < $3 * 10; i++)); do
+	local end=$((SECONDS + $3))
+	while [ "$SECONDS" -lt "$end" ]; do
 		tr -d '\r' 2>/dev/null <"$1" | grep -qE -- "$2" && return 0
 		if [ -n "${4:-}" ] && ! kill -0 "$4" 2>/dev/null; then
 			tr -d '\r' 2>/dev/null <"$1" | grep -qE -- "$2"
@@ -15,6 +17,20 @@ wait_for() {
 		sleep 0.1
 	done
 	return 1
+}
+# vmm_threads PID: one line per thread of a stuck VMM (name, state, CPU
+# ticks, where it sleeps in the kernel), twice 2 s apart so that a spinning
+# thread shows, then the helper's load: for the log of a failed test.
+vmm_threads() {
+	local t round
+	for round in 1 2; do
+		[ "$round" = 2 ] && sleep 2
+		for t in /proc/"$1"/task/*; do
+			[ -r "$t/stat" ] || continue
+			echo "  thread $(cat "$t/comm" 2>/dev/null): state/utime/stime $(awk '{print $3, $14, $15}' "$t/stat" 2>/dev/null), in $(cat "$t/wchan" 2>/dev/null), stack: $(head -3 "$t/stack" 2>/dev/null | awk '{printf "%s ", $2}')"
+		done
+	done
+	echo "  helper load: $(cat /proc/loadavg), $(grep MemAvailable /proc/meminfo)"
 }
 counts() { tr -d '\r' <"$1" | sed -n 's/^k8: count=\([0-9][0-9]*\)$/\1/p'; }
 
@@ -33,7 +49,7 @@ restore_once() {
 		<"$d/in-r$run" >"$out" 2>&1 &
 	pid=$!
 	if ! wait_for "$out" '^k8: count=' 120 "$pid"; then
-		ck_err="restore $run: no count line"
+		ck_err="restore $run: no count line"; vmm_threads "$pid"
 	else
 		c1=$(counts "$out" | head -1)
 		# The first count after the restore continues the checkpointed one:
@@ -42,14 +58,14 @@ restore_once() {
 		if [ "$c1" -lt "$c_req" ] || [ "$c1" -gt $((c_rep + 2)) ]; then
 			ck_err="restore $run: counter resumed at $c1, want $c_req..$((c_rep + 2))"
 		elif ! wait_for "$out" "^k8: count=$((c1 + 10))\$" 120 "$pid"; then
-			ck_err="restore $run: the counter stopped after $c1"
+			ck_err="restore $run: the counter stopped after $c1"; vmm_threads "$pid"
 		fi
 	fi
 	if [ -z "$ck_err" ]; then
 		echo 'echo 3 >/proc/sys/vm/drop_caches; echo "k8: disk=$(dd if=/dev/vda bs=512 count=1 2>/dev/null | tr -d "\000")"' >&8
 		echo 'echo "k8: rng=$(head -c 16 /dev/hwrng | od -An -tx1 | tr -d " \n")"' >&8
 		if ! wait_for "$out" '^k8: rng=[0-9a-f]{32}$' 120 "$pid"; then
-			ck_err="restore $run: console command or virtio-rng did not answer"
+			ck_err="restore $run: console command or virtio-rng did not answer"; vmm_threads "$pid"
 		else
 			disk=$(tr -d '\r' <"$out" | sed -n 's/^k8: disk=//p' | head -1)
 			[ "$disk" = AAAA-before ] || ck_err="restore $run: disk reads '$disk', want the checkpoint's AAAA-before"
@@ -92,7 +108,7 @@ test_checkpoint_restore() {
 	"$bin" vm --no-emulate --kernel "$KERNEL" --initrd "$INITRD" --cmdline k8.test=counter --cpus 2 \
 		--disk "$d/disk.k8d" --control "$d/ctl" <"$d/in" >"$d/out" 2>&1 &
 	pid=$!
-	ck_fail() { kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; exec 7>&-; cp "$d/out" "$WORK/out"; not_ok "$name" "$1"; }
+	ck_fail() { vmm_threads "$pid"; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; exec 7>&-; cp "$d/out" "$WORK/out"; not_ok "$name" "$1"; }
 	wait_for "$d/out" '^k8: count=20$' "$BOOT_TIMEOUT" "$pid" || { ck_fail "the guest did not count to 20"; return; }
 	echo '(while :; do :; done) & printf AAAA-before | dd of=/dev/vda bs=512 conv=sync,fsync 2>/dev/null; echo k8: wrote=before' >&7
 	wait_for "$d/out" '^k8: wrote=before$' 60 "$pid" || { ck_fail "the guest did not write the disk"; return; }
