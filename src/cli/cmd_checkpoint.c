@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "common/util.h"
+#include "proxy/secrets.h"
 #include "supervisor/checkpoints.h"
 #include "supervisor/ckpt_ops.h"
 #include "supervisor/control.h"
@@ -190,7 +191,8 @@ int cmd_checkpoints(int argc, char **argv)
 /* ---- fork ---- */
 
 /* The child's state dir: the parent's configuration under the child's name
- * (its workspace already in the disk), the parent's policy, and what
+ * (its workspace already in the disk), the parent's policy and secret
+ * placeholders, and what
  * ckpt_fork_prepare sets up. */
 static int create_child(const char *parent, const char *pdir, const char *id, const char *child)
 {
@@ -214,6 +216,9 @@ static int create_child(const char *parent, const char *pdir, const char *id, co
 	if (!rc && !sandbox_path(policy, sizeof(policy), pdir, "policy") && access(policy, F_OK) == 0 &&
 	    (rc = cli_copy_policy(policy, dir)))
 		snprintf(err, sizeof(err), "cannot copy the policy of '%s': %s", parent, strerror(-rc));
+	if (!rc && (rc = secret_placeholders_copy(pdir, dir)))
+		snprintf(err, sizeof(err), "cannot copy the secret placeholders of '%s': %s", parent,
+			 strerror(-rc));
 	if (!rc && (rc = sandbox_cfg_save(dir, &cfg)))
 		snprintf(err, sizeof(err), "cannot write the configuration: %s", strerror(-rc));
 	if (rc) {

@@ -447,6 +447,27 @@ static int set_placeholders(struct secret_set *set, const char *state_dir)
 	return err;
 }
 
+int secret_placeholders_copy(const char *from_dir, const char *to_dir)
+{
+	char from[PATH_MAX], to[PATH_MAX], *text = NULL;
+	cJSON *table = NULL;
+	int err;
+
+	if ((size_t)snprintf(from, sizeof(from), "%s/%s", from_dir, PLACEHOLDERS_FILE) >= sizeof(from) ||
+	    (size_t)snprintf(to, sizeof(to), "%s/%s", to_dir, PLACEHOLDERS_FILE) >= sizeof(to))
+		return -ENAMETOOLONG;
+	if (access(from, F_OK) < 0)
+		return errno == ENOENT ? 0 : -errno; /* no secrets used yet: nothing to carry */
+	/* Parsed and printed again, not copied byte for byte: what the child
+	 * gets is a table, or the fork fails. */
+	if ((err = placeholders_read(from, &table)))
+		return err;
+	err = (text = cJSON_Print(table)) ? write_private_file(to, text) : -ENOMEM;
+	free(text);
+	cJSON_Delete(table);
+	return err;
+}
+
 static int set_env(struct secret_set *set)
 {
 	if (!(set->env = calloc(set->n + 1, sizeof(*set->env))))

@@ -79,6 +79,11 @@ struct secret_set;
 int secret_set_load(const char *const *names, size_t n, const char *state_dir,
 		    struct secret_set **out);
 void secret_set_free(struct secret_set *set);
+/* Gives the sandbox in to_dir the placeholders of the one in from_dir (a
+ * fork: its memory holds the parent's placeholders, in the environments of
+ * processes started before the fork, and they must keep working there).
+ * Nothing to copy is not an error. */
+int secret_placeholders_copy(const char *from_dir, const char *to_dir);
 /* "NAME=placeholder" for each secret, NULL-terminated, owned by the set:
  * what the exec path adds to the guest's environment. */
 const char *const *secret_set_env(const struct secret_set *set);

@@ -145,7 +145,7 @@ static void test_set(void **state)
 {
 	struct secret a = def("KEY_A", "api.example.com"), b = def("KEY_B", "other.example.org");
 	const char *both[] = {"KEY_A", "KEY_B"}, *dup[] = {"KEY_A", "KEY_A"}, *missing[] = {"NOPE"};
-	char sb1[128], sb2[128], ph[SECRET_PLACEHOLDER_MAX + 1];
+	char sb1[128], sb2[128], sb3[128], sb4[128], ph[SECRET_PLACEHOLDER_MAX + 1];
 	struct secret_set *set, *set2;
 	const char *const *env;
 
@@ -180,6 +180,20 @@ static void test_set(void **state)
 	assert_string_not_equal(secret_set_get(set2, 0)->placeholder, ph);
 	secret_set_free(set);
 	secret_set_free(set2);
+	/* A fork (sb3) gets its parent's placeholders; no table, nothing copied. */
+	snprintf(sb3, sizeof(sb3), "%s/sb3", tmp);
+	mkdir(sb3, 0700);
+	assert_int_equal(secret_placeholders_copy(sb1, sb3), 0);
+	assert_int_equal(mode_of("sb3/secret-placeholders.json"), 0600);
+	assert_int_equal(secret_set_load(both, 2, sb3, &set), 0);
+	assert_string_equal(secret_set_get(set, 0)->placeholder, ph);
+	secret_set_free(set);
+	snprintf(sb4, sizeof(sb4), "%s/sb4", tmp);
+	mkdir(sb4, 0700);
+	assert_int_equal(secret_placeholders_copy(sb4, sb3), 0);
+	assert_int_equal(secret_set_load(both, 2, sb3, &set), 0);
+	assert_string_equal(secret_set_get(set, 0)->placeholder, ph);
+	secret_set_free(set);
 	assert_int_equal(secret_set_load(dup, 2, sb1, &set), -EINVAL);
 	assert_int_equal(secret_set_load(missing, 1, sb1, &set), -ENOENT);
 	assert_null(set);

@@ -236,7 +236,15 @@ eg_write_guest_script() {
 	    print("eg: after_flush_dns=nothing")
 	'
 	EOF
-	chmod +x "$WORK/eg/ws/checks.sh" "$WORK/eg/ws/flush.sh" "$WORK/eg/ws/ask.sh"
+	# After a rewind and in a fork: the proxy, the secret and the policy.
+	cat >"$WORK/eg/ws/after.sh" <<-'EOF'
+	#!/bin/bash
+	c() { curl -sS --max-time 30 "$@"; }
+	echo "eg: $1_https=$(c --cacert /workspace/ca.crt https://allowed.test/ | head -1)"
+	echo "eg: $1_secret=$(c -H "X-Api-Key: $API_KEY" https://secret.test/ | tr '\n' ' ')"
+	c http://denied.test/ >/dev/null 2>&1; echo "eg: $1_denied_rc=$?"
+	EOF
+	chmod +x "$WORK/eg/ws/checks.sh" "$WORK/eg/ws/flush.sh" "$WORK/eg/ws/ask.sh" "$WORK/eg/ws/after.sh"
 }
 
 eg_field() { sed -n "s/^eg: $1=//p" "$WORK/eg/out" | tr -d '\r' | head -1; }
@@ -306,6 +314,25 @@ eg_scan_running() {
 	echo "eg: rundir_found=$([ -d "$(dirname "$(dirname "${vsock:-/nonexistent/x/y}")")" ] && echo yes)" >>"$WORK/eg/out"
 	echo "eg: rundir_files_with_value=$(grep -rlsFa -- "$eg_value" "$(dirname "$(dirname "${vsock:-/nonexistent/x/y}")")" | wc -l)" \
 		>>"$WORK/eg/out"
+}
+
+# The running sandbox is checkpointed and rewound to that checkpoint, then
+# forked from it: in both, HTTPS to an allowed name, the secret put in for
+# its host and a denied name behave as before (the proxy, DNS and secrets
+# of a restored VMM; a fork's own supervisor).  Failures are recorded as
+# checks the caller expects.
+eg_after_restore() {
+	local id EGRESS_CMD_TIMEOUT=180 # each step takes under 30 s in the helper VM
+	id=$(eg_k8 checkpoint egress1 -m egress 2>>"$WORK/eg/after.err") ||
+		{ echo "eg: after=checkpoint failed" >>"$WORK/eg/out"; return; }
+	eg_k8 rewind egress1 "$id" >>"$WORK/eg/after.err" 2>&1 ||
+		{ echo "eg: after=rewind failed" >>"$WORK/eg/out"; return; }
+	eg_k8 exec egress1 -- /workspace/after.sh rewind >>"$WORK/eg/out" 2>&1 </dev/null
+	KOSA8_UPSTREAM_CA_FILE=$WORK/eg/ca.crt eg_k8 fork egress1 "$id" --name egfork >>"$WORK/eg/after.err" 2>&1 ||
+		{ echo "eg: after=fork failed" >>"$WORK/eg/out"; return; }
+	eg_k8 exec egfork -- /workspace/after.sh fork >>"$WORK/eg/out" 2>&1 </dev/null
+	eg_k8 rm -f egfork >>"$WORK/eg/after.err" 2>&1
+	echo "eg: after=done" >>"$WORK/eg/out"
 }
 
 # After the stop: every file under kosa8's state folder (each sandbox's
@@ -380,6 +407,8 @@ test_egress() {
 	eg_ask_flow
 	eg_step "approvals done; searching the VMM's memory and the run files"
 	eg_scan_running
+	eg_step "checkpoint, rewind and fork: the proxy after a restore"
+	eg_after_restore
 	eg_step "guest checks done; flushing the guest's rules"
 	eg_k8 exec -u root egress1 -- /workspace/flush.sh >>"$WORK/eg/out" 2>&1 </dev/null
 	eg_step "stopping"
@@ -431,6 +460,14 @@ test_egress() {
 	eg_expect audit_log_with_value 0
 	eg_expect audit_log_bytes "~^[1-9]"
 	eg_check_memscan
+	eg_expect after done
+	for p in rewind fork; do
+		eg_expect ${p}_https "hello from allowed.test"
+		eg_expect ${p}_secret "hello from secret.test key=$placeholder "
+		eg_expect ${p}_denied_rc 6
+	done
+	[ "$(grep -c "^https secret.test key=s3cr3t-value-42$" "$WORK/eg/requests.log")" -ge 3 ] ||
+		eg_bad="$eg_bad secret-not-put-in-after-rewind-and-in-fork"
 	grep -q "^eg-env: API_KEY=$placeholder$" "$WORK/eg/out" || eg_bad="$eg_bad env-dump-without-placeholder"
 	grep -q "^https allowed.test git repo.git/info/refs$" "$WORK/eg/requests.log" ||
 		eg_bad="$eg_bad git-clone-did-not-reach-the-server"
@@ -462,6 +499,7 @@ test_egress() {
 			echo "--- supervisor.log"; tail -15 "$WORK/eg/supervisor.log"
 			echo "--- memscan"; cat "$WORK/eg/memscan"
 			echo "--- approvals"; cat "$WORK/eg/approvals.out"
+			echo "--- checkpoint, rewind, fork"; tail -5 "$WORK/eg/after.err"
 		} >>"$WORK/out" 2>/dev/null
 		not_ok "$name" "$eg_bad"
 		return
@@ -679,6 +717,7 @@ test_egress_approvals() {
 			echo "--- audit (approval, net)"; grep -E "approval|net\." "$WORK/eg/audit" | tail -20
 			echo "--- supervisor.log"; tail -15 "$WORK/eg/supervisor.log"
 			echo "--- approvals"; cat "$WORK/eg/approvals.out"
+			echo "--- checkpoint, rewind, fork"; tail -5 "$WORK/eg/after.err"
 		} >>"$WORK/out" 2>/dev/null
 		not_ok "$name" "$eg_bad"
 		return
