@@ -111,6 +111,36 @@ test_sandbox_incremental() {
 	ok "$name"
 }
 
+# A terminal session (exec -t, the pty owned by script(1)) runs on across a
+# checkpoint of its sandbox: every line arrives, in order, and then its exit
+# status.
+test_sandbox_tty_checkpoint() {
+	local name=sandbox-checkpoint-tty-session-survives t=$WORK/tty.out spid id rc ticks i
+	: >"$t"
+	KOSA8_STATE_DIR=$WORK/ckstate timeout -k 5 300 script -qec \
+		"${CKB:-build/kosa8} exec -t ck -- sh -c 'tty; for i in \$(seq 1 30); do echo tick \$i; sleep 0.3; done; exit 3'" \
+		/dev/null </dev/null >"$t" 2>&1 &
+	spid=$!
+	for ((i = 0; i < 300; i++)); do
+		grep -q "tick 5" "$t" && break
+		sleep 0.2
+	done
+	id=$(ck_sb checkpoint ck -m tty 2>>"$WORK/out") || { kill "$spid"; ck_fail "$name" "checkpoint during a tty session failed"; return 1; }
+	echo "  checkpoint $id taken at $(tr -d '\r' <"$t" | grep -c '^tick ') of 30 ticks"
+	wait "$spid"
+	rc=$?
+	ticks=$(tr -d '\r' <"$t" | sed -n 's/^tick //p' | paste -sd' ')
+	if [ "$rc" -ne 3 ]; then
+		ck_fail "$name" "the session ended with $rc, want 3; it printed: $(tr -d '\r' <"$t" | tail -3 | paste -sd'|')"; return 1
+	elif ! tr -d '\r' <"$t" | grep -q '^/dev/pts/[0-9]'; then
+		ck_fail "$name" "the command had no pty"; return 1
+	elif [ "$ticks" != "$(seq -s' ' 1 30)" ]; then
+		ck_fail "$name" "ticks seen: '$ticks'"; return 1
+	fi
+	ck_sb checkpoint rm ck "$id" >/dev/null 2>>"$WORK/out"
+	ok "$name"
+}
+
 # The counter is a process started before the checkpoint: its count lives
 # in its memory (a shell variable) and is shown in /tmp/count.
 ck_start_counter() {
@@ -182,6 +212,7 @@ test_sandbox_checkpoint() {
 	done
 	ok "$name"
 
+	test_sandbox_tty_checkpoint || return
 	test_sandbox_incremental "$pid1" || return
 	test_sandbox_fork "$pid1" || return
 
