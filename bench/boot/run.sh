@@ -15,7 +15,8 @@ out=$(mktemp)
 testbed/run python3 bench/boot/bench.py --kosa8 build/kosa8 --kernel "$kernel" \
 	--initrd "$initrd" --runs "$runs" | tee "$out"
 where="directly on /dev/kvm"
-[ -c /dev/kvm ] || where="nested KVM inside the QEMU TCG helper VM (testbed/run): no /dev/kvm on this host"
+[ "$(testbed/run --where)" = host ] ||
+	where="nested KVM inside the QEMU TCG helper VM (testbed/run): no /dev/kvm with hardware virtualization on this host"
 {
 	echo "# Boot benchmark"
 	echo

@@ -17,7 +17,8 @@ out=$(mktemp)
 TESTBED_MEM=${TESTBED_MEM:-6144} testbed/run python3 bench/checkpoint/bench.py --kosa8 "$bin" \
 	--kernel "$kernel" --initrd "$initrd" --sizes "$sizes" | tee "$out"
 where="directly on /dev/kvm"
-[ -c /dev/kvm ] || where="nested KVM inside the QEMU TCG helper VM (testbed/run): no /dev/kvm on this host"
+[ "$(testbed/run --where)" = host ] ||
+	where="nested KVM inside the QEMU TCG helper VM (testbed/run): no /dev/kvm with hardware virtualization on this host"
 {
 	echo "# Checkpoint and restore benchmark"
 	echo

@@ -18,7 +18,8 @@ out=$(mktemp)
 TESTBED_MEM=${TESTBED_MEM:-6144} testbed/run python3 bench/sandbox/bench.py --kosa8 "$bin" \
 	--kernel "$kernel" --image "$image" --rounds "$rounds" ${BENCH_ARGS:-} | tee "$out"
 where="directly on /dev/kvm"
-[ -c /dev/kvm ] || where="nested KVM inside the QEMU TCG helper VM (testbed/run): no /dev/kvm on this host"
+[ "$(testbed/run --where)" = host ] ||
+	where="nested KVM inside the QEMU TCG helper VM (testbed/run): no /dev/kvm with hardware virtualization on this host"
 {
 	echo "# Sandbox benchmarks"
 	echo
