@@ -456,13 +456,15 @@ int secret_placeholders_copy(const char *from_dir, const char *to_dir)
 	if ((size_t)snprintf(from, sizeof(from), "%s/%s", from_dir, PLACEHOLDERS_FILE) >= sizeof(from) ||
 	    (size_t)snprintf(to, sizeof(to), "%s/%s", to_dir, PLACEHOLDERS_FILE) >= sizeof(to))
 		return -ENAMETOOLONG;
-	if (access(from, F_OK) < 0)
-		return errno == ENOENT ? 0 : -errno; /* no secrets used yet: nothing to carry */
 	/* Parsed and printed again, not copied byte for byte: what the child
-	 * gets is a table, or the fork fails. */
+	 * gets is a table, or the fork fails.  An empty one (no secret used
+	 * yet, or no file) is not written: nothing to carry. */
 	if ((err = placeholders_read(from, &table)))
 		return err;
-	err = (text = cJSON_Print(table)) ? write_private_file(to, text) : -ENOMEM;
+	if (!cJSON_GetArraySize(table))
+		err = 0;
+	else
+		err = (text = cJSON_Print(table)) ? write_private_file(to, text) : -ENOMEM;
 	free(text);
 	cJSON_Delete(table);
 	return err;
