@@ -22,7 +22,10 @@
  * on top once set-up is over.
  *
  * Not done: a PID namespace (unshare(CLONE_NEWPID) makes pthread_create fail
- * in the caller, and the VMM never forks: seccomp refuses clone after set-up);
+ * in the caller, and the VMM never forks: seccomp refuses clone after set-up;
+ * what a PID namespace would keep from the VMM, signalling other processes,
+ * the filter refuses: kill is not allowed, tgkill only on its own pid, and
+ * there is no /proc to look at them through);
  * dropping to another uid when run as root (the vsock sockets belong to the
  * user running kosa8); cgroup limits. */
 #ifndef KOSA8_VMM_JAIL_H

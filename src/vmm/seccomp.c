@@ -31,6 +31,7 @@ enum arg_check {
 	ARGS_IOCTL,   /* arg 1 must equal .request */
 	ARGS_NO_EXEC, /* arg 2 (prot) must not have PROT_EXEC */
 	ARGS_ARG0,    /* arg 0 must equal .request */
+	ARGS_OWN_PID, /* arg 0 must be this process's pid */
 };
 
 struct rule {
@@ -92,7 +93,7 @@ static const struct rule rules[] = {
 	{SC(rt_sigprocmask), ARGS_ANY, 0, R_ALL, "threads block host signals; raise()"},
 	{SC(rt_sigreturn), ARGS_ANY, 0, R_ALL, "return from the vCPU kick and stop-signal handlers"},
 	{SC(restart_syscall), ARGS_ANY, 0, R_ALL, "the kernel resumes a sleep a signal interrupted"},
-	{SC(tgkill), ARGS_ANY, 0, R_HOST, "kick a vCPU out of KVM_RUN (pthread_kill)"},
+	{SC(tgkill), ARGS_OWN_PID, 0, R_HOST, "kick a vCPU out of KVM_RUN (pthread_kill); own threads only"},
 	{SC(getpid), ARGS_ANY, 0, R_HOST, "pthread_kill names the process"},
 	{SC(exit), ARGS_ANY, 0, R_ALL, "a thread ends"},
 	{SC(exit_group), ARGS_ANY, 0, R_HOST, "the VMM ends"},
@@ -200,6 +201,11 @@ static int add_rule(scmp_filter_ctx ctx, const struct rule *r)
 	case ARGS_ARG0:
 		return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, r->nr, 1,
 					SCMP_A0(SCMP_CMP_EQ, r->request));
+	case ARGS_OWN_PID:
+		/* The jail has no PID namespace of its own: without this, a taken-over
+		 * device thread could signal any process of the jail's uid. */
+		return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, r->nr, 1,
+					SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, (uint32_t)getpid()));
 	case ARGS_NO_EXEC:
 		return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, r->nr, 1,
 					SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
