@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checkpoint and restore, kosa8 against QEMU, same guest, same run.
+"""Checkpoint, restore, fork and incremental checkpoints: kosa8 against QEMU,
+same guest, same run.
 
 Runs where /dev/kvm works (bench/checkpoint/run.sh puts it in the helper VM
 when the host has none).  For each guest size: boot the test initramfs in
@@ -7,13 +8,20 @@ k8.test=counter mode, fill part of guest RAM with random data (so there is
 something to write), then
 
   kosa8: `kosa8 vmctl SOCKET checkpoint DIR` (the guest is paused for it),
-         then `kosa8 vm --restore DIR` until the guest prints again;
+         `kosa8 vm --restore DIR` started while the parent runs on (a fork),
+         a small change in the guest, a second checkpoint (a memory layer
+         of the pages dirtied since), a fork from that; after the parent is
+         stopped, a restore of the first checkpoint;
   QEMU:  QMP `migrate` to `exec:cat > FILE` (live: the guest runs during
-         most of it, and is stopped for "downtime"), then `-incoming
-         "exec:cat FILE"` until the guest prints again.
+         most of it, and is stopped for "downtime"), `cont`, the same
+         change, a second migrate, then `-incoming "exec:cat FILE"`.
 
-Prints a Markdown table.  Times are wall-clock seconds measured here, plus
-what each VMM reports about itself (kosa8: paused_ms; QEMU: downtime).
+Then N copies of one saved guest run at once, each writing a little, and
+their memory (PSS) is summed, for both VMMs.
+
+Prints Markdown tables.  Times are wall-clock seconds measured here, plus
+what each VMM reports about itself (kosa8: paused_ms, total_ms, restore ms;
+QEMU: downtime).
 """
 import argparse
 import json
@@ -65,8 +73,51 @@ def fill_guest(p, out, mib):
     wait_output(out, rb"^k8: filled", 600)
 
 
+def shell(p, out, cmd, done, timeout=600):
+    """Runs cmd in the counter guest's shell, waits for the line done."""
+    size = size_of(out)
+    p.stdin.write(f"{cmd}; echo {done}\n".encode())
+    p.stdin.flush()
+    wait_output(out, rb"^" + done.encode() + rb"\r?$", timeout, size)
+
+
+def vmctl_checkpoint(a, ctl, cp):
+    """kosa8 vmctl checkpoint: wall seconds and the VMM's answer as a dict."""
+    t0 = time.monotonic()
+    r = subprocess.run([a.kosa8, "vmctl", ctl, "checkpoint", cp], capture_output=True)
+    wall = time.monotonic() - t0
+    ans = r.stdout.decode()
+    if r.returncode != 0:
+        raise RuntimeError(f"kosa8 checkpoint failed: {ans} {r.stderr.decode()}")
+    f = dict(re.findall(r"(\w+)=(\S+)", ans))
+    return wall, {"paused_ms": float(f["paused_ms"]), "total_ms": float(f["total_ms"]),
+                  "memory_bytes": int(f["memory_bytes"]), "memory": f["memory"]}
+
+
+def kosa8_start_restore(a, cp, out):
+    with open(out, "wb") as o:
+        return subprocess.Popen([a.kosa8, "-v", "vm", "--no-emulate", "--restore", cp],
+                                stdin=subprocess.PIPE, stdout=o, stderr=subprocess.STDOUT)
+
+
+def kosa8_restore(a, cp, out):
+    """Restores cp until the guest prints: wall seconds and the VMM's own ms
+    (state file read to vCPUs ready)."""
+    t0 = time.monotonic()
+    p = kosa8_start_restore(a, cp, out)
+    try:
+        wait_output(out, rb"^k8: count=\d+\r?$", 300)
+        wall = time.monotonic() - t0
+    finally:
+        stop(p)
+    m = re.search(rb"in ([0-9.]+) ms \(state file read", open(out, "rb").read())
+    return wall, float(m.group(1)) if m else None
+
+
 def kosa8_round(a, work, mem, fill):
-    out, ctl, cp = f"{work}/k.out", f"{work}/k.ctl", f"{work}/k.cp"
+    """Full checkpoint; a fork from it while the parent runs on; a small
+    change; an incremental checkpoint of it; a fork from that layer."""
+    out, ctl, cp, cp2 = f"{work}/k.out", f"{work}/k.ctl", f"{work}/k.cp", f"{work}/k.cp2"
     with open(out, "wb") as o:
         p = subprocess.Popen([a.kosa8, "vm", "--no-emulate", "--kernel", a.kernel, "--initrd",
                               a.initrd, "--mem", f"{mem}M", "--cmdline", "k8.test=counter",
@@ -75,28 +126,21 @@ def kosa8_round(a, work, mem, fill):
     try:
         wait_output(out, rb"^k8: count=10\r?$", 300)
         fill_guest(p, out, fill)
-        t0 = time.monotonic()
-        r = subprocess.run([a.kosa8, "vmctl", ctl, "checkpoint", cp], capture_output=True)
-        t_ckpt = time.monotonic() - t0
-        ans = r.stdout.decode()
-        if r.returncode != 0:
-            raise RuntimeError(f"kosa8 checkpoint failed: {ans} {r.stderr.decode()}")
+        t_ckpt, c1 = vmctl_checkpoint(a, ctl, cp)
+        fork_s, fork_vmm = kosa8_restore(a, cp, f"{work}/k.fork1")
+        shell(p, out, f"dd if=/dev/urandom of=/small bs=1M count={a.change} 2>/dev/null", "k8: changed")
+        t_inc, c2 = vmctl_checkpoint(a, ctl, cp2)
+        fork2_s, fork2_vmm = kosa8_restore(a, cp2, f"{work}/k.fork2")
     finally:
         stop(p)
-    paused = float(re.search(r"paused_ms=([0-9.]+)", ans).group(1))
-    out2 = f"{work}/k.out2"
-    with open(out2, "wb") as o:
-        t0 = time.monotonic()
-        p = subprocess.Popen([a.kosa8, "-v", "vm", "--no-emulate", "--restore", cp],
-                             stdin=subprocess.PIPE, stdout=o, stderr=subprocess.STDOUT)
-    try:
-        wait_output(out2, rb"^k8: count=\d+\r?$", 300)
-        t_restore = time.monotonic() - t0
-    finally:
-        stop(p)
-    m = re.search(rb"in ([0-9.]+) ms \(state file read", open(out2, "rb").read())
-    return {"ckpt_s": t_ckpt, "paused_ms": paused, "restore_s": t_restore,
-            "restore_vmm_ms": float(m.group(1)) if m else None, "bytes": disk_use(cp)}
+    t_restore, restore_vmm = kosa8_restore(a, cp, f"{work}/k.out2")
+    return {"ckpt_s": t_ckpt, "paused_ms": c1["paused_ms"], "ckpt_vmm_ms": c1["total_ms"],
+            "restore_s": t_restore, "restore_vmm_ms": restore_vmm, "bytes": disk_use(cp),
+            "fork_s": fork_s, "fork_vmm_ms": c1["total_ms"] + (fork_vmm or 0),
+            "inc_s": t_inc, "inc_paused_ms": c2["paused_ms"], "inc_bytes": c2["memory_bytes"],
+            "inc_kind": c2["memory"], "inc_disk": disk_use(cp2),
+            "fork2_vmm_ms": c2["total_ms"] + (fork2_vmm or 0), "inc_vmm_ms": c2["total_ms"],
+            "fork_restore_ms": fork_vmm, "fork2_restore_ms": fork2_vmm}
 
 
 def qmp(sock_path):
@@ -129,8 +173,33 @@ def qemu_args(a, mem, qmp_path):
             "-qmp", f"unix:{qmp_path},server=on,wait=off"]
 
 
+def qemu_migrate(cmd, img):
+    """QMP migrate to a file until completed: wall seconds, downtime ms."""
+    t0 = time.monotonic()
+    r = cmd("migrate", uri=f"exec:cat > {img}")
+    if "error" in r:
+        raise RuntimeError(f"QEMU migrate: {r}")
+    while True:
+        st = cmd("query-migrate")["return"]
+        if st.get("status") in ("completed", "failed", "cancelled"):
+            break
+        time.sleep(0.01)
+    if st["status"] != "completed":
+        raise RuntimeError(f"QEMU migrate: {st}")
+    return time.monotonic() - t0, float(st.get("downtime", 0))
+
+
+def qemu_start_incoming(a, mem, img, out, q):
+    with open(out, "wb") as o:
+        return subprocess.Popen(qemu_args(a, mem, q) + ["-incoming", f"exec:cat {img}"],
+                                stdin=subprocess.PIPE, stdout=o, stderr=subprocess.STDOUT)
+
+
 def qemu_round(a, work, mem, fill):
-    out, q, img = f"{work}/q.out", f"{work}/q.qmp", f"{work}/q.img"
+    """Migrate to a file (QEMU's save), the guest continued (cont), the same
+    small change, a second migrate (QEMU has no incremental file save), then
+    -incoming from the first file (its restore)."""
+    out, q, img, img2 = f"{work}/q.out", f"{work}/q.qmp", f"{work}/q.img", f"{work}/q2.img"
     with open(out, "wb") as o:
         p = subprocess.Popen(qemu_args(a, mem, q), stdin=subprocess.PIPE, stdout=o,
                              stderr=subprocess.STDOUT)
@@ -138,33 +207,153 @@ def qemu_round(a, work, mem, fill):
         wait_output(out, rb"^k8: count=10\r?$", 300)
         fill_guest(p, out, fill)
         s, cmd = qmp(q)
-        t0 = time.monotonic()
-        r = cmd("migrate", uri=f"exec:cat > {img}")
-        if "error" in r:
-            raise RuntimeError(f"QEMU migrate: {r}")
-        while True:
-            st = cmd("query-migrate")["return"]
-            if st.get("status") in ("completed", "failed", "cancelled"):
-                break
-            time.sleep(0.01)
-        t_ckpt = time.monotonic() - t0
-        if st["status"] != "completed":
-            raise RuntimeError(f"QEMU migrate: {st}")
+        t_ckpt, downtime = qemu_migrate(cmd, img)
+        cmd("cont")
+        shell(p, out, f"dd if=/dev/urandom of=/small bs=1M count={a.change} 2>/dev/null", "k8: changed")
+        t_inc, inc_down = qemu_migrate(cmd, img2)
         s.close()
     finally:
         stop(p)
-    out2, q2 = f"{work}/q.out2", f"{work}/q2.qmp"
-    with open(out2, "wb") as o:
-        t0 = time.monotonic()
-        p = subprocess.Popen(qemu_args(a, mem, q2) + ["-incoming", f"exec:cat {img}"],
-                             stdin=subprocess.PIPE, stdout=o, stderr=subprocess.STDOUT)
+    t0 = time.monotonic()
+    p = qemu_start_incoming(a, mem, img, f"{work}/q.out2", f"{work}/q2.qmp")
     try:
-        wait_output(out2, rb"^k8: count=\d+\r?$", 300)
+        wait_output(f"{work}/q.out2", rb"^k8: count=\d+\r?$", 300)
         t_restore = time.monotonic() - t0
     finally:
         stop(p)
-    return {"ckpt_s": t_ckpt, "paused_ms": float(st.get("downtime", 0)), "restore_s": t_restore,
-            "restore_vmm_ms": None, "bytes": disk_use(img)}
+    return {"ckpt_s": t_ckpt, "paused_ms": downtime, "restore_s": t_restore,
+            "restore_vmm_ms": None, "bytes": disk_use(img), "fork_s": t_ckpt + t_restore,
+            "inc_s": t_inc, "inc_paused_ms": inc_down, "inc_bytes": disk_use(img2),
+            "inc_kind": "full", "inc_disk": disk_use(img2)}
+
+
+def pss_kib(pid):
+    """Proportional set size of a process (and its children: QEMU's exec:cat
+    is gone by then): shared pages counted once across all sharers."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        return int(re.search(r"^Pss:\s+(\d+) kB", f.read(), re.M).group(1))
+
+
+def forks_round(a, work, name, n, mem, fill, write):
+    """One sandbox of mem MiB (fill MiB of it written), saved; n copies
+    started from the save, each writing write MiB; every copy's PSS."""
+    out, ctl, cp, q = f"{work}/f.out", f"{work}/f.ctl", f"{work}/f.cp", f"{work}/f.qmp"
+    if name == "kosa8":
+        argv = [a.kosa8, "vm", "--no-emulate", "--kernel", a.kernel, "--initrd", a.initrd,
+                "--mem", f"{mem}M", "--cmdline", "k8.test=counter", "--control", ctl]
+    else:
+        argv = qemu_args(a, mem, q)
+    with open(out, "wb") as o:
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=o, stderr=subprocess.STDOUT)
+    kids = []
+    try:
+        wait_output(out, rb"^k8: count=10\r?$", 300)
+        fill_guest(p, out, fill)
+        one = pss_kib(p.pid)
+        if name == "kosa8":
+            vmctl_checkpoint(a, ctl, cp)
+        else:
+            s, cmd = qmp(q)
+            qemu_migrate(cmd, cp)
+            s.close()
+        stop(p)
+        for i in range(n):
+            kout = f"{work}/f.kid{i}"
+            if name == "kosa8":
+                k = kosa8_start_restore(a, cp, kout)
+            else:
+                k = qemu_start_incoming(a, mem, cp, kout, f"{work}/f{i}.qmp")
+            kids.append(k)
+            wait_output(kout, rb"^k8: count=\d+\r?$", 600)
+            # The copy's counter is stopped ($! in the guest's shell): ten
+            # guests printing ten lines a second would only load the CPUs.
+            shell(k, kout, f"kill $!; dd if=/dev/urandom of=/mine bs=1M count={write} 2>/dev/null",
+                  "k8: wrote")
+        time.sleep(2)
+        for i, k in enumerate(kids):
+            if k.poll() is not None:
+                tail = open(f"{work}/f.kid{i}", "rb").read()[-400:].decode(errors="replace")
+                raise RuntimeError(f"copy {i} ended (status {k.returncode}): {tail!r}")
+        total = sum(pss_kib(k.pid) for k in kids)
+    finally:
+        stop(p)
+        for k in kids:
+            stop(k)
+    return {"one_kib": one, "forks_kib": total, "save_bytes": disk_use(cp)}
+
+
+def fmt_row(cells):
+    return "| " + " | ".join(cells) + " |"
+
+
+def print_tables(rows, forks, a):
+    print("### Checkpoint and restore")
+    print()
+    print("| guest | filled | VMM | checkpoint wall, s | guest stopped, ms | restore to guest output, s | restore in VMM, ms | on disk, MiB |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for mem, fill, name, r in rows:
+        if "error" in r:
+            print(f"| {mem} MiB | {fill} MiB | {name} | failed: {r['error']} | | | | |")
+            continue
+        vmm = f"{r['restore_vmm_ms']:.1f}" if r["restore_vmm_ms"] is not None else "n/a"
+        print(fmt_row([f"{mem} MiB", f"{fill} MiB", name, f"{r['ckpt_s']:.3f}", f"{r['paused_ms']:.1f}",
+                       f"{r['restore_s']:.3f}", vmm, f"{r['bytes'] / 2**20:.1f}"]))
+    print()
+    print("### Fork of the running guest")
+    print()
+    print("kosa8: the VMM's own times, checkpoint (request to guest resumed) plus the child's")
+    print("restore (state file read to vCPUs ready), the parent running on; first from a full")
+    print(f"checkpoint, then from an incremental one after {a.change} MiB written.  QEMU: save")
+    print("(migrate to a file) plus restore (-incoming) to the child's first console line.")
+    print()
+    print("| guest | kosa8 fork, ms | kosa8 fork from a layer, ms | kosa8 fork to child's output, s | QEMU save + restore, s | QEMU / kosa8 | QEMU / kosa8 from a layer |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    by = {(m, n): r for m, _, n, r in rows}
+    for mem in sorted({m for m, _, _, _ in rows}):
+        k, q = by.get((mem, "kosa8"), {}), by.get((mem, "qemu"), {})
+        if "fork_vmm_ms" not in k:
+            continue
+        qs = f"{q['fork_s']:.3f}" if "fork_s" in q else "n/a"
+        ratios = [f"{q['fork_s'] * 1000 / k[f]:.1f}x" if "fork_s" in q else "n/a"
+                  for f in ("fork_vmm_ms", "fork2_vmm_ms")]
+        print(fmt_row([f"{mem} MiB", f"{k['fork_vmm_ms']:.1f}", f"{k['fork2_vmm_ms']:.1f}",
+                       f"{k['ckpt_s'] + k['fork_s']:.3f}", qs] + ratios))
+    print()
+    print("### Second checkpoint after a small change")
+    print()
+    print(f"The guest writes {a.change} MiB of random data after the first checkpoint (or")
+    print("QEMU's first migrate and `cont`); then the second one.")
+    print()
+    print("| guest | VMM | kind | memory written, MiB | guest stopped, ms | wall, s |")
+    print("|---|---|---|---:|---:|---:|")
+    for mem, _, name, r in rows:
+        if "inc_s" not in r:
+            continue
+        print(fmt_row([f"{mem} MiB", name, r["inc_kind"], f"{r['inc_bytes'] / 2**20:.1f}",
+                       f"{r['inc_paused_ms']:.1f}", f"{r['inc_s']:.3f}"]))
+    if not forks:
+        return
+    print()
+    print(f"### {a.forks} copies of one saved {a.fork_mem} MiB guest, running at once")
+    print()
+    print(f"One guest of {a.fork_mem} MiB ({a.fork_mem // 4} MiB of it filled) is saved and stopped;")
+    print(f"{a.forks} copies are started from the save and each writes {a.fork_write} MiB.  Memory")
+    print("is the sum of the copies' PSS (/proc/PID/smaps_rollup: a page shared by k")
+    print("processes counts 1/k to each), against one running guest's PSS before the save.")
+    print("The save itself (kosa8's checkpoint, which the copies map; QEMU's migration file,")
+    print("read once and no longer needed) is shown apart: in the helper VM it lies in RAM")
+    print("(tmpfs), on a host with a disk in the reclaimable page cache.")
+    print()
+    print("| VMM | one guest, MiB | all copies, MiB | bound: 2x one + written, MiB | copies / one | the save, MiB |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in forks:
+        if "error" in r:
+            print(f"| {name} | failed: {r['error']} | | | | |")
+            continue
+        one, tot = r["one_kib"] / 1024, r["forks_kib"] / 1024
+        bound = 2 * one + a.forks * a.fork_write
+        print(fmt_row([name, f"{one:.1f}", f"{tot:.1f}", f"{bound:.1f}", f"{tot / one:.2f}",
+                       f"{r['save_bytes'] / 2**20:.1f}"]))
 
 
 def main():
@@ -175,13 +364,16 @@ def main():
     ap.add_argument("--qemu", default=shutil.which("qemu-system-x86_64"))
     ap.add_argument("--sizes", default="256,1024", help="guest MiB, comma-separated")
     ap.add_argument("--fill", type=float, default=0.25, help="fraction of RAM filled")
+    ap.add_argument("--change", type=int, default=8, help="MiB written before the second checkpoint")
+    ap.add_argument("--forks", type=int, default=10, help="copies started from one save (0: none)")
+    ap.add_argument("--fork-mem", type=int, default=512, help="MiB of the guest copied")
+    ap.add_argument("--fork-write", type=int, default=8, help="MiB each copy writes")
     a = ap.parse_args()
-    rows = []
-    for mem in [int(x) for x in a.sizes.split(",")]:
+    rows, forks = [], []
+    vmms = [("kosa8", kosa8_round)] + ([("qemu", qemu_round)] if a.qemu else [])
+    for mem in [int(x) for x in a.sizes.split(",") if x]:
         fill = max(1, int(mem * a.fill))
-        for name, fn in (("kosa8", kosa8_round), ("qemu", qemu_round)):
-            if name == "qemu" and not a.qemu:
-                continue
+        for name, fn in vmms:
             work = tempfile.mkdtemp(prefix="k8bench-")
             try:
                 r = fn(a, work, mem, fill)
@@ -192,15 +384,18 @@ def main():
                 print(f"# {name} {mem} MiB: FAILED {e}", flush=True)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
-    print("| guest | filled | VMM | checkpoint wall, s | guest stopped, ms | restore to guest output, s | restore in VMM, ms | on disk, MiB |")
-    print("|---|---|---|---:|---:|---:|---:|---:|")
-    for mem, fill, name, r in rows:
-        if "error" in r:
-            print(f"| {mem} MiB | {fill} MiB | {name} | failed: {r['error']} | | | | |")
-            continue
-        vmm = f"{r['restore_vmm_ms']:.1f}" if r["restore_vmm_ms"] is not None else "n/a"
-        print(f"| {mem} MiB | {fill} MiB | {name} | {r['ckpt_s']:.3f} | {r['paused_ms']:.1f} | "
-              f"{r['restore_s']:.3f} | {vmm} | {r['bytes'] / 2**20:.1f} |")
+    for name, _ in vmms if a.forks else []:
+        work = tempfile.mkdtemp(prefix="k8bench-")
+        try:
+            r = forks_round(a, work, name, a.forks, a.fork_mem, a.fork_mem // 4, a.fork_write)
+            print(f"# {name} {a.forks} copies of {a.fork_mem} MiB: {r}", flush=True)
+        except Exception as e:
+            r = {"error": str(e)}
+            print(f"# {name} {a.forks} copies: FAILED {e}", flush=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        forks.append((name, r))
+    print_tables(rows, forks, a)
 
 
 if __name__ == "__main__":

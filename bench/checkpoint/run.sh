@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Checkpoint/restore benchmark: kosa8 vs QEMU (migrate to a file, -incoming),
-# same kernel, initramfs and guest sizes, one run.
-#   bench/checkpoint/run.sh [SIZES_MIB]     (default 256,1024)
+# Checkpoint, restore, fork, incremental checkpoint and memory of many forks:
+# kosa8 vs QEMU (migrate to a file, -incoming), same kernel, initramfs and
+# guest sizes, one run.
+#   bench/checkpoint/run.sh [SIZES_MIB [FORKS]]   (default 256,1024 and 10)
 # Writes bench/results/checkpoint.md.  Needs make, make kernel initramfs and
 # qemu-system-x86 (make deps).  Without /dev/kvm everything runs in the
 # nested-KVM helper VM (testbed/run): absolute times are then those of
@@ -9,13 +10,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 sizes=${1:-256,1024}
+forks=${2:-10}
 bin=${KOSA8_BENCH_BIN:-build/kosa8}
 [ -n "${KOSA8_BENCH_BIN:-}" ] || make -s build/kosa8
 kernel=${KOSA8_BENCH_KERNEL:-$(guest/kernel/build.sh | tail -1)}
 initrd=$(guest/initramfs/build.sh | tail -1)
 out=$(mktemp)
 TESTBED_MEM=${TESTBED_MEM:-6144} testbed/run python3 bench/checkpoint/bench.py --kosa8 "$bin" \
-	--kernel "$kernel" --initrd "$initrd" --sizes "$sizes" | tee "$out"
+	--kernel "$kernel" --initrd "$initrd" --sizes "$sizes" --forks "$forks" | tee "$out"
 where="directly on /dev/kvm"
 [ "$(testbed/run --where)" = host ] ||
 	where="nested KVM inside the QEMU TCG helper VM (testbed/run): no /dev/kvm with hardware virtualization on this host"
@@ -28,15 +30,16 @@ where="directly on /dev/kvm"
 	echo "kosa8: \`vmctl checkpoint\` (guest paused throughout) then \`vm --restore\`; QEMU 7.2"
 	echo "microvm: QMP \`migrate\` to \`exec:cat > FILE\` (live; stopped only for its downtime)"
 	echo "then \`-incoming 'exec:cat FILE'\`.  Restore is timed from starting the VMM to the"
-	echo "guest's next line on the console."
+	echo "guest's next line on the console.  A fork is kosa8's checkpoint plus a restore"
+	echo "started while the parent runs on, timed by the VMMs themselves."
 	echo
-	grep -v '^#' "$out"
+	grep -v '^# ' "$out"
 	echo
 	echo "Raw lines:"
 	echo
-	grep '^#' "$out" | sed 's/^# /    /'
+	grep '^# ' "$out" | sed 's/^# /    /'
 	echo
-	echo "Reproduce: \`make deps && make && make kernel initramfs && bench/checkpoint/run.sh $sizes\`."
+	echo "Reproduce: \`make deps && make && make kernel initramfs && bench/checkpoint/run.sh $sizes $forks\`."
 } >bench/results/checkpoint.md
 rm -f "$out"
 echo "wrote bench/results/checkpoint.md"
