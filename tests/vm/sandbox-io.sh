@@ -27,9 +27,11 @@ IO_LIST='cd "$1" && find . -mindepth 1 | LC_ALL=C sort | while IFS= read -r p; d
 # On a failure, what the log needs to tell why (it failed once late in a
 # whole run-all and never alone): whether the VMM still runs, the guest's
 # and the supervisor's last lines, the helper's free memory and any OOM.
+# io_why [NAME]: for sandbox NAME (default io).
 io_why() {
-	local st=${KOSA8_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/kosa8}/sandboxes/io
-	echo "  --- why: VMM pid '$(pgrep -f -- " vm .*--jail.*/sandboxes/io/" | head -1)', $(free -m | awk '/Mem:/{print "MiB used "$3", shared "$5", available "$7}')"
+	local sbx=${1:-io}
+	local st=${KOSA8_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/kosa8}/sandboxes/$sbx
+	echo "  --- why ($sbx): VMM pid '$(pgrep -f -- " vm .*--jail.*/sandboxes/$sbx/" | head -1)', $(free -m | awk '/Mem:/{print "MiB used "$3", shared "$5", available "$7}')"
 	tail -15 "$st/console.log" 2>/dev/null | sed 's/^/  | console: /'
 	tail -10 "$st/supervisor.log" 2>/dev/null | sed 's/^/  | supervisor: /'
 	dmesg 2>/dev/null | grep -iE 'oom|killed process|out of memory' | tail -5 | sed 's/^/  | dmesg: /'
@@ -160,6 +162,10 @@ test_sandbox_four() {
 		cat "$WORK/par$i.out" >>"$WORK/out"
 	done
 	echo "# four starts at once: $((SECONDS - t0)) s"
+	# A start that failed: its console, supervisor log and any OOM, before rm.
+	[ -n "$bad" ] && for i in 1 2 3 4; do
+		sb ps | grep -q "^par$i .*running" || io_why par$i
+	done
 	if [ -z "$bad" ]; then
 		for i in 1 2 3 4; do
 			[ "$(sb exec par$i -- hostname 2>>"$WORK/out")" = par$i ] || bad="par$i: hostname is not par$i"
