@@ -81,6 +81,11 @@ def shell(p, out, cmd, done, timeout=600):
     wait_output(out, rb"^" + done.encode() + rb"\r?$", timeout, size)
 
 
+def small_change(a, p, out):
+    """The change both VMMs' guests make before their second checkpoint."""
+    shell(p, out, f"dd if=/dev/urandom of=/small bs=1M count={a.change} 2>/dev/null", "k8: changed")
+
+
 def vmctl_checkpoint(a, ctl, cp):
     """kosa8 vmctl checkpoint: wall seconds and the VMM's answer as a dict."""
     t0 = time.monotonic()
@@ -128,7 +133,7 @@ def kosa8_round(a, work, mem, fill):
         fill_guest(p, out, fill)
         t_ckpt, c1 = vmctl_checkpoint(a, ctl, cp)
         fork_s, fork_vmm = kosa8_restore(a, cp, f"{work}/k.fork1")
-        shell(p, out, f"dd if=/dev/urandom of=/small bs=1M count={a.change} 2>/dev/null", "k8: changed")
+        small_change(a, p, out)
         t_inc, c2 = vmctl_checkpoint(a, ctl, cp2)
         fork2_s, fork2_vmm = kosa8_restore(a, cp2, f"{work}/k.fork2")
     finally:
@@ -209,7 +214,7 @@ def qemu_round(a, work, mem, fill):
         s, cmd = qmp(q)
         t_ckpt, downtime = qemu_migrate(cmd, img)
         cmd("cont")
-        shell(p, out, f"dd if=/dev/urandom of=/small bs=1M count={a.change} 2>/dev/null", "k8: changed")
+        small_change(a, p, out)
         t_inc, inc_down = qemu_migrate(cmd, img2)
         s.close()
     finally:
