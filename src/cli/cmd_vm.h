@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "vmm/seccomp.h"
+#include "vmm/vm.h"
 
 enum emulate_mode { EMULATE_AUTO, EMULATE_ALWAYS, EMULATE_NEVER };
 
@@ -28,16 +29,6 @@ struct vm_args {
 	bool seccomp_rules;  /* --seccomp-rules: print the table and exit */
 };
 
-/* Exit statuses of `kosa8 vm`, documented in its --help. */
-enum vm_exit_status {
-	VM_EXIT_POWEROFF = 0,
-	VM_EXIT_ERROR = 1,
-	VM_EXIT_USAGE = 2,
-	VM_EXIT_REBOOT = 3,
-	VM_EXIT_CRASH = 4,
-	VM_EXIT_HOST_STOP = 5,
-	VM_EXIT_SECCOMP = VMM_SECCOMP_EXIT, /* vmm/seccomp.h */
-};
 
 /* Parses argv (argv[0] = "vm").  On error returns -EINVAL with why set to a
  * one-line message for the user. */

@@ -191,6 +191,27 @@ int supervisor_boot_timeout_ms(void)
 	return (int)n * 1000;
 }
 
+/* Says in the supervisor log how the VMM ended (its exit status or signal,
+ * what that means, and a seccomp kill's report); returns the audit details. */
+static cJSON *vmm_stopped(struct supervisor *s, int status, const char *when)
+{
+	cJSON *d = cJSON_CreateObject();
+	char what[160];
+
+	vm_exit_describe(status, what, sizeof(what));
+	if (WIFEXITED(status) && (WEXITSTATUS(status) == VM_EXIT_POWEROFF ||
+				  WEXITSTATUS(status) == VM_EXIT_HOST_STOP))
+		log_warn("VMM stopped %s: %s", when, what);
+	else
+		log_err("VMM stopped %s: %s", when, what);
+	cJSON_AddNumberToObject(d, "vmm_exit", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	if (WIFSIGNALED(status))
+		cJSON_AddNumberToObject(d, "vmm_signal", WTERMSIG(status));
+	cJSON_AddStringToObject(d, "vmm_status", what);
+	report_seccomp(s, status, d);
+	return d;
+}
+
 /* Polls the agent until it answers a ping or the VMM dies. */
 static int wait_for_agent(struct supervisor *s)
 {
@@ -202,6 +223,10 @@ static int wait_for_agent(struct supervisor *s)
 		int status;
 
 		if (waitpid(s->vmm, &status, WNOHANG) == s->vmm) {
+			cJSON *d = vmm_stopped(s, status, "while booting");
+			snprintf(s->why, sizeof(s->why), "the VM stopped while booting (%s; see 'kosa8 logs')",
+				 cJSON_GetStringValue(cJSON_GetObjectItem(d, "vmm_status")));
+			cJSON_Delete(d);
 			s->vmm = -1;
 			return -ECHILD;
 		}
@@ -676,12 +701,7 @@ static void event_loop(struct supervisor *s)
 			while (read(s->sigchld_pipe[0], buf, sizeof(buf)) > 0)
 				;
 		if (waitpid(s->vmm, &status, WNOHANG) == s->vmm) {
-			cJSON *d = cJSON_CreateObject();
-			cJSON_AddNumberToObject(d, "vmm_exit", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-			if (WIFSIGNALED(status))
-				cJSON_AddNumberToObject(d, "vmm_signal", WTERMSIG(status));
-			report_seccomp(s, status, d);
-			audit(s, "supervisor", "sandbox.stop", d);
+			audit(s, "supervisor", "sandbox.stop", vmm_stopped(s, status, "while running"));
 			s->vmm = -1;
 			break;
 		}
@@ -766,7 +786,7 @@ int supervisor_main(const char *self, const char *name, int ready_fd)
 	}
 	err = wait_for_agent(&s);
 	if (err) {
-		why = err == -ECHILD ? "the VM stopped while booting (see 'kosa8 logs')" :
+		why = err == -ECHILD ? s.why :
 				       "the guest agent did not answer in time (see 'kosa8 logs')";
 		goto fail;
 	}

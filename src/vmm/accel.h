@@ -142,6 +142,10 @@ int accel_vcpu_set_boot_state(struct accel_vcpu *vcpu, const struct x86_boot_cpu
 int accel_vcpu_init_lapic(struct accel_vcpu *vcpu);
 /* Runs the vCPU until the next exit that needs the VMM. */
 int accel_vcpu_run(struct accel_vcpu *vcpu, struct vcpu_exit *exit);
+/* One line of a stopped vCPU's registers (RIP, RSP, control registers,
+ * IDT), for reporting a guest whose CPU reset itself.  Host threads only:
+ * the vCPU role's seccomp filter does not allow the register reads. */
+int accel_vcpu_describe(struct accel_vcpu *vcpu, char *buf, size_t len);
 /* Makes a blocked accel_vcpu_run() return VCPU_EXIT_INTR soon (any thread). */
 void accel_vcpu_kick(struct accel_vcpu *vcpu);
 

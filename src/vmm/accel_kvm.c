@@ -460,6 +460,27 @@ int accel_vcpu_init_lapic(struct accel_vcpu *v)
 	return ioctl(v->fd, KVM_SET_LAPIC, &l) < 0 ? -errno : 0;
 }
 
+int accel_vcpu_describe(struct accel_vcpu *v, char *buf, size_t len)
+{
+	struct kvm_regs r;
+	struct kvm_sregs sr;
+
+	if (ioctl(v->fd, KVM_GET_REGS, &r) < 0 || ioctl(v->fd, KVM_GET_SREGS, &sr) < 0)
+		return -errno;
+	snprintf(buf, len,
+		 "rip=%#llx rsp=%#llx rflags=%#llx cr0=%#llx cr2=%#llx cr3=%#llx cr4=%#llx "
+		 "efer=%#llx cs=%#x idt=%#llx/%#x",
+		 (unsigned long long)r.rip, (unsigned long long)r.rsp, (unsigned long long)r.rflags,
+		 (unsigned long long)sr.cr0, (unsigned long long)sr.cr2, (unsigned long long)sr.cr3,
+		 (unsigned long long)sr.cr4, (unsigned long long)sr.efer, sr.cs.selector,
+		 (unsigned long long)sr.idt.base, sr.idt.limit);
+	/* KVM on AMD resets the vCPU when it sees the shutdown (the VMCB is
+	 * undefined after one): the fault's own registers are gone. */
+	if (r.rip == 0xfff0 && sr.cs.selector == 0xf000)
+		snprintf(buf + strlen(buf), len - strlen(buf), " (already reset by KVM)");
+	return 0;
+}
+
 static void decode_exit(struct accel_vcpu *v, struct vcpu_exit *e)
 {
 	struct kvm_run *r = v->run;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -515,6 +516,9 @@ static void *vcpu_thread(void *arg)
 			handle_msr(&e);
 			break;
 		case VCPU_EXIT_SHUTDOWN:      /* triple fault: a PC resets */
+			__atomic_store_n(&vm->triple_fault_vcpu, v->id + 1, __ATOMIC_RELEASE);
+			vm_request_stop(vm, VM_STOP_RESET);
+			break;
 		case VCPU_EXIT_SYSTEM_RESET:
 			vm_request_stop(vm, VM_STOP_RESET);
 			break;
@@ -598,6 +602,22 @@ static void block_host_signals(sigset_t *old)
 	pthread_sigmask(SIG_BLOCK, &set, old);
 }
 
+/* A CPU that resets itself (triple fault) is a guest kernel's crash with
+ * no message of its own: say so, with where it was, so that a sandbox that
+ * stops while booting can be told apart from one that asked to reboot.
+ * Main thread, after the vCPU threads are gone (the vCPU filter has no
+ * register reads). */
+static void report_triple_fault(struct vm *vm)
+{
+	int id = __atomic_load_n(&vm->triple_fault_vcpu, __ATOMIC_ACQUIRE) - 1;
+	char regs[320] = "registers unreadable";
+
+	if (id < 0 || id >= vm->cfg.ncpus)
+		return;
+	accel_vcpu_describe(vm->vcpus[id].accel, regs, sizeof(regs));
+	log_warn("vCPU %d: triple fault, the guest's CPU reset itself: %s", id, regs);
+}
+
 enum vm_stop vm_run(struct vm *vm)
 {
 	const char *why;
@@ -655,7 +675,31 @@ enum vm_stop vm_run(struct vm *vm)
 		pthread_join(vm->input_thread, NULL);
 		vm->input_started = 0;
 	}
+	report_triple_fault(vm);
 	return (enum vm_stop)vm->stop_reason;
+}
+
+void vm_exit_describe(int ws, char *buf, size_t len)
+{
+	static const char *const what[] = {
+		[VM_EXIT_POWEROFF] = "the guest powered off",
+		[VM_EXIT_ERROR] = "the VMM failed (its error is in the console log)",
+		[VM_EXIT_USAGE] = "the VMM was started with bad arguments",
+		[VM_EXIT_REBOOT] = "the guest rebooted or its CPU reset (triple fault)",
+		[VM_EXIT_CRASH] = "the accelerator could not run the guest",
+		[VM_EXIT_HOST_STOP] = "stopped by the host",
+		[VM_EXIT_SECCOMP] = "killed by its seccomp filter",
+	};
+	int code;
+
+	if (WIFSIGNALED(ws)) {
+		snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+		return;
+	}
+	code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+	snprintf(buf, len, "exit %d: %s", code,
+		 code >= 0 && code < (int)(sizeof(what) / sizeof(what[0])) && what[code] ? what[code] :
+											 "unknown status");
 }
 
 void vm_destroy(struct vm *vm)

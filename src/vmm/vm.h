@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "devices/acpi_pm.h"
@@ -18,6 +19,7 @@
 #include "vmm/accel.h"
 #include "vmm/bus.h"
 #include "vmm/guest_mem.h"
+#include "vmm/seccomp.h"
 #include "vmm/snapshot.h"
 
 #define VM_MAX_VCPUS 254 /* xAPIC ids 0..253, the IOAPIC takes the next one */
@@ -39,6 +41,22 @@ enum vm_stop {
 	VM_STOP_CRASH,      /* the accelerator could not run the guest */
 	VM_STOP_HOST,       /* the host asked it to stop (signal, console escape) */
 };
+
+/* Exit statuses of the VMM process (`kosa8 vm`, documented in its --help);
+ * the supervisor reads them to say why a sandbox's VM stopped. */
+enum vm_exit_status {
+	VM_EXIT_POWEROFF = 0,
+	VM_EXIT_ERROR = 1,
+	VM_EXIT_USAGE = 2,
+	VM_EXIT_REBOOT = 3,
+	VM_EXIT_CRASH = 4,
+	VM_EXIT_HOST_STOP = 5,
+	VM_EXIT_SECCOMP = VMM_SECCOMP_EXIT, /* vmm/seccomp.h */
+};
+
+/* One line for a VMM's wait status (waitpid): "exit 3: the guest
+ * rebooted or its CPU reset (triple fault)", "killed by signal 9 (Killed)". */
+void vm_exit_describe(int wstatus, char *buf, size_t len);
 
 struct vm_config {
 	const char *kernel_path;
@@ -87,6 +105,7 @@ struct vm {
 	int stop_pipe[2];          /* any thread writes a byte to wake the main loop */
 	int stop_reason;           /* enum vm_stop, set once (atomic) */
 	uint64_t crash_code;
+	int triple_fault_vcpu;     /* 1 + the vCPU whose CPU reset itself, or 0 */
 	pthread_t input_thread;
 	int input_started;
 	/* vCPUs wait here until the main thread has installed the seccomp

@@ -146,9 +146,12 @@ test_sandbox_io() {
 }
 
 # Four sandboxes started at once; each answers with its own hostname.
+# Named by its caller (once_more runs it again after a failure: it first
+# removes what an earlier attempt may have left).
 test_sandbox_four() {
-	local name=sandbox-four-at-once i t0 pids=() bad=
+	local name=${1:-sandbox-four-at-once} i t0 pids=() bad=
 	: >"$WORK/out"
+	for i in 1 2 3 4; do sb rm -f par$i >/dev/null 2>&1; done
 	for i in 1 2 3 4; do
 		sb create --name par$i --mem 256M >>"$WORK/out" 2>&1 || bad="create par$i failed"
 	done
