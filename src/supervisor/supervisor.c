@@ -4,11 +4,13 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -18,6 +20,7 @@
 #include "audit/audit.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "supervisor/cgroup.h"
 #include "supervisor/ckpt_ops.h"
 #include "supervisor/control.h"
 #include "supervisor/egress.h"
@@ -35,6 +38,8 @@ struct supervisor {
 	const char *self;          /* the kosa8 binary */
 	struct audit_log *audit;
 	struct sup_egress *egress;
+	struct vmm_cgroup cgroup;  /* the VMM's limits (cgroup.h) */
+	char cgroup_why[PATH_MAX + 128]; /* limits missing, for status and log */
 	char why[512];             /* a start-up failure, for `kosa8 start` */
 	pid_t vmm;
 	int listen_fd;
@@ -148,11 +153,30 @@ static int vmm_argv(struct supervisor *s, const char *restore, const char *top, 
 	return 0;
 }
 
+/* fork(), but as root the child is PID 1 of a new PID namespace: the VMM
+ * sees no other process, so even a signal its filter let through could
+ * reach nothing else.  (The jail makes its other namespaces itself; a PID
+ * namespace must exist before its first process, and an unshare in the
+ * VMM would stop it making threads.)  A raw clone, not glibc's fork: the
+ * child only sets up descriptors and execs, touching no lock or cache
+ * that fork would have reset.  Where the kernel refuses (no PID
+ * namespaces, or not root), a plain fork. */
+static pid_t fork_vmm(void)
+{
+	if (geteuid() == 0) {
+		long pid = syscall(SYS_clone, (unsigned long)(CLONE_NEWPID | SIGCHLD), NULL, NULL, NULL, 0);
+		if (pid >= 0 || (errno != EINVAL && errno != EPERM))
+			return (pid_t)pid;
+		log_warn("the VMM runs without a PID namespace: clone(CLONE_NEWPID): %s", strerror(errno));
+	}
+	return fork();
+}
+
 static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 {
 	char console[PATH_MAX], buf[4][PATH_MAX];
 	const char *argv[32];
-	int out, rc;
+	int out, rc, gate[2];
 
 	if ((rc = vmm_argv(s, restore, top, argv, buf)))
 		return rc;
@@ -160,24 +184,58 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 	out = open(console, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (out < 0)
 		return -errno;
-	/* A VMM killed hard leaves its sockets behind; the next one binds them. */
-	unlink(s->vm_ctl);
-	unlink(s->vsock_path);
-	s->vmm = fork();
-	if (s->vmm < 0) {
+	if (pipe2(gate, O_CLOEXEC) < 0) {
 		close(out);
 		return -errno;
 	}
+	/* A VMM killed hard leaves its sockets behind; the next one binds them. */
+	unlink(s->vm_ctl);
+	unlink(s->vsock_path);
+	s->vmm = fork_vmm();
+	if (s->vmm < 0) {
+		rc = -errno;
+		close(out);
+		close(gate[0]);
+		close(gate[1]);
+		return rc;
+	}
 	if (s->vmm == 0) {
 		int null = open("/dev/null", O_RDONLY);
+		char go;
 		dup2(null, 0);
 		dup2(out, 1);
 		dup2(out, 2);
+		/* Wait until the parent has put this process in its cgroup. */
+		close(gate[1]);
+		if (read(gate[0], &go, 1) != 1)
+			_exit(127);
 		execv(s->self, (char *const *)argv);
 		_exit(127);
 	}
 	close(out);
-	return 0;
+	close(gate[0]);
+	if ((rc = vmm_cgroup_add(&s->cgroup, s->vmm)))
+		log_warn("the VMM runs without its cgroup limits: cannot join %s: %s", s->cgroup.path,
+			 strerror(-rc));
+	rc = write(gate[1], "g", 1) == 1 ? 0 : -errno;
+	close(gate[1]);
+	return rc;
+}
+
+/* The VMM's cgroup, once per supervisor (restarts reuse it); without one
+ * the sandbox still runs, and the log says which limits are missing. */
+static void setup_cgroup(struct supervisor *s)
+{
+	struct vmm_cgroup_limits lim = {.mem = s->cfg.mem, .cpus = s->cfg.cpus};
+	char *why = s->cgroup_why;
+	int err = vmm_cgroup_create(&s->cgroup, s->cfg.name, &lim, why, sizeof(s->cgroup_why));
+
+	if (err && !why[0])
+		snprintf(why, sizeof(s->cgroup_why), "%s", strerror(-err));
+	if (err)
+		log_warn("no cgroup limits for the VMM: %s", why);
+	else if (why[0])
+		log_warn("cgroup limits incomplete: %s", why);
 }
 
 int supervisor_boot_timeout_ms(void)
@@ -617,6 +675,12 @@ static void handle_client(struct supervisor *s, int fd)
 		cJSON_AddStringToObject(r, "state", s->stopping ? "stopping" : "running");
 		cJSON_AddNumberToObject(r, "pid", getpid());
 		cJSON_AddNumberToObject(r, "vmm_pid", s->vmm);
+		if (s->cgroup.path[0]) {
+			cJSON_AddStringToObject(r, "cgroup", s->cgroup.path);
+			cJSON_AddStringToObject(r, "cgroup_limits", s->cgroup.limits);
+		}
+		if (s->cgroup_why[0])
+			cJSON_AddStringToObject(r, "cgroup_missing", s->cgroup_why);
 		reply_ok(fd, r, -1);
 	} else if (!strcmp(op->valuestring, "agent")) {
 		handle_agent(s, fd, req);
@@ -780,6 +844,7 @@ int supervisor_main(const char *self, const char *name, int ready_fd)
 		goto fail;
 	}
 	audit(&s, "supervisor", "sandbox.start", restore ? fork_origin(&s, &fork) : NULL);
+	setup_cgroup(&s);
 	if ((err = spawn_vmm(&s, restore, NULL))) {
 		why = "cannot start the VMM";
 		goto fail;
@@ -819,6 +884,7 @@ fail:
 		audit(&s, "supervisor", "sandbox.start_failed", d);
 	}
 	/* After the VMM: no guest connection is left to start. */
+	vmm_cgroup_remove(&s.cgroup);
 	sup_egress_stop(s.egress);
 	if (s.audit) {
 		audit_log_sign_head(s.audit, NULL);

@@ -21,13 +21,15 @@
  * through a user namespace's mounts.  The seccomp filter (seccomp.h) comes
  * on top once set-up is over.
  *
- * Not done: a PID namespace (unshare(CLONE_NEWPID) makes pthread_create fail
- * in the caller, and the VMM never forks: seccomp refuses clone after set-up;
- * what a PID namespace would keep from the VMM, signalling other processes,
- * the filter refuses: kill is not allowed, tgkill only on its own pid, and
- * there is no /proc to look at them through);
+ * The PID namespace is not the jail's: unshare(CLONE_NEWPID) here would make
+ * pthread_create fail, so the supervisor, as root, starts the VMM as PID 1
+ * of a new one (supervisor.c, fork_vmm).
+ *
+ * Not done: a PID namespace as a user (the filter stands in: kill is not
+ * allowed, tgkill only on its own pid, no /proc to look through);
  * dropping to another uid when run as root (the vsock sockets belong to the
- * user running kosa8); cgroup limits. */
+ * user running kosa8).  cgroup limits are the supervisor's
+ * (supervisor/cgroup.h): it places the VMM before exec. */
 #ifndef KOSA8_VMM_JAIL_H
 #define KOSA8_VMM_JAIL_H
 

@@ -383,7 +383,9 @@ test_egress() {
 		sleep 0.2
 	done
 	eg_step "servers up, adding the secret"
-	# A secret bound to secret.test, its value never in the guest.
+	# A secret bound to secret.test, its value never in the guest (one an
+	# earlier attempt added is removed first).
+	eg_k8 secret rm API_KEY >/dev/null 2>&1
 	printf 's3cr3t-value-42' | eg_k8 secret add API_KEY --host secret.test >"$WORK/eg/out" 2>&1 ||
 		{ not_ok "$name" "kosa8 secret add failed: $(head -1 "$WORK/eg/out")"; kill "${pids[@]}"; return; }
 	eg_step "creating and starting the sandbox"
