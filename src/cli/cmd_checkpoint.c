@@ -208,6 +208,7 @@ static int create_child(const char *parent, const char *pdir, const char *id, co
 	if (sandbox_cfg_load(pdir, &cfg))
 		return cli_fail("fork", "cannot read the configuration of '%s'", parent);
 	snprintf(cfg.name, sizeof(cfg.name), "%s", child);
+	cfg.cid = sandbox_cid_pick(); /* its guest sees the change (vsock transport reset) */
 	cfg.created = (int64_t)time(NULL);
 	cfg.workspace_copied = true;
 	if (mkdir_p(dir, 0700))

@@ -250,6 +250,7 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 	snprintf(cfg.name, sizeof(cfg.name), "%s", name);
 	cfg.mem = o->mem;
 	cfg.cpus = o->cpus;
+	cfg.cid = sandbox_cid_pick();
 	cfg.created = (int64_t)time(NULL);
 	if (mkdir_p(dir, 0700) < 0 || sandbox_path(disk, sizeof(disk), dir, "disk.k8d") < 0)
 		return cli_fail(cmd, "cannot create %s", dir);
@@ -418,6 +419,7 @@ static void ps_one(const char *name, void *arg)
 		cJSON_AddStringToObject(o, "name", name);
 		cJSON_AddStringToObject(o, "state", state);
 		cJSON_AddNumberToObject(o, "cpus", cfg.cpus);
+		cJSON_AddNumberToObject(o, "cid", cfg.cid);
 		cJSON_AddNumberToObject(o, "mem", (double)cfg.mem);
 		cJSON_AddStringToObject(o, "workspace", cfg.workspace);
 		cJSON_AddNumberToObject(o, "created", (double)cfg.created);

@@ -446,6 +446,11 @@ static void tx_packet(struct virtio_vsock *v, const struct virtq_chain *ch)
 	struct vsock_pkt p;
 	enum vsock_verdict verdict = vsock_parse_tx_hdr(raw, got, ch->out_bytes - got,
 							v->guest_cid, &p);
+
+	if (v->prev_cid && verdict == VSOCK_PKT_OK)
+		v->prev_cid = 0; /* the guest has the new CID */
+	else if (v->prev_cid && p.src_cid == v->prev_cid)
+		verdict = vsock_parse_tx_hdr(raw, got, ch->out_bytes - got, v->prev_cid, &p);
 	struct vsock_conn *c = NULL;
 
 	if (verdict == VSOCK_PKT_OK || p.dst_cid == VSOCK_HOST_CID)
@@ -1112,6 +1117,7 @@ int virtio_vsock_restore(struct virtio_vsock *v, const struct virtio_vsock_state
 	if (!err) {
 		v->generation++;
 		v->event_pending = true;
+		v->prev_cid = in->guest_cid != v->guest_cid ? in->guest_cid : 0;
 	}
 	v->paused = was_paused;
 	pthread_cond_broadcast(&v->resumed);

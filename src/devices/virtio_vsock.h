@@ -62,7 +62,7 @@ struct virtio_vsock_stats {
 struct virtio_vsock_state {
 	uint32_t version;
 	uint32_t reserved;
-	uint64_t guest_cid;     /* informational: restore keeps the device's own */
+	uint64_t guest_cid;     /* the CID when saved; restore keeps the device's own */
 	struct virtio_mmio_state mmio;
 };
 #define VIRTIO_VSOCK_STATE_VERSION 1
@@ -73,6 +73,11 @@ struct vsock_rst;
 struct virtio_vsock {
 	struct virtio_mmio mmio;
 	uint64_t guest_cid;
+	/* After a restore with another CID (a fork), the guest's own packets
+	 * carry the saved CID until its driver has read the new one on the
+	 * reset event: accepted as the guest's until a packet with the new
+	 * one comes, then dropped like any other.  0: none. */
+	uint64_t prev_cid;
 	char uds_path[96];      /* plus "_<port>" still fits sun_path (108) */
 	struct virtio_vsock_opts opts;
 	int epoll_fd, kick_fd, listen_fd;

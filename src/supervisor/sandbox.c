@@ -95,6 +95,10 @@ static int get_list(const cJSON *o, const char *k, char *rows, size_t stride, in
 	return 0;
 }
 
+/* CIDs a pick looks among; the VMM takes up to 0xfffffffe. */
+#define SANDBOX_CID_SCAN 65536u
+#define SANDBOX_MAX_CID 0xfffffffeu
+
 int sandbox_cfg_save(const char *state_dir, const struct sandbox_cfg *c)
 {
 	char path[PATH_MAX], tmp[PATH_MAX + 8];
@@ -110,6 +114,7 @@ int sandbox_cfg_save(const char *state_dir, const struct sandbox_cfg *c)
 	put_str(o, "workspace", c->workspace);
 	cJSON_AddNumberToObject(o, "mem", (double)c->mem);
 	cJSON_AddNumberToObject(o, "cpus", c->cpus);
+	cJSON_AddNumberToObject(o, "cid", c->cid ? c->cid : SANDBOX_FIRST_CID);
 	cJSON_AddNumberToObject(o, "created", (double)c->created);
 	cJSON_AddBoolToObject(o, "workspace_copied", c->workspace_copied);
 	put_list(o, "allow", c->allow[0], sizeof(c->allow[0]), c->nallow);
@@ -159,7 +164,7 @@ int sandbox_cfg_load(const char *state_dir, struct sandbox_cfg *c)
 	uint8_t *buf = NULL;
 	size_t len;
 	cJSON *o = NULL;
-	double mem, cpus, created;
+	double mem, cpus, created, cid;
 	int err;
 
 	memset(c, 0, sizeof(*c));
@@ -184,7 +189,13 @@ int sandbox_cfg_load(const char *state_dir, struct sandbox_cfg *c)
 	c->cpus = (int)cpus;
 	c->created = (int64_t)created;
 	c->workspace_copied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "workspace_copied"));
-	if (!sandbox_name_valid(c->name) || c->cpus < 1 || c->mem == 0)
+	/* No cid: a sandbox made before they were kept, on the VMM's default.
+	 * One that is there must be a whole number in the VMM's range. */
+	c->cid = SANDBOX_FIRST_CID;
+	if (cJSON_GetObjectItemCaseSensitive(o, "cid"))
+		c->cid = get_num(o, "cid", &cid) == 0 && cid >= SANDBOX_FIRST_CID && cid <= SANDBOX_MAX_CID &&
+				 cid == (double)(uint32_t)cid ? (uint32_t)cid : 0;
+	if (!sandbox_name_valid(c->name) || c->cpus < 1 || c->mem == 0 || !c->cid)
 		err = -EBADMSG;
 out:
 	cJSON_Delete(o);
@@ -210,4 +221,33 @@ int sandbox_list(void (*fn)(const char *name, void *ctx), void *ctx)
 			fn(e->d_name, ctx);
 	closedir(d);
 	return 0;
+}
+
+struct cid_scan {
+	uint8_t used[SANDBOX_CID_SCAN / 8];
+};
+
+static void note_cid(const char *name, void *ctx)
+{
+	struct cid_scan *scan = ctx;
+	struct sandbox_cfg c;
+	char dir[PATH_MAX];
+
+	if (sandbox_state_dir(name, dir, sizeof(dir)) || sandbox_cfg_load(dir, &c))
+		return;
+	if (c.cid - SANDBOX_FIRST_CID < SANDBOX_CID_SCAN)
+		scan->used[(c.cid - SANDBOX_FIRST_CID) / 8] |= (uint8_t)(1u << ((c.cid - SANDBOX_FIRST_CID) % 8));
+}
+
+uint32_t sandbox_cid_pick(void)
+{
+	struct cid_scan scan;
+
+	memset(&scan, 0, sizeof(scan));
+	sandbox_list(note_cid, &scan);
+	for (uint32_t i = 0; i < SANDBOX_CID_SCAN; i++)
+		if (!(scan.used[i / 8] & (1u << (i % 8))))
+			return SANDBOX_FIRST_CID + i;
+	/* More sandboxes than that: any CID still works (see the header). */
+	return SANDBOX_FIRST_CID + SANDBOX_CID_SCAN;
 }

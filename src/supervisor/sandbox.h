@@ -27,6 +27,7 @@
 #define SANDBOX_ALLOW_LEN 272     /* "*.name:port" */
 #define SANDBOX_SECRETS_MAX 16    /* --secret names */
 #define SANDBOX_SECRET_LEN 65
+#define SANDBOX_FIRST_CID 3       /* the VMM's default; older sandbox.json files have no cid */
 
 struct sandbox_cfg {
 	char name[SANDBOX_NAME_MAX + 1];
@@ -35,6 +36,7 @@ struct sandbox_cfg {
 	char workspace[PATH_MAX];  /* host directory copied to /workspace, or "" */
 	uint64_t mem;              /* bytes */
 	int cpus;
+	uint32_t cid;              /* the guest's vsock CID, its own among the user's sandboxes */
 	int64_t created;           /* unix seconds */
 	bool workspace_copied;     /* the first start copied the workspace in */
 	/* Egress (docs/egress.md): --allow rules over the policy files, and
@@ -54,6 +56,12 @@ int sandbox_run_dir(const char *name, char *buf, size_t len);
 int sandbox_path(char *buf, size_t len, const char *dir, const char *file);
 
 int sandbox_cfg_save(const char *state_dir, const struct sandbox_cfg *c);
+/* A vsock CID no sandbox of this user has (the smallest from
+ * SANDBOX_FIRST_CID), for a new sandbox or a fork: a fork's guest sees its
+ * CID change (transport reset) and software in it can tell the copies
+ * apart.  Two creates at the same moment may pick the same one, which
+ * breaks nothing: each VMM's vsock is its own unix socket. */
+uint32_t sandbox_cid_pick(void);
 /* -ENOENT when there is no such sandbox, -EBADMSG for a damaged file. */
 int sandbox_cfg_load(const char *state_dir, struct sandbox_cfg *c);
 

@@ -122,6 +122,7 @@ static int vmm_argv(struct supervisor *s, const char *restore, const char *top, 
 	}
 	snprintf(buf[1], PATH_MAX, "%lluK", (unsigned long long)(s->cfg.mem / 1024));
 	snprintf(buf[2], PATH_MAX, "%d", s->cfg.cpus);
+	snprintf(buf[4], PATH_MAX, "%u", s->cfg.cid);
 	snprintf(buf[3], PATH_MAX,
 		 "root=/dev/vda rw rootfstype=ext4 init=/usr/sbin/kosa8-agent kosa8.hostname=%s kosa8.net=on quiet",
 		 s->cfg.name);
@@ -140,6 +141,8 @@ static int vmm_argv(struct supervisor *s, const char *restore, const char *top, 
 	argv[n++] = top;
 	argv[n++] = "--vsock";
 	argv[n++] = s->vsock_path;
+	argv[n++] = "--cid";
+	argv[n++] = buf[4];
 	if (restore) {
 		argv[n++] = "--restore";
 		argv[n++] = restore;
@@ -174,7 +177,7 @@ static pid_t fork_vmm(void)
 
 static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 {
-	char console[PATH_MAX], buf[4][PATH_MAX];
+	char console[PATH_MAX], buf[5][PATH_MAX];
 	const char *argv[32];
 	int out, rc, gate[2];
 

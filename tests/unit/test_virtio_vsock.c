@@ -963,15 +963,22 @@ static void test_save_restore(void **state)
 	assert_int_equal(rd32(vp2, VIRTIO_MMIO_STATUS), 0xf);
 	assert_true(event_seen(2000));
 	assert_int_equal(rd32(vp2, 0x100), 4);
-	guest_cid = 4;
-	/* The old CID is no longer the guest's: dropped. */
+	/* Until the driver has read it, the guest still sends from the old
+	 * CID: still the guest's (answered at the new CID).  <uds>_1234
+	 * belongs to the first device's path: the fork refuses it. */
 	guest_cid = CID;
 	send_pkt(vp2, VIRTIO_VSOCK_OP_REQUEST, 5002, 1234, NULL, 0, 0, 65536, 0);
 	guest_cid = 4;
-	no_pkt(vp2, 50);
-	send_pkt(vp2, VIRTIO_VSOCK_OP_REQUEST, 5002, 1234, NULL, 0, 0, 65536, 0);
-	/* <uds>_1234 belongs to the first device's path: the fork refuses it. */
 	expect_pkt(vp2, &h, VIRTIO_VSOCK_OP_RST, 1234, 5002);
+	assert_int_equal(stats(vp2).bad_packets, 0);
+	send_pkt(vp2, VIRTIO_VSOCK_OP_REQUEST, 5003, 1234, NULL, 0, 0, 65536, 0);
+	expect_pkt(vp2, &h, VIRTIO_VSOCK_OP_RST, 1234, 5003);
+	/* Once it has used the new CID, the old one is no longer the guest's: dropped. */
+	guest_cid = CID;
+	send_pkt(vp2, VIRTIO_VSOCK_OP_REQUEST, 5004, 1234, NULL, 0, 0, 65536, 0);
+	guest_cid = 4;
+	no_pkt(vp2, 50);
+	assert_int_equal(stats(vp2).bad_packets, 1);
 	virtio_vsock_destroy(vp2);
 	guest_cid = CID;
 	close(lfd);
