@@ -111,6 +111,25 @@ void guest_mem_mark(const struct guest_mem *m, const void *p, size_t len)
 		__atomic_fetch_or(&m->dirty[pg / 64], 1ULL << (pg % 64), __ATOMIC_RELAXED);
 }
 
+int guest_mem_map_layer(struct guest_mem *m, int fd, uint64_t first, uint64_t end)
+{
+	uint8_t *at = m->base + first * 4096;
+	size_t len = (size_t)((end - first) * 4096);
+
+	if (!m->from_file || end > m->size / 4096 || first >= end)
+		return -EINVAL;
+	if (!m->nlayers || m->layer_fds[m->nlayers - 1] != fd) {
+		if (m->nlayers == GUEST_MEM_MAX_LAYERS)
+			return -E2BIG;
+		m->layer_fds[m->nlayers++] = fd;
+	}
+	if (mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE | MAP_FIXED, fd,
+		 (off_t)(first * 4096)) == MAP_FAILED)
+		return -errno;
+	madvise(at, len, MADV_DONTDUMP);
+	return 0;
+}
+
 void guest_mem_destroy(struct guest_mem *m)
 {
 	free(m->dirty);
@@ -120,6 +139,8 @@ void guest_mem_destroy(struct guest_mem *m)
 		close(m->memfd);
 	if (m->from_file)
 		close(m->file_fd);
+	for (int i = 0; i < m->nlayers; i++)
+		close(m->layer_fds[i]);
 	memset(m, 0, sizeof(*m));
 	m->memfd = -1;
 }

@@ -15,6 +15,9 @@
 #define GUEST_MMIO_HOLE_START 0xC0000000ULL
 #define GUEST_HIGH_RAM_START 0x100000000ULL
 
+/* Layers a private view can have mapped over its file (SNAP_MAX_MEM_DEPTH). */
+#define GUEST_MEM_MAX_LAYERS 16
+
 struct guest_region {
 	uint64_t gpa;
 	uint64_t size;
@@ -31,6 +34,10 @@ struct guest_mem {
 	 * open so that the next checkpoint can ask it where its data is. */
 	bool from_file;
 	int file_fd;
+	/* Checkpoint layers mapped over it (guest_mem_map_layer), kept open for
+	 * the same reason: their pages are data the bottom file lacks. */
+	int layer_fds[GUEST_MEM_MAX_LAYERS];
+	int nlayers;
 	/* Pages the VMM itself wrote (virtio buffers and used rings) since the
 	 * last checkpoint, one bit per page of RAM; KVM's dirty log has the
 	 * guest's own writes.  NULL when the VM is not tracked. */
@@ -44,6 +51,12 @@ int guest_mem_create(struct guest_mem *m, uint64_t size);
  * it.  The file must be exactly size bytes (-EINVAL otherwise). */
 int guest_mem_open_file(struct guest_mem *m, const char *path, uint64_t size);
 void guest_mem_destroy(struct guest_mem *m);
+/* For RAM from guest_mem_open_file: maps pages [first, end) of the layer
+ * file fd (RAM-sized, pages at their own offsets, holes reading as zeros)
+ * MAP_PRIVATE over the view, so they too are read only when touched and
+ * shared with every other view of that layer.  The first call for a layer
+ * keeps fd (the caller gives it up); -E2BIG past GUEST_MEM_MAX_LAYERS. */
+int guest_mem_map_layer(struct guest_mem *m, int fd, uint64_t first, uint64_t end);
 
 /* Starts tracking the VMM's writes (guest_mem_mark); -ENOMEM. */
 int guest_mem_track(struct guest_mem *m);

@@ -552,8 +552,9 @@ int snapshot_preopen_pagemap(void)
 }
 
 /* Guest RAM that is a private view of a checkpoint's file (a restored VM):
- * a page can hold data if the file has data there, or if the guest wrote
- * it since (then it is an anonymous copy, which pagemap shows).  Other
+ * a page can hold data if the file or a layer mapped over it has data
+ * there, or if the guest wrote it since (then it is an anonymous copy,
+ * which pagemap shows).  Other
  * pages are zero and are never touched, so the file is not read whole. */
 static int write_private(int fd, const struct guest_mem *m, uint64_t *data_bytes)
 {
@@ -579,6 +580,8 @@ static int write_private(int fd, const struct guest_mem *m, uint64_t *data_bytes
 			if (((pm[i] & PM_PRESENT) && !(pm[i] & PM_FILE_OR_SHARED)) || (pm[i] & PM_SWAPPED))
 				cand[i] = 1;
 		mark_file_data(m->file_fd, off, n, cand);
+		for (int l = 0; l < m->nlayers; l++)
+			mark_file_data(m->layer_fds[l], off, n, cand);
 		err = write_pages(fd, m->base, off, n, cand, data_bytes);
 	}
 	if (pmfd != pagemap_fd)

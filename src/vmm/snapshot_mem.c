@@ -165,25 +165,62 @@ static int open_memory(const char *dir, uint64_t size, int flags)
 	return fd;
 }
 
+/* Mappings a restore makes for its layers, at most: each run of a layer's
+ * pages is one (plus the split it makes), and the kernel allows a process
+ * about 65,000 (vm.max_map_count).  A layer of more runs is read instead. */
+#define MAX_LAYER_MAPS 8192
+
 struct apply {
 	int fd, rc;
-	uint8_t *base;
+	struct guest_mem *m;
+	bool map;        /* map the runs (else read them) */
+	uint64_t runs;
 };
 
+static void count_run(uint64_t first, uint64_t end, void *arg)
+{
+	((struct apply *)arg)->runs++;
+}
+
 /* Holes in the layer's file read as zeros: a page freed and zeroed since
- * the parent comes back as zeros. */
+ * the parent comes back as zeros, mapped or read. */
 static void apply_run(uint64_t first, uint64_t end, void *arg)
 {
 	struct apply *a = arg;
 
-	if (!a->rc)
-		a->rc = pio_full(a->fd, a->base + first * PAGE, (end - first) * PAGE, first * PAGE, false);
+	if (a->rc)
+		return;
+	if (a->map)
+		a->rc = guest_mem_map_layer(a->m, a->fd, first, end);
+	else
+		a->rc = pio_full(a->fd, a->m->base + first * PAGE, (end - first) * PAGE, first * PAGE,
+				 false);
+}
+
+/* One layer over the view: its runs mapped copy-on-write (the first map
+ * hands the descriptor to m), or read when there are too many of them. */
+static int apply_layer(struct guest_mem *m, const struct snapmem_layer *l, uint64_t *maps)
+{
+	struct apply a = {.fd = open_memory(l->dir, m->size, O_RDONLY), .m = m};
+	int nlayers = m->nlayers;
+
+	if (a.fd < 0)
+		return a.fd;
+	snapmem_runs(l->pages, m->size / PAGE, count_run, &a);
+	a.map = *maps + a.runs <= MAX_LAYER_MAPS && m->nlayers < GUEST_MEM_MAX_LAYERS;
+	if (a.map)
+		*maps += a.runs;
+	snapmem_runs(l->pages, m->size / PAGE, apply_run, &a);
+	if (m->nlayers == nlayers)
+		close(a.fd); /* not kept: read, or nothing mapped */
+	return a.rc;
 }
 
 int snapmem_map(struct guest_mem *m, const struct snapmem_chain *c, char *err, size_t errlen)
 {
 	const struct snapmem_layer *bottom = &c->l[c->n - 1];
 	char path[PATH_MAX + 16];
+	uint64_t maps = 0;
 	int rc;
 
 	snprintf(path, sizeof(path), "%s/" SNAP_MEMORY_FILE, bottom->dir);
@@ -192,15 +229,7 @@ int snapmem_map(struct guest_mem *m, const struct snapmem_chain *c, char *err, s
 			    "cannot map %.300s (missing, or not the size the checkpoint says): %s", path,
 			    strerror(-rc));
 	for (int i = c->n - 2; i >= 0; i--) {
-		struct apply a = {.fd = open_memory(c->l[i].dir, m->size, O_RDONLY), .base = m->base};
-		if (a.fd < 0) {
-			rc = a.fd;
-		} else {
-			snapmem_runs(c->l[i].pages, m->size / PAGE, apply_run, &a);
-			rc = a.rc;
-			close(a.fd);
-		}
-		if (rc) {
+		if ((rc = apply_layer(m, &c->l[i], &maps))) {
 			guest_mem_destroy(m);
 			return snap_fail(err, errlen, rc, "cannot read the memory layer in %.300s: %s",
 				    c->l[i].dir, strerror(-rc));

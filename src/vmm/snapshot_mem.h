@@ -4,8 +4,9 @@
  *
  * The VMM writes a layer when the checkpoint it last wrote or ran from is
  * a sibling directory still holding the same memory; a restore maps the
- * bottom file MAP_PRIVATE and reads each layer's pages over it, so its
- * cost follows what the layers hold, not the guest's size.  Removing a
+ * bottom file MAP_PRIVATE and each layer's runs of pages MAP_PRIVATE over
+ * it (read instead for a layer of very many runs), so it reads nothing up
+ * front and forks of one checkpoint share its layers' pages too.  Removing a
  * checkpoint that others stand on first folds its pages into them
  * (snapmem_detach_children), so no layer is ever left without its parent. */
 #ifndef KOSA8_SNAPSHOT_MEM_H
@@ -36,7 +37,7 @@ int snapmem_chain_load(const char *dir, struct snapmem_chain *c, char *err, size
 void snapmem_chain_free(struct snapmem_chain *c);
 
 /* Guest RAM as the chain describes it (guest_mem_open_file on the bottom,
- * then each layer's pages read over it, lowest first). */
+ * then each layer's pages mapped over it, lowest first). */
 int snapmem_map(struct guest_mem *m, const struct snapmem_chain *c, char *err, size_t errlen);
 
 /* Calls fn for each run [first, end) of set bits among npages. */

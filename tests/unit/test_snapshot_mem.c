@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -192,6 +193,67 @@ static void test_chain_reads_back_each_view(void **state)
 	assert_true(st.st_blocks * 512 <= 2 * 4096 + 4096);
 }
 
+#define PM_PRESENT (1ULL << 63)
+#define PM_FILE (1ULL << 61) /* file page or shared anonymous */
+
+/* The calling process's /proc/self/pagemap entry for the page at p. */
+static uint64_t pagemap(const void *p)
+{
+	uint64_t e = 0;
+	int fd = open("/proc/self/pagemap", O_RDONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &e, sizeof(e), (off_t)((uintptr_t)p / 4096 * sizeof(e))), sizeof(e));
+	close(fd);
+	return e;
+}
+
+/* A restore maps the layers' pages copy-on-write instead of reading them:
+ * nothing is in memory before it is touched, a write stays in this process,
+ * and a full checkpoint of the restored RAM (a fork's first) still has the
+ * layers' pages, which the bottom file lacks. */
+static void test_layers_mapped_then_saved_whole(void **state)
+{
+	struct snapmem_chain c;
+	struct guest_mem m, back;
+	char dir[128], path[160], err[256] = "";
+	uint8_t want[MEM];
+	struct snap_memory_desc md = {.size = MEM};
+
+	dir_of(dir, sizeof(dir), "c3");
+	assert_int_equal(snapmem_chain_load(dir, &c, err, sizeof(err)), 0);
+	assert_int_equal(snapmem_map(&m, &c, err, sizeof(err)), 0);
+	assert_int_equal(m.nlayers, 2);
+	/* Page 70 is c3's own (a layer page): not in the page tables before it
+	 * is touched, and after a read a page of the file, not a copy. */
+	assert_int_equal(pagemap(m.base + 70 * 4096) & PM_PRESENT, 0);
+	assert_memory_equal(m.base + 70 * 4096, view[3] + 70 * 4096, 4096);
+	assert_int_equal(pagemap(m.base + 70 * 4096) & (PM_PRESENT | PM_FILE), PM_PRESENT | PM_FILE);
+	memcpy(want, view[3], MEM);
+	memset(m.base + 11 * 4096, 0x5a, 100); /* c2's page */
+	memset(want + 11 * 4096, 0x5a, 100);
+	memset(m.base + 70 * 4096 + 4000, 0xa5, 96); /* c3's page */
+	memset(want + 70 * 4096 + 4000, 0xa5, 96);
+	for (unsigned pg = 0; pg < NPAGES; pg++)
+		if (memcmp(m.base + pg * 4096, want + pg * 4096, 4096))
+			fail_msg("page %u differs after mapping", pg);
+	/* The writes stayed here: c3 maps as it was saved. */
+	expect_view("c3", 3, view[3]);
+	/* Saved whole, every page comes back: the bottom file's, each
+	 * layer's (mapped, never written here) and the ones written. */
+	dir_of(path, sizeof(path), "whole");
+	mkdir(path, 0700);
+	strcat(path, "/memory");
+	assert_int_equal(snapshot_write_memory(path, &m, &md.data_bytes), 0);
+	assert_int_equal(guest_mem_open_file(&back, path, MEM), 0);
+	for (unsigned pg = 0; pg < NPAGES; pg++)
+		if (memcmp(back.base + pg * 4096, want + pg * 4096, 4096))
+			fail_msg("page %u differs in the full checkpoint of the restored RAM", pg);
+	guest_mem_destroy(&back);
+	guest_mem_destroy(&m);
+	snapmem_chain_free(&c);
+}
+
 static void remove_ckpt(const char *name)
 {
 	char path[160];
@@ -286,6 +348,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_chain_reads_back_each_view, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_layers_mapped_then_saved_whole, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_detach_folds_down, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_parent_replaced_or_gone, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_layer_sections, setup, teardown),
