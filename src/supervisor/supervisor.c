@@ -260,10 +260,10 @@ static cJSON *vmm_stopped(struct supervisor *s, int status, const char *when)
 	char what[160];
 
 	vm_exit_describe(status, what, sizeof(what));
-	if (WIFEXITED(status) && (WEXITSTATUS(status) == VM_EXIT_POWEROFF ||
-				  WEXITSTATUS(status) == VM_EXIT_HOST_STOP))
-		log_warn("VMM stopped %s: %s", when, what);
-	else
+	/* A power-off or a stop the host asked for is the audit's to record;
+	 * anything else is an error worth the log's words. */
+	if (!WIFEXITED(status) || (WEXITSTATUS(status) != VM_EXIT_POWEROFF &&
+				   WEXITSTATUS(status) != VM_EXIT_HOST_STOP))
 		log_err("VMM stopped %s: %s", when, what);
 	cJSON_AddNumberToObject(d, "vmm_exit", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 	if (WIFSIGNALED(status))
