@@ -7,7 +7,9 @@
 ck_sb() { KOSA8_STATE_DIR=$WORK/ckstate timeout -k 5 600 "${CKB:-build/kosa8}" "$@" </dev/null; }
 ck_x() { ck_sb exec ck -- sh -c "$1" 2>>"$WORK/out"; }
 ck_in() { ck_sb exec "$1" -- sh -c "$2" 2>>"$WORK/out"; }
-# The guest's own vsock CID (IOCTL_VM_SOCKETS_GET_LOCAL_CID on /dev/vsock).
+ck_root() { ck_sb exec -u root "$1" -- sh -c "$2" 2>>"$WORK/out"; }
+# The guest's own vsock CID (IOCTL_VM_SOCKETS_GET_LOCAL_CID on /dev/vsock,
+# which is root's only: ck_root).
 CK_CID='python3 -c "import fcntl, struct; print(struct.unpack(\"I\", fcntl.ioctl(open(\"/dev/vsock\", \"rb\"), 0x7b9, bytes(4)))[0])"'
 
 # Static checks first (no boot): a sandbox that does not run.
@@ -48,7 +50,7 @@ test_sandbox_fork() {
 	[ -n "$m1" ] && [ "$m1" != "$m2" ] && [ "$m1" != "$m0" ] || { ck_fail "$name" "machine-ids: parent '$m0', forks '$m1' '$m2'"; return 1; }
 	# Each its own vsock CID, as the guest's kernel reports it (read from
 	# config space on the transport reset), and as sandbox.json says.
-	m0=$(ck_x "$CK_CID"); m1=$(ck_in ckf-1 "$CK_CID"); m2=$(ck_in ckf-2 "$CK_CID")
+	m0=$(ck_root ck "$CK_CID"); m1=$(ck_root ckf-1 "$CK_CID"); m2=$(ck_root ckf-2 "$CK_CID")
 	echo "  vsock CIDs: ck $m0, ckf-1 $m1, ckf-2 $m2"
 	[ -n "$m0" ] && [ -n "$m1" ] && [ -n "$m2" ] && [ "$m1" != "$m0" ] && [ "$m2" != "$m0" ] && [ "$m1" != "$m2" ] ||
 		{ ck_fail "$name" "vsock CIDs: parent '$m0', forks '$m1' '$m2'"; return 1; }
