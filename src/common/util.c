@@ -104,6 +104,19 @@ int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+int write_text_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	int err = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write_all(fd, text, strlen(text)) < 0)
+		err = -errno;
+	close(fd);
+	return err;
+}
+
 ssize_t read_full(int fd, void *buf, size_t len)
 {
 	uint8_t *p = buf;

@@ -27,6 +27,9 @@ int read_file(const char *path, size_t max, uint8_t **buf, size_t *len);
 
 /* write()/read() loops that retry on EINTR and short transfers. */
 int write_all(int fd, const void *buf, size_t len);
+/* Writes text into the existing file path (a /proc or cgroup knob): one
+ * open, write_all, close; 0 or -errno. */
+int write_text_file(const char *path, const char *text);
 ssize_t read_full(int fd, void *buf, size_t len);
 
 /* The user's cache directory for kosa8: $KOSA8_CACHE_DIR, else

@@ -446,12 +446,12 @@ static void tx_packet(struct virtio_vsock *v, const struct virtq_chain *ch)
 	struct vsock_pkt p;
 	enum vsock_verdict verdict = vsock_parse_tx_hdr(raw, got, ch->out_bytes - got,
 							v->guest_cid, &p);
+	struct vsock_conn *c = NULL;
 
 	if (v->prev_cid && verdict == VSOCK_PKT_OK)
 		v->prev_cid = 0; /* the guest has the new CID */
 	else if (v->prev_cid && p.src_cid == v->prev_cid)
 		verdict = vsock_parse_tx_hdr(raw, got, ch->out_bytes - got, v->prev_cid, &p);
-	struct vsock_conn *c = NULL;
 
 	if (verdict == VSOCK_PKT_OK || p.dst_cid == VSOCK_HOST_CID)
 		c = conn_find(v, p.src_port, p.dst_port);

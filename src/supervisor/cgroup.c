@@ -119,50 +119,28 @@ int cgroup_kosa8_parent(const char *own, unsigned uid, char *out, size_t len)
 	return snprintf(out, len, "%.*s/kosa8", (int)n, own) < (int)len ? 0 : -ENAMETOOLONG;
 }
 
-static int write_text(const char *dir, const char *file, const char *text)
+/* dir/file := text. */
+static int write_knob(const char *dir, const char *file, const char *text)
 {
 	char path[PATH_MAX];
-	int fd, err = 0;
 
 	if (snprintf(path, sizeof(path), "%s/%s", dir, file) >= (int)sizeof(path))
 		return -ENAMETOOLONG;
-	fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (write(fd, text, strlen(text)) < 0)
-		err = -errno;
-	close(fd);
-	return err;
+	return write_text_file(path, text);
 }
 
-static bool has_controller(const char *dir, const char *name)
-{
-	char path[PATH_MAX], *text = NULL, *p;
-	size_t n = strlen(name);
-	bool found = false;
-
-	if (snprintf(path, sizeof(path), "%s/cgroup.controllers", dir) >= (int)sizeof(path) ||
-	    read_proc_text(path, &text))
-		return false;
-	for (p = strstr(text, name); p && !found; p = strstr(p + 1, name))
-		found = (p == text || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\n' || p[n] == 0);
-	free(text);
-	return found;
-}
-
-/* Enables a controller for dir's children, where dir offers it. */
+/* Enables a controller for dir's children.  The kernel refuses one dir
+ * does not offer (ENOENT), so no need to read cgroup.controllers first. */
 static bool enable_controller(const char *dir, const char *name)
 {
 	char plus[32];
 
-	if (!has_controller(dir, name))
-		return false;
 	snprintf(plus, sizeof(plus), "+%s", name);
-	return write_text(dir, "cgroup.subtree_control", plus) == 0;
+	return write_knob(dir, "cgroup.subtree_control", plus) == 0;
 }
 
-/* The directory that holds kosa8's per-sandbox cgroups, with the
- * controllers of ctl[] enabled for its children as far as possible. */
+/* The directory that holds kosa8's per-sandbox cgroups, with the memory,
+ * pids and cpu controllers enabled for its children as far as possible. */
 static int kosa8_parent_dir(char *dir, size_t len, char *why, size_t whylen)
 {
 	char *mi = NULL, *pc = NULL, mnt[512], own[PATH_MAX], rel[PATH_MAX], top[PATH_MAX];
@@ -209,7 +187,7 @@ static void apply_limit(struct vmm_cgroup *cg, const char *file, const char *val
 {
 	size_t used = strlen(cg->limits);
 
-	if (write_text(cg->path, file, value) == 0) {
+	if (write_knob(cg->path, file, value) == 0) {
 		snprintf(cg->limits + used, sizeof(cg->limits) - used, "%s%s=%s", used ? " " : "", file,
 			 value);
 	} else if (missing) {
@@ -259,7 +237,7 @@ int vmm_cgroup_add(const struct vmm_cgroup *cg, pid_t pid)
 	if (!cg->path[0])
 		return 0;
 	snprintf(v, sizeof(v), "%d", (int)pid);
-	return write_text(cg->path, "cgroup.procs", v);
+	return write_knob(cg->path, "cgroup.procs", v);
 }
 
 void vmm_cgroup_remove(struct vmm_cgroup *cg)

@@ -80,7 +80,8 @@ static void audit(struct supervisor *s, const char *actor, const char *type, cJS
 }
 
 /* A VMM stopped by its seccomp filter said which call in its last words
- * (console.log); the supervisor repeats them in its log and the audit. */
+ * (console.log); the supervisor repeats them in its log and the audit's
+ * details (when given). */
 static void report_seccomp(struct supervisor *s, int status, cJSON *details)
 {
 	static const char mark[] = "killed by seccomp: ";
@@ -99,7 +100,8 @@ static void report_seccomp(struct supervisor *s, int status, cJSON *details)
 	}
 	last[strcspn(last, "\r\n")] = 0;
 	log_err("VMM killed by seccomp: %s", last[0] ? last : "(no report: the call refused was write?)");
-	cJSON_AddStringToObject(details, "vmm_seccomp", last[0] ? last : "unknown");
+	if (details)
+		cJSON_AddStringToObject(details, "vmm_seccomp", last[0] ? last : "unknown");
 }
 
 /* Arguments of the jailed VMM: a new boot of the sandbox's current disk, or
@@ -252,25 +254,15 @@ int supervisor_boot_timeout_ms(void)
 	return (int)n * 1000;
 }
 
-/* Says in the supervisor log how the VMM ended (its exit status or signal,
- * what that means, and a seccomp kill's report); returns the audit details. */
-static cJSON *vmm_stopped(struct supervisor *s, int status, const char *when)
+/* Says how the VMM ended (its exit status or signal and what that means)
+ * into what, and in the supervisor log unless it was a power-off or a stop
+ * the host asked for (those are the audit's to record). */
+static void vmm_ended(int status, const char *when, char *what, size_t len)
 {
-	cJSON *d = cJSON_CreateObject();
-	char what[160];
-
-	vm_exit_describe(status, what, sizeof(what));
-	/* A power-off or a stop the host asked for is the audit's to record;
-	 * anything else is an error worth the log's words. */
+	vm_exit_describe(status, what, len);
 	if (!WIFEXITED(status) || (WEXITSTATUS(status) != VM_EXIT_POWEROFF &&
 				   WEXITSTATUS(status) != VM_EXIT_HOST_STOP))
 		log_err("VMM stopped %s: %s", when, what);
-	cJSON_AddNumberToObject(d, "vmm_exit", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-	if (WIFSIGNALED(status))
-		cJSON_AddNumberToObject(d, "vmm_signal", WTERMSIG(status));
-	cJSON_AddStringToObject(d, "vmm_status", what);
-	report_seccomp(s, status, d);
-	return d;
 }
 
 /* Polls the agent until it answers a ping or the VMM dies. */
@@ -284,10 +276,11 @@ static int wait_for_agent(struct supervisor *s)
 		int status;
 
 		if (waitpid(s->vmm, &status, WNOHANG) == s->vmm) {
-			cJSON *d = vmm_stopped(s, status, "while booting");
+			char what[160];
+			vmm_ended(status, "while booting", what, sizeof(what));
+			report_seccomp(s, status, NULL);
 			snprintf(s->why, sizeof(s->why), "the VM stopped while booting (%s; see 'kosa8 logs')",
-				 cJSON_GetStringValue(cJSON_GetObjectItem(d, "vmm_status")));
-			cJSON_Delete(d);
+				 what);
 			s->vmm = -1;
 			return -ECHILD;
 		}
@@ -768,7 +761,15 @@ static void event_loop(struct supervisor *s)
 			while (read(s->sigchld_pipe[0], buf, sizeof(buf)) > 0)
 				;
 		if (waitpid(s->vmm, &status, WNOHANG) == s->vmm) {
-			audit(s, "supervisor", "sandbox.stop", vmm_stopped(s, status, "while running"));
+			cJSON *d = cJSON_CreateObject();
+			char what[160];
+			vmm_ended(status, "while running", what, sizeof(what));
+			cJSON_AddNumberToObject(d, "vmm_exit", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+			if (WIFSIGNALED(status))
+				cJSON_AddNumberToObject(d, "vmm_signal", WTERMSIG(status));
+			cJSON_AddStringToObject(d, "vmm_status", what);
+			report_seccomp(s, status, d);
+			audit(s, "supervisor", "sandbox.stop", d);
 			s->vmm = -1;
 			break;
 		}

@@ -33,19 +33,6 @@ int jail_add(struct jail *j, const char *path, bool writable)
 	return 0;
 }
 
-static int write_text(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	int err = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (write_all(fd, text, strlen(text)) < 0)
-		err = -errno;
-	close(fd);
-	return err;
-}
-
 /* Maps only the calling user into the new user namespace. */
 static int map_user(uid_t uid, gid_t gid)
 {
@@ -56,13 +43,13 @@ static int map_user(uid_t uid, gid_t gid)
 	 * root's: its maps could not be written.  limit() undoes this. */
 	if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
 		return -errno;
-	if ((err = write_text("/proc/self/setgroups", "deny")))
+	if ((err = write_text_file("/proc/self/setgroups", "deny")))
 		return err;
 	snprintf(line, sizeof(line), "%u %u 1\n", (unsigned)uid, (unsigned)uid);
-	if ((err = write_text("/proc/self/uid_map", line)))
+	if ((err = write_text_file("/proc/self/uid_map", line)))
 		return err;
 	snprintf(line, sizeof(line), "%u %u 1\n", (unsigned)gid, (unsigned)gid);
-	return write_text("/proc/self/gid_map", line);
+	return write_text_file("/proc/self/gid_map", line);
 }
 
 /* Creates the mount point for src at NEW_ROOT/path: parents, then an

@@ -516,10 +516,9 @@ static void *vcpu_thread(void *arg)
 			handle_msr(&e);
 			break;
 		case VCPU_EXIT_SHUTDOWN:      /* triple fault: a PC resets */
-			__atomic_store_n(&vm->triple_fault_vcpu, v->id + 1, __ATOMIC_RELEASE);
-			vm_request_stop(vm, VM_STOP_RESET);
-			break;
 		case VCPU_EXIT_SYSTEM_RESET:
+			if (e.kind == VCPU_EXIT_SHUTDOWN)
+				__atomic_store_n(&vm->triple_fault_vcpu, v->id + 1, __ATOMIC_RELEASE);
 			vm_request_stop(vm, VM_STOP_RESET);
 			break;
 		case VCPU_EXIT_SYSTEM_OFF:
@@ -698,8 +697,7 @@ void vm_exit_describe(int ws, char *buf, size_t len)
 	}
 	code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
 	snprintf(buf, len, "exit %d: %s", code,
-		 code >= 0 && code < (int)(sizeof(what) / sizeof(what[0])) && what[code] ? what[code] :
-											 "unknown status");
+		 code >= 0 && code < (int)ARRAY_SIZE(what) && what[code] ? what[code] : "unknown status");
 }
 
 void vm_destroy(struct vm *vm)
