@@ -62,6 +62,9 @@ static const char vm_usage[] =
 	"  --no-emulate    fail instead when /dev/kvm is missing\n"
 	"  --jail          run the VMM in its own namespaces with an empty root that\n"
 	"                  holds only these files, no network, no capabilities\n"
+	"  --jail-user UID:GID  as root, with --jail: end the jail as this user and\n"
+	"                  group, and no other group (the supervisor gives each\n"
+	"                  sandbox's VMM a uid of its own; see docs/vmm-security.md)\n"
 	"  --no-seccomp    do not filter the VMM's system calls (debugging only)\n"
 	"  --seccomp-rules print the system calls the VMM may make, and why\n"
 	"On a terminal, Ctrl-A x stops the VM.\n"
@@ -69,6 +72,25 @@ static const char vm_usage[] =
 	"Exit status: 0 guest powered off, 3 guest rebooted, 4 guest crashed or\n"
 	"could not run, 5 stopped from the host, 6 killed by its seccomp filter,\n"
 	"1 error, 2 usage error.\n";
+
+/* "UID:GID", neither 0 (the point is to leave root) nor -1 (no id). */
+static int parse_ids(const char *s, uint32_t *uid, uint32_t *gid)
+{
+	unsigned long long u, g;
+	char *end;
+
+	errno = 0;
+	u = strtoull(s, &end, 10);
+	if (errno || end == s || *end != ':')
+		return -EINVAL;
+	s = end + 1;
+	g = strtoull(s, &end, 10);
+	if (errno || end == s || *end || u == 0 || g == 0 || u >= 0xffffffffULL || g >= 0xffffffffULL)
+		return -EINVAL;
+	*uid = (uint32_t)u;
+	*gid = (uint32_t)g;
+	return 0;
+}
 
 int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 {
@@ -90,6 +112,7 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		{"no-seccomp", no_argument, NULL, 'S'},
 		{"jail", no_argument, NULL, 'J'},
 		{"jail-probe", no_argument, NULL, 'P'},
+		{"jail-user", required_argument, NULL, 'U'},
 		{"seccomp-rules", no_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -128,6 +151,13 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		case 'S': a->no_seccomp = true; break;
 		case 'J': a->jail = true; break;
 		case 'P': a->jail = a->jail_probe = true; break;
+		case 'U':
+			if (parse_ids(optarg, &a->jail_uid, &a->jail_gid) < 0) {
+				*why = "--jail-user takes UID:GID, two numbers from 1 to 4294967294";
+				return -EINVAL;
+			}
+			a->jail_user = true;
+			break;
 		case 'R': a->seccomp_rules = true; return 0;
 		case 'h': a->help = true; return 0;
 		case 'm':
@@ -165,6 +195,10 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 	 * made before (the supervisor does) for the jail to bind it. */
 	if (a->jail && !a->jail_probe && a->control && !a->ckpt_dir) {
 		*why = "--jail with --control needs --checkpoint-dir (where checkpoints may be written)";
+		return -EINVAL;
+	}
+	if (a->jail_user && (!a->jail || geteuid() != 0)) {
+		*why = "--jail-user is for root with --jail (as a user the jail maps only that user)";
 		return -EINVAL;
 	}
 	if (a->ckpt_dir && !a->jail) {
@@ -261,8 +295,8 @@ static int find_testbed(char *buf, size_t len)
 static int run_emulated(const struct vm_args *a, const char *reason)
 {
 	char testbed[PATH_MAX], self[PATH_MAX], kernel[PATH_MAX], initrd[PATH_MAX], disk[PATH_MAX];
-	char restore[PATH_MAX], mem[32], cpus[16], cid[24];
-	const char *argv[32];
+	char restore[PATH_MAX], mem[32], cpus[16], cid[24], ids[24];
+	const char *argv[34];
 	int n = 0;
 
 	if (find_testbed(testbed, sizeof(testbed)) < 0) {
@@ -310,6 +344,11 @@ static int run_emulated(const struct vm_args *a, const char *reason)
 		argv[n++] = "--no-seccomp";
 	if (a->jail)
 		argv[n++] = "--jail";
+	if (a->jail_user) {
+		snprintf(ids, sizeof(ids), "%u:%u", (unsigned)a->jail_uid, (unsigned)a->jail_gid);
+		argv[n++] = "--jail-user";
+		argv[n++] = ids;
+	}
 	argv[n++] = "--kernel";
 	argv[n++] = kernel;
 	if (a->initrd) {
@@ -441,9 +480,10 @@ static int jail_vsock(struct jail *j, const char **uds, char *buf)
 	return 0;
 }
 
-static int enter_jail(struct vm_config *cfg, const char *ckpt_dir, bool probe_only,
-		      const char **why)
+static int enter_jail(struct vm_config *cfg, const struct vm_args *a, const char **why)
 {
+	const char *ckpt_dir = a->ckpt_dir;
+	bool probe_only = a->jail_probe;
 	static char kernel[PATH_MAX], initrd[PATH_MAX], disk[PATH_MAX], vsock[PATH_MAX],
 		restore[PATH_MAX];
 	static struct jail j;
@@ -475,6 +515,9 @@ static int enter_jail(struct vm_config *cfg, const char *ckpt_dir, bool probe_on
 	*why = "cannot open /proc/self/pagemap (checkpoints of a restored VM read it)";
 	if (!probe_only && cfg->control_path && cfg->restore_dir && (rc = snapshot_preopen_pagemap()))
 		return rc;
+	j.set_user = a->jail_user;
+	j.uid = a->jail_uid;
+	j.gid = a->jail_gid;
 	return jail_enter(&j, why);
 }
 
@@ -525,6 +568,9 @@ static int jail_probe(void)
 	probe("tcp-127.0.0.1:22", probe_connect(AF_INET, &lo, sizeof(lo)));
 	probe("tcp-8.8.8.8:53", probe_connect(AF_INET, &out, sizeof(out)));
 	probe("mkdir-/x", mkdir("/x", 0700) < 0 ? -errno : 0);
+	probe("setuid-0", setuid(0) < 0 ? -errno : 0);
+	printf("jail: ids uid=%u gid=%u groups=%d\n", (unsigned)getuid(), (unsigned)getgid(),
+	       getgroups(0, NULL));
 	memset(d, 0, sizeof(d));
 	if (syscall(SYS_capget, &h, d) == 0)
 		printf("jail: capabilities %08x%08x\n", d[1].effective | d[1].permitted,
@@ -579,7 +625,7 @@ int cmd_vm(int argc, char **argv)
 		return run_emulated(&a, "--emulate given");
 	if (a.emulate == EMULATE_AUTO && (why = kvm_unusable()))
 		return run_emulated(&a, why);
-	if (a.jail && (err = enter_jail(&cfg, a.ckpt_dir, a.jail_probe, &why)) < 0) {
+	if (a.jail && (err = enter_jail(&cfg, &a, &why)) < 0) {
 		fprintf(stderr, "kosa8 vm: jail: %s: %s\n", why, strerror(-err));
 		return VM_EXIT_ERROR;
 	}

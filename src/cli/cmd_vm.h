@@ -26,6 +26,8 @@ struct vm_args {
 	bool no_seccomp;     /* --no-seccomp */
 	bool jail;           /* --jail: vmm/jail.h */
 	bool jail_probe;     /* --jail-probe: enter the jail, report what it reaches */
+	bool jail_user;      /* --jail-user UID:GID (root only): end the jail as them */
+	uint32_t jail_uid, jail_gid;
 	bool seccomp_rules;  /* --seccomp-rules: print the table and exit */
 };
 

@@ -90,7 +90,7 @@ static int write_new_delta(const char *path, struct disk_header *h, struct disk_
 		return -EIO;
 	disk_header_layout(h);
 	disk_header_encode(h, buf);
-	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
 	if (fd < 0) {
 		rc = -errno;
 		disk_seterr(err, errlen, "%s: %s", path, strerror(errno));

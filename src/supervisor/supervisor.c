@@ -25,6 +25,9 @@
 #include "supervisor/control.h"
 #include "supervisor/egress.h"
 #include "supervisor/sandbox.h"
+#include "supervisor/vmm_clone.h"
+#include "supervisor/vmm_files.h"
+#include "vmm/jail.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
@@ -145,6 +148,13 @@ static int vmm_argv(struct supervisor *s, const char *restore, const char *top, 
 	argv[n++] = s->vsock_path;
 	argv[n++] = "--cid";
 	argv[n++] = buf[4];
+	if (geteuid() == 0) {
+		/* A uid of its own, not root's (vmm/jail.h). */
+		snprintf(buf[5], PATH_MAX, "%u:%u", (unsigned)jail_vmm_uid(s->cfg.cid),
+			 (unsigned)JAIL_VMM_GID);
+		argv[n++] = "--jail-user";
+		argv[n++] = buf[5];
+	}
 	if (restore) {
 		argv[n++] = "--restore";
 		argv[n++] = restore;
@@ -158,32 +168,31 @@ static int vmm_argv(struct supervisor *s, const char *restore, const char *top, 
 	return 0;
 }
 
-/* fork(), but as root the child is PID 1 of a new PID namespace: the VMM
- * sees no other process, so even a signal its filter let through could
- * reach nothing else.  (The jail makes its other namespaces itself; a PID
- * namespace must exist before its first process, and an unshare in the
- * VMM would stop it making threads.)  A raw clone, not glibc's fork: the
- * child only sets up descriptors and execs, touching no lock or cache
- * that fork would have reset.  Where the kernel refuses (no PID
- * namespaces, or not root), a plain fork. */
-static pid_t fork_vmm(void)
+/* As root: what the VMM will write becomes its uid's (vmm_files.h). */
+static int hand_over_files(struct supervisor *s, const char *top)
 {
-	if (geteuid() == 0) {
-		long pid = syscall(SYS_clone, (unsigned long)(CLONE_NEWPID | SIGCHLD), NULL, NULL, NULL, 0);
-		if (pid >= 0 || (errno != EINVAL && errno != EPERM))
-			return (pid_t)pid;
-		log_warn("the VMM runs without a PID namespace: clone(CLONE_NEWPID): %s", strerror(errno));
-	}
-	return fork();
+	char first[PATH_MAX], why[512];
+	struct vmm_files f = {.vm_dir = s->vm_dir, .ckpt_dir = s->ckpt_dir, .first_disk = first,
+			      .top = top, .uid = jail_vmm_uid(s->cfg.cid), .gid = JAIL_VMM_GID};
+	int rc;
+
+	if (geteuid() != 0)
+		return 0;
+	if ((rc = sandbox_path(first, sizeof(first), s->state_dir, "disk.k8d")))
+		return rc;
+	if ((rc = vmm_files_hand_over(&f, why, sizeof(why))))
+		log_err("%s", why);
+	return rc;
 }
 
 static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 {
-	char console[PATH_MAX], buf[5][PATH_MAX];
-	const char *argv[32];
+	char console[PATH_MAX], buf[6][PATH_MAX];
+	const char *argv[34];
 	int out, rc, gate[2];
+	bool userns;
 
-	if ((rc = vmm_argv(s, restore, top, argv, buf)))
+	if ((rc = vmm_argv(s, restore, top, argv, buf)) || (rc = hand_over_files(s, top ? top : buf[0])))
 		return rc;
 	sandbox_path(console, sizeof(console), s->state_dir, "console.log");
 	out = open(console, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -196,7 +205,7 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 	/* A VMM killed hard leaves its sockets behind; the next one binds them. */
 	unlink(s->vm_ctl);
 	unlink(s->vsock_path);
-	s->vmm = fork_vmm();
+	s->vmm = vmm_clone(&userns);
 	if (s->vmm < 0) {
 		rc = -errno;
 		close(out);
@@ -210,7 +219,8 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 		dup2(null, 0);
 		dup2(out, 1);
 		dup2(out, 2);
-		/* Wait until the parent has put this process in its cgroup. */
+		/* Wait until the parent has mapped its user (userns) and put
+		 * it in its cgroup. */
 		close(gate[1]);
 		if (read(gate[0], &go, 1) != 1)
 			_exit(127);
@@ -219,6 +229,15 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 	}
 	close(out);
 	close(gate[0]);
+	if (userns && (rc = vmm_clone_map_user(s->vmm))) {
+		/* Unmapped, it would run as the overflow user: not at all. */
+		log_err("cannot map the user into the VMM's user namespace: %s", strerror(-rc));
+		close(gate[1]);
+		kill(s->vmm, SIGKILL);
+		waitpid(s->vmm, NULL, 0);
+		s->vmm = -1;
+		return rc;
+	}
 	if ((rc = vmm_cgroup_add(&s->cgroup, s->vmm)))
 		log_warn("the VMM runs without its cgroup limits: cannot join %s: %s", s->cgroup.path,
 			 strerror(-rc));

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <grp.h>
 #include <linux/capability.h>
 #include <sched.h>
 #include <stdio.h>
@@ -108,16 +109,36 @@ static int switch_root(void)
 	return 0;
 }
 
-static int drop_capabilities(void)
+/* The bounding set first: dropping from it needs CAP_SETPCAP, which a
+ * change of uid takes away. */
+static int drop_bounding_set(void)
 {
-	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
-	struct __user_cap_data_struct d[2];
-
 	for (int cap = 0; cap <= CAP_LAST_CAP; cap++)
 		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
 			return -errno;
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
 		return -errno;
+	return 0;
+}
+
+/* Groups, then gid, then uid: each step needs the rights the next one
+ * takes away.  Leaving uid 0 clears the permitted and effective sets. */
+static int become_user(const struct jail *j)
+{
+	if (setgroups(0, NULL) < 0 || setresgid(j->gid, j->gid, j->gid) < 0 ||
+	    setresuid(j->uid, j->uid, j->uid) < 0)
+		return -errno;
+	/* Files the VMM creates (checkpoints, deltas) are read by a fork's
+	 * VMM through the shared group, and by nobody else. */
+	umask(027);
+	return 0;
+}
+
+static int clear_capabilities(void)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+
 	memset(d, 0, sizeof(d));
 	return syscall(SYS_capset, &h, d) < 0 ? -errno : 0;
 }
@@ -127,9 +148,13 @@ static int drop_capabilities(void)
  * bug in the device's own limit then meets this one, not the host's. */
 #define JAIL_MAX_FDS 4096
 
-static int limit(void)
+/* Threads: vCPUs (at most 254) and the device threads.  Counted per uid,
+ * so only with a uid of the VMM's own. */
+#define JAIL_MAX_TASKS 512
+
+static int limit(bool own_uid)
 {
-	struct rlimit none = {0, 0}, fds;
+	struct rlimit none = {0, 0}, fds, tasks = {JAIL_MAX_TASKS, JAIL_MAX_TASKS};
 
 	if (setrlimit(RLIMIT_CORE, &none) < 0)
 		return -errno;
@@ -139,6 +164,8 @@ static int limit(void)
 		fds.rlim_max = JAIL_MAX_FDS;
 	fds.rlim_cur = fds.rlim_max;
 	if (setrlimit(RLIMIT_NOFILE, &fds) < 0)
+		return -errno;
+	if (own_uid && setrlimit(RLIMIT_NPROC, &tasks) < 0)
 		return -errno;
 	/* Not dumpable: no core, and no other process of the user may ptrace
 	 * the VMM or read its memory through /proc. */
@@ -195,10 +222,16 @@ int jail_enter(const struct jail *j, const char **why)
 	if ((err = switch_root()))
 		goto out;
 	*why = "cannot drop capabilities";
-	if ((err = drop_capabilities()))
+	if ((err = drop_bounding_set()))
+		goto out;
+	*why = "cannot switch to the VMM's user (setresuid)";
+	if (j->set_user && !userns && (err = become_user(j)))
+		goto out;
+	*why = "cannot drop capabilities";
+	if ((err = clear_capabilities()))
 		goto out;
 	*why = "cannot set resource limits";
-	err = limit();
+	err = limit(j->set_user && !userns);
 out:
 	for (size_t i = 0; i < opened; i++)
 		close(fds[i]);

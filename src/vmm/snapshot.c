@@ -434,7 +434,7 @@ int snapshot_write_new_file(const char *path, const void *buf, size_t len)
 {
 	int fd, err = 0;
 
-	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
 	if (fd < 0)
 		return -errno;
 	if ((err = write_all(fd, buf, len)) == 0 && fsync(fd) < 0)
@@ -612,7 +612,7 @@ static int write_memory_file(const char *path, const struct guest_mem *m, const 
 	int fd, err = 0;
 
 	*data_bytes = 0;
-	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
 	if (fd < 0)
 		return -errno;
 	l.fd = fd;

@@ -440,7 +440,7 @@ int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg
 		return -EEXIST;
 	}
 	snprintf(tmp, sizeof(tmp), "%s.tmp-%d", dir, (int)getpid());
-	if (mkdir(tmp, 0700) < 0) {
+	if (mkdir(tmp, 0750) < 0) {
 		err = -errno;
 		snprintf(msg, msglen, "cannot create %.300s: %s", tmp, strerror(errno));
 		return err;

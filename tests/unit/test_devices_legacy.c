@@ -237,6 +237,27 @@ static void test_vm_args(void **state)
 	assert_int_equal(parse("vm --kernel K --bogus", &a, &why), -EINVAL);
 	assert_int_equal(parse("vm --kernel K extra", &a, &why), -EINVAL);
 	assert_int_equal(parse("vm --kernel", &a, &why), -EINVAL);
+
+	/* --jail-user: root only, with --jail, two ids neither 0 nor -1. */
+	if (geteuid() == 0) {
+		assert_int_equal(parse("vm --kernel K --jail --jail-user 1798832131:1798832128", &a, &why), 0);
+		assert_true(a.jail_user);
+		assert_int_equal(a.jail_uid, 1798832131u);
+		assert_int_equal(a.jail_gid, 1798832128u);
+		assert_int_equal(parse("vm --kernel K --jail-user 5:5", &a, &why), -EINVAL);
+		assert_non_null(strstr(why, "--jail"));
+	} else {
+		assert_int_equal(parse("vm --kernel K --jail --jail-user 5:5", &a, &why), -EINVAL);
+		assert_non_null(strstr(why, "root"));
+	}
+	assert_int_equal(parse("vm --kernel K --jail --jail-user 0:5", &a, &why), -EINVAL);
+	assert_non_null(strstr(why, "UID:GID"));
+	assert_int_equal(parse("vm --kernel K --jail --jail-user 5:0", &a, &why), -EINVAL);
+	assert_int_equal(parse("vm --kernel K --jail --jail-user 5", &a, &why), -EINVAL);
+	assert_int_equal(parse("vm --kernel K --jail --jail-user 5:", &a, &why), -EINVAL);
+	assert_int_equal(parse("vm --kernel K --jail --jail-user :5", &a, &why), -EINVAL);
+	assert_int_equal(parse("vm --kernel K --jail --jail-user 5:4294967295", &a, &why), -EINVAL);
+	assert_int_equal(parse("vm --kernel K --jail --jail-user 5:6x", &a, &why), -EINVAL);
 	while (ncopies)
 		free(copies[--ncopies]);
 }

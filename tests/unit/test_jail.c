@@ -39,7 +39,31 @@ enum {
 	ENTERED = 1 << 7,      /* jail_enter succeeded */
 	LIMITS = 1 << 8,       /* core 0, <= 4096 descriptors (hard), not dumpable: must be */
 	RAISE_FDS = 1 << 9,    /* raise the descriptor limit again: must fail */
+	VMM_IDS = 1 << 10,     /* the VMM's uid and group, no other group, no way back to 0 */
+	ROOT_FILE = 1 << 11,   /* read a root-only file in the writable directory: must fail */
 };
+
+static char root_file[160];
+static uid_t want_uid;
+static gid_t want_gid;
+
+/* With a user set (as root): exactly that uid and gid, no supplementary
+ * group, no return to root, a task limit, and root's files closed. */
+static int user_probes(void)
+{
+	struct rlimit tasks;
+	int r = 0, fd;
+
+	if (getuid() == want_uid && geteuid() == want_uid && getgid() == want_gid &&
+	    getegid() == want_gid && getgroups(0, NULL) == 0 && setuid(0) < 0 && setgid(0) < 0 &&
+	    getrlimit(RLIMIT_NPROC, &tasks) == 0 && tasks.rlim_max <= 512)
+		r |= VMM_IDS;
+	if ((fd = open(root_file, O_RDONLY)) >= 0) {
+		r |= ROOT_FILE;
+		close(fd);
+	}
+	return r;
+}
 
 static int limit_probes(void)
 {
@@ -92,7 +116,7 @@ static int probes(void)
 		r |= CAPS;
 	if (mkdir("/x", 0700) == 0 || errno != EROFS)
 		r |= ROOT_WRITE;
-	return r | limit_probes();
+	return r | limit_probes() | (want_uid ? user_probes() : 0);
 }
 
 /* Runs the jail in a child (as uid, or as root when uid is 0); the report
@@ -113,6 +137,9 @@ static int jailed_report(uid_t uid)
 		close(p[0]);
 		if (uid && (setgroups(0, NULL) || setresgid(uid, uid, uid) || setresuid(uid, uid, uid)))
 			_exit(2);
+		j.set_user = want_uid != 0;
+		j.uid = want_uid;
+		j.gid = want_gid;
 		if (jail_add(&j, ro_file, false) == 0 && jail_add(&j, rw_dir, true) == 0 &&
 		    jail_enter(&j, &why) == 0)
 			r = probes();
@@ -162,6 +189,42 @@ static void test_jail_as_unprivileged_user(void **state)
 	check(jailed_report(65534));
 }
 
+/* Root's path with the VMM's own uid, as the supervisor runs it: the
+ * writable directory handed over first (supervisor/vmm_files.h), a file
+ * of root's left in it. */
+static void test_jail_as_root_with_vmm_user(void **state)
+{
+	int fd, r;
+
+	if (geteuid() != 0)
+		skip(); /* only root may switch uids; test_jail_as_invoker covered a user */
+	want_uid = jail_vmm_uid(7);
+	want_gid = JAIL_VMM_GID;
+	snprintf(root_file, sizeof(root_file), "%s/root-only", rw_dir);
+	fd = open(root_file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(chown(rw_dir, want_uid, want_gid), 0);
+	r = jailed_report(0);
+	want_uid = 0;
+	unlink(root_file);
+	check(r);
+	assert_true(r & VMM_IDS);
+	assert_false(r & ROOT_FILE);
+	snprintf(root_file, sizeof(root_file), "%s/new-%u", rw_dir, (unsigned)jail_vmm_uid(7));
+	unlink(root_file);
+}
+
+static void test_jail_user_ids(void **state)
+{
+	assert_int_equal(jail_vmm_uid(3), 0x6b380003u);
+	assert_int_equal(jail_vmm_uid(0x10005), 0x6b380005u); /* the low 16 bits */
+	assert_true(jail_is_vmm_id(JAIL_VMM_GID));
+	assert_true(jail_is_vmm_id(0x6b38ffffu));
+	assert_false(jail_is_vmm_id(0x6b390000u));
+	assert_false(jail_is_vmm_id(0));
+}
+
 static void test_jail_missing_path(void **state)
 {
 	struct jail j = {0};
@@ -174,6 +237,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_jail_as_invoker),
 		cmocka_unit_test(test_jail_as_unprivileged_user),
+		cmocka_unit_test(test_jail_as_root_with_vmm_user),
+		cmocka_unit_test(test_jail_user_ids),
 		cmocka_unit_test(test_jail_missing_path),
 	};
 	int fd, rc;

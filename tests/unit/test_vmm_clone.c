@@ -1,0 +1,149 @@
+/* The VMM's process (supervisor/vmm_clone.h), for real: as an unprivileged
+ * user the child is PID 1 of a new PID namespace inside a user namespace
+ * that maps only that user, and the jail (vmm/jail.h) still nests its own
+ * namespaces inside.  As root, the child is PID 1 without a user
+ * namespace.  Nothing here needs KVM. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "supervisor/vmm_clone.h"
+#include "vmm/jail.h"
+
+enum {
+	PID_1 = 1 << 0,     /* getpid() == 1 in the child */
+	SAME_IDS = 1 << 1,  /* the child's uid and gid are the user's (mapped) */
+	JAILED = 1 << 2,    /* jail_enter worked inside */
+	USERNS = 1 << 3,    /* vmm_clone said a user namespace was made */
+	OWN_NS = 1 << 4,    /* another user namespace than the parent's */
+};
+
+static char jail_dir[64];
+
+/* In the cloned child, once let go: what it is. */
+static int child_report(uid_t uid, gid_t gid, const char *parent_userns)
+{
+	char ns[64] = "";
+	struct jail j = {0};
+	const char *why;
+	int r = 0;
+
+	if (getpid() == 1)
+		r |= PID_1;
+	if (getuid() == uid && getgid() == gid)
+		r |= SAME_IDS;
+	if (readlink("/proc/self/ns/user", ns, sizeof(ns) - 1) > 0 && strcmp(ns, parent_userns))
+		r |= OWN_NS;
+	if (jail_add(&j, jail_dir, false) == 0 && jail_enter(&j, &why) == 0)
+		r |= JAILED;
+	return r;
+}
+
+/* Runs vmm_clone as the current process's user; the child's report comes
+ * back in its exit status. */
+static int clone_report(void)
+{
+	char parent_ns[64] = "";
+	int gate[2], status;
+	bool userns;
+	char go;
+	pid_t pid;
+
+	if (readlink("/proc/self/ns/user", parent_ns, sizeof(parent_ns) - 1) < 0 || pipe(gate) < 0)
+		return -1;
+	pid = vmm_clone(&userns);
+	if (pid == 0) {
+		close(gate[1]);
+		if (read(gate[0], &go, 1) != 1)
+			_exit(0);
+		_exit(child_report(getuid(), getgid(), parent_ns));
+	}
+	close(gate[0]);
+	if (pid < 0 || (userns && vmm_clone_map_user(pid) < 0)) {
+		if (pid > 0)
+			kill(pid, SIGKILL);
+		close(gate[1]);
+		return -1;
+	}
+	(void)!write(gate[1], "g", 1);
+	close(gate[1]);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+		return -1;
+	return WEXITSTATUS(status) | (userns ? USERNS : 0);
+}
+
+/* getuid() before the clone is what the child must see after the map. */
+static void test_clone_as_invoker(void **state)
+{
+	int r = clone_report();
+
+	assert_true(r >= 0);
+	assert_true(r & PID_1);
+	assert_true(r & SAME_IDS);
+	assert_true(r & JAILED);
+	assert_int_equal(!!(r & USERNS), geteuid() != 0);
+	assert_int_equal(!!(r & OWN_NS), geteuid() != 0);
+}
+
+/* As root, the same as an unprivileged user: the user's path for real. */
+static void test_clone_as_user(void **state)
+{
+	int p[2], r = -1, status;
+	pid_t pid;
+
+	if (geteuid() != 0)
+		skip(); /* test_clone_as_invoker took the user's path */
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		if (setgroups(0, NULL) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534))
+			_exit(2);
+		/* A user's process is dumpable; one that changed uids is not,
+		 * and then its child's /proc maps would be root's to write. */
+		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+		r = clone_report();
+		(void)!write(p[1], &r, sizeof(r));
+		_exit(0);
+	}
+	close(p[1]);
+	if (read(p[0], &r, sizeof(r)) != sizeof(r))
+		r = -1;
+	close(p[0]);
+	waitpid(pid, &status, 0);
+	assert_true(r >= 0);
+	assert_true(r & USERNS);
+	assert_true(r & OWN_NS);
+	assert_true(r & PID_1);
+	assert_true(r & SAME_IDS);
+	assert_true(r & JAILED);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_clone_as_invoker),
+		cmocka_unit_test(test_clone_as_user),
+	};
+	int rc;
+
+	snprintf(jail_dir, sizeof(jail_dir), "/tmp/kosa8-clone-XXXXXX");
+	if (!mkdtemp(jail_dir) || chmod(jail_dir, 0755) < 0)
+		return 1;
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	rmdir(jail_dir);
+	return rc;
+}

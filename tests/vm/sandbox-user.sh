@@ -1,0 +1,83 @@
+# A sandbox run by an unprivileged user (sourced by tests/vm/run-all; uses
+# its ok, not_ok, $WORK).  Every other VM test runs kosa8 as root; most
+# developers do not.  As a user (docs/vmm-security.md):
+# - the VMM is PID 1 of a PID namespace of its own, inside a user namespace
+#   the supervisor made mapping only that user (supervisor/vmm_clone.h);
+# - it runs as that user, with no capability left after its jail;
+# - the command runs in the guest and its exit status comes back.
+# The user is nobody (65534) with a home of its own.  It reaches /dev/kvm
+# through a node of its own bound over /dev/kvm in a mount namespace of the
+# test's (the host's node is not touched), the kernel and image through
+# read-only bind mounts (root's cache is 0700), and kosa8 through a copy.
+
+USER_UID=65534
+
+# user_sb ARGS...: kosa8 as nobody, in its own home, with a /dev/kvm it
+# may open (a sandbox's supervisor stays in that mount namespace).
+user_sb() {
+	USER_UID=$USER_UID USER_TOP=$USER_TOP KOSA8_KERNEL=$KOSA8_KERNEL timeout -k 5 600 unshare -m --propagation private sh -c '
+		mount --bind "$1/kvm" /dev/kvm || exit 125
+		shift
+		exec setpriv --reuid="$USER_UID" --regid="$USER_UID" --clear-groups --inh-caps=-all \
+			env -i PATH=/usr/bin:/bin HOME="$USER_TOP/home" XDG_RUNTIME_DIR="$USER_TOP/home/run" \
+			KOSA8_KERNEL="$USER_TOP/ro/kernel/$(basename "$KOSA8_KERNEL")" "$USER_TOP/kosa8" "$@"
+	' user_sb "$USER_TOP/dev" "$@" </dev/null
+}
+
+user_setup() {
+	local img
+	img=$(guest/image/build.sh --path default) || return 1
+	USER_TOP=$(mktemp -d /tmp/kosa8-user.XXXXXX) || return 1
+	chmod 0755 "$USER_TOP"
+	mkdir -p "$USER_TOP/home/run" "$USER_TOP/ro/kernel" "$USER_TOP/ro/image" "$USER_TOP/dev"
+	# A tmpfs of its own: /tmp may be mounted nodev.
+	mount -t tmpfs -o mode=0755,size=64k kosa8-user-dev "$USER_TOP/dev" &&
+		mknod -m 0600 "$USER_TOP/dev/kvm" c "$((0x$(stat -c %t /dev/kvm)))" "$((0x$(stat -c %T /dev/kvm)))" &&
+		chown "$USER_UID" "$USER_TOP/dev/kvm" || return 1
+	chown -R "$USER_UID:$USER_UID" "$USER_TOP/home"
+	chmod 0700 "$USER_TOP/home/run"
+	cp build/kosa8 "$USER_TOP/kosa8" && chmod 0755 "$USER_TOP/kosa8" &&
+		mount --bind -o ro "$(dirname "$KOSA8_KERNEL")" "$USER_TOP/ro/kernel" &&
+		mount --bind -o ro "$(dirname "$img")" "$USER_TOP/ro/image" &&
+		USER_IMAGE="$USER_TOP/ro/image/$(basename "$img")"
+}
+
+user_teardown() {
+	user_sb rm -f usb >/dev/null 2>&1
+	umount "$USER_TOP/ro/kernel" "$USER_TOP/ro/image" "$USER_TOP/dev" 2>/dev/null
+	rm -rf "$USER_TOP"
+}
+
+test_sandbox_as_user() {
+	local name=sandbox-as-user-own-user-and-pid-namespace vmm status got
+	if ! command -v setpriv >/dev/null; then not_ok "$name" "setpriv (util-linux) is missing"; return; fi
+	if ! user_setup >"$WORK/out" 2>&1; then not_ok "$name" "set-up failed"; user_teardown; return; fi
+	if ! user_sb create --name usb --image "$USER_IMAGE" --mem 256M >>"$WORK/out" 2>&1 ||
+		! user_sb start usb >>"$WORK/out" 2>&1; then
+		not_ok "$name" "create or start as uid $USER_UID failed"
+		tail -20 "$USER_TOP"/home/.local/state/kosa8/sandboxes/usb/console.log 2>/dev/null | sed 's/^/  | console: /'
+		tail -10 "$USER_TOP"/home/.local/state/kosa8/sandboxes/usb/supervisor.log 2>/dev/null | sed 's/^/  | supervisor: /'
+		user_teardown; return
+	fi
+	vmm=$(pgrep -u "$USER_UID" -f -- ' vm --no-emulate' | head -1)
+	status=/proc/${vmm:-none}/status
+	got=$(user_sb exec usb -- sh -c 'echo in-guest; exit 3' 2>>"$WORK/out"; echo "rc=$?")
+	if [ -z "$vmm" ] || [ ! -r "$status" ]; then
+		not_ok "$name" "no VMM process of uid $USER_UID found"
+	elif [ "$(readlink "/proc/$vmm/ns/user")" = "$(readlink /proc/self/ns/user)" ]; then
+		not_ok "$name" "the VMM is in the host's user namespace"
+	elif [ "$(readlink "/proc/$vmm/ns/pid")" = "$(readlink /proc/self/ns/pid)" ] ||
+		! grep -qE '^NSpid:[[:space:]]+[0-9]+[[:space:]]+1$' "$status"; then
+		not_ok "$name" "not PID 1 of a PID namespace of its own: $(grep NSpid "$status")"
+	elif ! grep -qE "^Uid:[[:space:]]+$USER_UID[[:space:]]+$USER_UID[[:space:]]+$USER_UID[[:space:]]+$USER_UID\$" "$status"; then
+		not_ok "$name" "the VMM's $(grep Uid "$status"), want $USER_UID"
+	elif ! grep -qE '^CapEff:[[:space:]]+0+$' "$status"; then
+		not_ok "$name" "the VMM kept capabilities: $(grep CapEff "$status")"
+	elif [ "$got" != "$(printf 'in-guest\nrc=3')" ]; then
+		not_ok "$name" "exec gave '$got', want in-guest and rc=3"
+	else
+		ok "$name"
+	fi
+	user_sb stop usb >>"$WORK/out" 2>&1
+	user_teardown
+}
