@@ -1,7 +1,8 @@
 # kosa8 exec / cp input and output in a real guest (sourced by
-# tests/vm/run-all, which runs test_sandbox_four; test_sandbox_io is run by
-# hand for now: it passes alone in a fresh helper VM but failed late in a
-# whole run-all, not diagnosed yet.  Uses run-all's sb, ok, not_ok, $WORK).  Issue 3:
+# tests/vm/run-all, which runs test_sandbox_four, and by
+# tests/vm/sandbox-io-suite, which runs test_sandbox_io in a helper VM of
+# its own: it passes alone but failed once late in a whole run-all, not
+# diagnosed yet.  Uses tests/vm/lib.sh's sb, ok, not_ok, $WORK).  Issue 3:
 # - exec -t gives the command a terminal of the size the host's terminal has
 #   (script(1) gives kosa8 one), and its exit status comes back;
 # - 100 MiB through exec's stdout and through its stdin arrive intact;
