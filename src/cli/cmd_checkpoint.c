@@ -114,7 +114,9 @@ int cmd_rewind(int argc, char **argv)
 		return cli_fail("rewind", "%s", "usage: kosa8 rewind NAME ID"), 2;
 	if (call("rewind", argv[1], request("rewind", "id", argv[2]), &reply, REWIND_TIMEOUT_MS))
 		return 1;
-	printf("rewound %s to %s in %.0f ms\n", argv[1], argv[2], num(reply, "ms"));
+	printf("rewound %s to %s in %.0f ms (stop %.0f, restore until the agent answered %.0f, "
+	       "clock and RNG %.0f)\n", argv[1], argv[2], num(reply, "ms"), num(reply, "stop_ms"),
+	       num(reply, "restore_ms"), num(reply, "fixup_ms"));
 	cJSON_Delete(reply);
 	return 0;
 }
