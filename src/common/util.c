@@ -117,6 +117,23 @@ int write_text_file(const char *path, const char *text)
 	return err;
 }
 
+int userns_map_one(const char *proc, unsigned uid, unsigned gid)
+{
+	char path[64], line[32];
+	int err;
+
+	snprintf(path, sizeof(path), "%s/setgroups", proc);
+	if ((err = write_text_file(path, "deny")))
+		return err;
+	snprintf(path, sizeof(path), "%s/uid_map", proc);
+	snprintf(line, sizeof(line), "%u %u 1\n", uid, uid);
+	if ((err = write_text_file(path, line)))
+		return err;
+	snprintf(path, sizeof(path), "%s/gid_map", proc);
+	snprintf(line, sizeof(line), "%u %u 1\n", gid, gid);
+	return write_text_file(path, line);
+}
+
 ssize_t read_full(int fd, void *buf, size_t len)
 {
 	uint8_t *p = buf;

@@ -30,6 +30,10 @@ int write_all(int fd, const void *buf, size_t len);
 /* Writes text into the existing file path (a /proc or cgroup knob): one
  * open, write_all, close; 0 or -errno. */
 int write_text_file(const char *path, const char *text);
+/* Maps uid and gid, and nothing else, into the user namespace of the
+ * process whose /proc directory is proc ("/proc/self", "/proc/1234"):
+ * setgroups denied first, as an unprivileged writer must.  0 or -errno. */
+int userns_map_one(const char *proc, unsigned uid, unsigned gid);
 ssize_t read_full(int fd, void *buf, size_t len);
 
 /* The user's cache directory for kosa8: $KOSA8_CACHE_DIR, else

@@ -32,24 +32,10 @@ pid_t vmm_clone(bool *userns)
 	return fork();
 }
 
-static int write_map(pid_t pid, const char *file, unsigned id)
-{
-	char path[64], line[32];
-
-	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
-	snprintf(line, sizeof(line), "%u %u 1\n", id, id);
-	return write_text_file(path, line);
-}
-
 int vmm_clone_map_user(pid_t pid)
 {
-	char path[64];
-	int err;
+	char proc[32];
 
-	/* An unprivileged writer may map its own gid only once setgroups is
-	 * denied in the namespace. */
-	snprintf(path, sizeof(path), "/proc/%d/setgroups", (int)pid);
-	if ((err = write_text_file(path, "deny")) || (err = write_map(pid, "uid_map", geteuid())))
-		return err;
-	return write_map(pid, "gid_map", getegid());
+	snprintf(proc, sizeof(proc), "/proc/%d", (int)pid);
+	return userns_map_one(proc, (unsigned)geteuid(), (unsigned)getegid());
 }

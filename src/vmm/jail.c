@@ -37,20 +37,11 @@ int jail_add(struct jail *j, const char *path, bool writable)
 /* Maps only the calling user into the new user namespace. */
 static int map_user(uid_t uid, gid_t gid)
 {
-	char line[64];
-	int err;
-
 	/* A process that changed uids is not dumpable, and then /proc/self is
 	 * root's: its maps could not be written.  limit() undoes this. */
 	if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
 		return -errno;
-	if ((err = write_text_file("/proc/self/setgroups", "deny")))
-		return err;
-	snprintf(line, sizeof(line), "%u %u 1\n", (unsigned)uid, (unsigned)uid);
-	if ((err = write_text_file("/proc/self/uid_map", line)))
-		return err;
-	snprintf(line, sizeof(line), "%u %u 1\n", (unsigned)gid, (unsigned)gid);
-	return write_text_file("/proc/self/gid_map", line);
+	return userns_map_one("/proc/self", (unsigned)uid, (unsigned)gid);
 }
 
 /* Creates the mount point for src at NEW_ROOT/path: parents, then an
