@@ -28,4 +28,13 @@ bool log_first_time(uint32_t kind, uint64_t key);
 			log_msg(LOG_INFO, __VA_ARGS__);            \
 	} while (0)
 
+/* For a guest that broke a device's rules (a malformed chain, a hostile
+ * packet): worth the operator's eye at the default level, once.  Normal
+ * guests never trigger these; log_once is for what they may. */
+#define log_warn_once(kind, key, ...)                              \
+	do {                                                       \
+		if (log_first_time((kind), (key)))                 \
+			log_msg(LOG_WARN, __VA_ARGS__);            \
+	} while (0)
+
 #endif

@@ -207,7 +207,7 @@ static void conn_free(struct virtio_vsock *v, struct vsock_conn *c, bool rst)
 static void conn_error(struct virtio_vsock *v, struct vsock_conn *c, const char *why)
 {
 	v->stats.bad_packets++;
-	log_once(LOG_KIND, (uintptr_t)why, "virtio-vsock: %s; connection reset (logged once)", why);
+	log_warn_once(LOG_KIND, (uintptr_t)why, "virtio-vsock: %s; connection reset (logged once)", why);
 	conn_free(v, c, true);
 }
 
@@ -457,7 +457,7 @@ static void tx_packet(struct virtio_vsock *v, const struct virtq_chain *ch)
 		c = conn_find(v, p.src_port, p.dst_port);
 	if (verdict != VSOCK_PKT_OK) {
 		v->stats.bad_packets++;
-		log_once(LOG_KIND, 1, "virtio-vsock: bad packet header from the guest (logged once)");
+		log_warn_once(LOG_KIND, 1, "virtio-vsock: bad packet header from the guest (logged once)");
 		if (verdict == VSOCK_PKT_RST && c)
 			conn_free(v, c, true);
 		else if (verdict == VSOCK_PKT_RST)

@@ -40,7 +40,7 @@ bool virtio_mmio_has_feature(const struct virtio_mmio *t, unsigned bit)
 
 void virtio_mmio_fail(struct virtio_mmio *t, const char *why)
 {
-	log_once(0x56494f, (uint64_t)t->bus.base, "virtio %s at 0x%llx: %s; device needs reset (logged once)",
+	log_warn_once(0x56494f, (uint64_t)t->bus.base, "virtio %s at 0x%llx: %s; device needs reset (logged once)",
 		 t->ops->name, (unsigned long long)t->bus.base, why);
 	if (t->s.status & S_NEEDS_RESET)
 		return;

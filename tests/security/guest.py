@@ -347,6 +347,54 @@ def virtq(program):
         say("rng_after_rebind", "bad:" + err_name(e))
 
 
+VSOCK_OUT = "/var/tmp/k8sec-vsock.out"
+VSOCK_DRV = "/sys/bus/virtio/drivers/vmw_vsock_virtio_transport"
+
+
+def vsock_attack(program):
+    """Starts vsock_attack_run detached and returns at once: unbinding the
+    vsock driver ends the connection of the very exec that runs this.  The
+    host reads VSOCK_OUT back once the driver is bound again."""
+    with open(VSOCK_OUT, "w") as out:
+        subprocess.Popen([sys.executable, os.path.abspath(__file__), "vsock-attack-run", program],
+                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                         start_new_session=True, close_fds=True)
+    say("vsock_attack_started", "ok")
+
+
+def vsock_attack_run(program):
+    """Unbinds the kernel's virtio-vsock driver, lets the program send the
+    device hostile packets, then binds the driver again (the agent's
+    listening socket outlives it, so the host can reach the agent again)."""
+    time.sleep(2)  # the exec that started this has returned by now
+    devs = [d for d in os.listdir("/sys/bus/virtio/devices")
+            if open("/sys/bus/virtio/devices/%s/device" % d).read().strip() == "0x0013"]
+    if not devs:
+        say("vsock_unbound", "bad:no-vsock-device")
+    else:
+        try:
+            open(VSOCK_DRV + "/unbind", "w").write(devs[0])
+            say("vsock_unbound", "ok" if not os.path.exists(VSOCK_DRV + "/" + devs[0]) else "bad:still-bound")
+        except OSError as e:
+            say("vsock_unbound", "bad:" + err_name(e))
+            devs = []
+    if devs:
+        os.chmod(program, 0o755)
+        try:
+            r = subprocess.run([program, "vsock"], capture_output=True, text=True, timeout=400)
+            sys.stdout.write(r.stdout)
+            if r.returncode:
+                say("vsockpkt_program_exit", "bad:%d %s" % (r.returncode, r.stderr.strip()[:200]))
+        except subprocess.TimeoutExpired:
+            say("vsockpkt_program_exit", "bad:timeout")
+        try:
+            open(VSOCK_DRV + "/bind", "w").write(devs[0])
+            say("vsock_rebound", "ok" if os.path.exists(VSOCK_DRV + "/" + devs[0]) else "bad:not-bound")
+        except OSError as e:
+            say("vsock_rebound", "bad:" + err_name(e))
+    print("sec: vsock_attack_done", flush=True)
+
+
 def memory(mib):
     """Touches mib MiB (more than the guest has): the guest's own OOM
     killer ends this process; the host only ever gives the guest its RAM."""

@@ -1,8 +1,15 @@
 /* virtq-attack: run as root inside a kosa8 guest, after the kernel's
- * virtio_rng driver was unbound from its device (tests/security/run does
- * that).  Drives the virtio-rng device's virtio-mmio registers by hand
- * through /dev/mem and hands it malformed queues and chains, as a guest that
- * owns its kernel could.  Each case prints one line
+ * driver was unbound from the device attacked (tests/security/run does
+ * that).  Drives the device's virtio-mmio registers by hand through
+ * /dev/mem, as a guest that owns its kernel could:
+ *
+ *     virtq-attack [rng]   malformed queues and chains (the transport),
+ *                          against virtio-rng
+ *     virtq-attack vsock   malformed and hostile packets (the device's own
+ *                          parser and connection state), against
+ *                          virtio-vsock
+ *
+ * Each case prints one line
  *
  *     sec: virtq_NAME=ok            the device did what the spec and
  *                                   docs/vsock.md say (needs-reset, or
@@ -63,6 +70,9 @@
 #define PAGE 4096
 #define MAGIC 0x74726976 /* "virt" */
 #define ID_RNG 4
+#define ID_VSOCK 19
+#define R_CONFIG 0x100
+#define NPAGES 16
 
 struct desc {
 	uint64_t addr;
@@ -71,11 +81,15 @@ struct desc {
 };
 
 static volatile uint8_t *regs;
-/* Page 0: descriptor table (first 1 KiB) and an indirect table (the rest is
- * not enough for 256 entries, so indirect tables get their own page 4);
- * page 1: avail ring; page 2: used ring; page 3: data buffer. */
-static uint8_t *pages[5];
-static uint64_t phys[5];
+/* "virtq" for the transport cases, "vsockpkt" for the vsock ones. */
+static const char *prefix = "virtq";
+/* rng: page 0: descriptor table (first 1 KiB) and an indirect table (the
+ * rest is not enough for 256 entries, so indirect tables get their own page
+ * 4); page 1: avail ring; page 2: used ring; page 3: data buffer.
+ * vsock: pages 5-7 the rx queue's table, avail and used rings, 8-11 its
+ * receive buffers; pages 12-14 the tx queue's, 15 the packet sent. */
+static uint8_t *pages[NPAGES];
+static uint64_t phys[NPAGES];
 
 static uint32_t rd(uint32_t off) { return *(volatile uint32_t *)(regs + off); }
 static void wr(uint32_t off, uint32_t v) { *(volatile uint32_t *)(regs + off) = v; }
@@ -85,7 +99,7 @@ static void say(const char *name, const char *fmt, ...)
 {
 	va_list ap;
 
-	printf("sec: virtq_%s=", name);
+	printf("sec: %s_%s=", prefix, name);
 	va_start(ap, fmt);
 	vprintf(fmt, ap);
 	va_end(ap);
@@ -110,7 +124,7 @@ static uint64_t virt_to_phys(void *p)
 
 static int alloc_pages(void)
 {
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < NPAGES; i++) {
 		pages[i] = mmap(NULL, PAGE, PROT_READ | PROT_WRITE,
 				MAP_PRIVATE | MAP_ANONYMOUS | MAP_LOCKED | MAP_POPULATE, -1, 0);
 		if (pages[i] == MAP_FAILED)
@@ -123,9 +137,9 @@ static int alloc_pages(void)
 	return 0;
 }
 
-/* The rng device's registers: each virtio_mmio.device=SIZE@BASE:IRQ of the
- * kernel command line is probed for device id 4. */
-static int find_rng(int memfd, uint64_t *base_out)
+/* A device's registers: each virtio_mmio.device=SIZE@BASE:IRQ of the
+ * kernel command line is probed for the device id. */
+static int find_device(int memfd, uint32_t id)
 {
 	char cmd[4096], *p;
 	FILE *f = fopen("/proc/cmdline", "r");
@@ -145,10 +159,8 @@ static int find_rng(int memfd, uint64_t *base_out)
 		if (m == MAP_FAILED)
 			continue;
 		regs = (volatile uint8_t *)m + (base & (PAGE - 1));
-		if (rd(R_MAGIC) == MAGIC && rd(R_DEVICE_ID) == ID_RNG) {
-			*base_out = base;
+		if (rd(R_MAGIC) == MAGIC && rd(R_DEVICE_ID) == id)
 			return 0;
-		}
 		munmap(m, PAGE);
 	}
 	return -ENODEV;
@@ -164,7 +176,7 @@ static void reset_device(void)
 {
 	wr(R_STATUS, 0);
 	wr(R_INT_ACK, rd(R_INT_STATUS));
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < NPAGES; i++)
 		memset(pages[i], 0, PAGE);
 }
 
@@ -182,14 +194,19 @@ static int negotiate(bool indirect)
 	return rd(R_STATUS) & S_FEATURES_OK ? 0 : -EPROTO;
 }
 
-static void queue_setup(uint32_t num, uint64_t desc, uint64_t avail, uint64_t used)
+static void queue_setup_sel(uint32_t sel, uint32_t num, uint64_t desc, uint64_t avail, uint64_t used)
 {
-	wr(R_QUEUE_SEL, 0);
+	wr(R_QUEUE_SEL, sel);
 	wr(R_QUEUE_NUM, num);
 	set_addr(R_DESC_LO, desc);
 	set_addr(R_AVAIL_LO, avail);
 	set_addr(R_USED_LO, used);
 	wr(R_QUEUE_READY, 1);
+}
+
+static void queue_setup(uint32_t num, uint64_t desc, uint64_t avail, uint64_t used)
+{
+	queue_setup_sel(0, num, desc, avail, used);
 }
 
 /* A device set up the way a driver does it; 0 when it is live. */
@@ -421,25 +438,410 @@ static void case_bogus_queue(const char *name)
 		say(name, "ok");
 }
 
-int main(void)
-{
-	uint64_t base;
-	int memfd, err;
+/* ---- virtio-vsock: the device's packet parser and connection state ---- */
 
-	if ((err = alloc_pages())) {
-		say("setup", "bad: cannot lock ring pages or read their frames: %s", strerror(-err));
-		return 1;
+#define VQ_RX 0
+#define VQ_TX 1
+#define RX_BUF 2048
+#define HOST_CID 2
+#define PROXY_PORT 1080 /* the egress proxy: a port the host listens on */
+#define DEAD_PORT 4444  /* nothing listens there */
+
+enum { OP_INVALID, OP_REQUEST, OP_RESPONSE, OP_RST, OP_SHUTDOWN, OP_RW, OP_CREDIT_UPDATE };
+
+struct vhdr {
+	uint64_t src_cid, dst_cid;
+	uint32_t src_port, dst_port, len;
+	uint16_t type, op;
+	uint32_t flags, buf_alloc, fwd_cnt;
+} __attribute__((packed));
+
+_Static_assert(sizeof(struct vhdr) == 44, "virtio_vsock_hdr is 44 bytes");
+
+/* One queue of ours: table, avail and used ring pages, and how far each
+ * side has got. */
+struct ring {
+	int first_page;
+	uint16_t avail_idx, used_seen;
+};
+
+static struct ring rxq = {.first_page = 5}, txq = {.first_page = 12};
+static uint64_t guest_cid;
+static uint32_t next_port = 50000; /* a fresh guest port per case */
+
+static struct desc *ring_table(const struct ring *r) { return (struct desc *)pages[r->first_page]; }
+static volatile uint16_t *ring_avail(const struct ring *r) { return (volatile uint16_t *)pages[r->first_page + 1]; }
+static uint16_t ring_used_idx(const struct ring *r)
+{
+	return *(volatile uint16_t *)(pages[r->first_page + 2] + 2);
+}
+static uint32_t ring_used_id(const struct ring *r, uint16_t slot)
+{
+	return *(volatile uint32_t *)(pages[r->first_page + 2] + 4 + 8 * (slot % QSIZE));
+}
+
+static void ring_publish(struct ring *r, uint16_t head, uint32_t q)
+{
+	ring_avail(r)[2 + r->avail_idx % QSIZE] = head;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	ring_avail(r)[1] = ++r->avail_idx;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	wr(R_QUEUE_NOTIFY, q);
+}
+
+/* Every rx descriptor posted: QSIZE buffers of RX_BUF bytes. */
+static void rx_post_all(void)
+{
+	for (uint16_t i = 0; i < QSIZE; i++) {
+		ring_table(&rxq)[i] = (struct desc){phys[8 + i / 2] + (i % 2) * RX_BUF, RX_BUF, F_WRITE, 0};
+		ring_publish(&rxq, i, VQ_RX);
 	}
-	memfd = open("/dev/mem", O_RDWR | O_SYNC);
-	if (memfd < 0) {
-		say("setup", "bad: /dev/mem: %s", strerror(errno));
-		return 1;
+}
+
+static int vs_setup(void)
+{
+	rxq.avail_idx = rxq.used_seen = txq.avail_idx = txq.used_seen = 0;
+	if (negotiate(false))
+		return -EPROTO;
+	queue_setup_sel(VQ_RX, QSIZE, phys[5], phys[6], phys[7]);
+	queue_setup_sel(VQ_TX, QSIZE, phys[12], phys[13], phys[14]);
+	wr(R_STATUS, S_ACK | S_DRIVER | S_FEATURES_OK | S_DRIVER_OK);
+	if (rd(R_STATUS) != (S_ACK | S_DRIVER | S_FEATURES_OK | S_DRIVER_OK))
+		return -EPROTO;
+	guest_cid = rd(R_CONFIG) | (uint64_t)rd(R_CONFIG + 4) << 32;
+	rx_post_all();
+	return 0;
+}
+
+static bool vs_start(const char *name)
+{
+	if (vs_setup() == 0)
+		return true;
+	say(name, "bad: set-up refused, status 0x%x", rd(R_STATUS));
+	return false;
+}
+
+static struct vhdr pkt(uint16_t op, uint32_t src_port, uint32_t dst_port)
+{
+	return (struct vhdr){.src_cid = guest_cid, .dst_cid = HOST_CID, .src_port = src_port,
+			     .dst_port = dst_port, .type = 1 /* STREAM */, .op = op,
+			     .buf_alloc = 65536};
+}
+
+/* Sends h as one descriptor of chain_len bytes (the header, then zeros) with
+ * flags; waits up to 2 s for the device to take it.  Returns whether it
+ * did (it may instead ask for a reset). */
+static bool vs_send_raw(const struct vhdr *h, uint32_t chain_len, uint16_t flags)
+{
+	uint16_t want = (uint16_t)(txq.used_seen + 1);
+
+	memset(pages[15], 0, PAGE);
+	memcpy(pages[15], h, chain_len < sizeof(*h) ? chain_len : sizeof(*h));
+	ring_table(&txq)[0] = (struct desc){phys[15], chain_len, flags, 0};
+	ring_publish(&txq, 0, VQ_TX);
+	for (int i = 0; i < 2000; i++) {
+		if (ring_used_idx(&txq) == want) {
+			txq.used_seen = want;
+			return true;
+		}
+		if (rd(R_STATUS) & S_NEEDS_RESET)
+			return false;
+		if (i > 50)
+			sleep_ms(1);
 	}
-	if ((err = find_rng(memfd, &base))) {
-		say("setup", "bad: no virtio-rng device on the command line: %s", strerror(-err));
-		return 1;
+	return false;
+}
+
+static bool vs_send(const struct vhdr *h) { return vs_send_raw(h, sizeof(*h) + h->len, 0); }
+
+/* The next packet the device puts on the rx queue for our port, within ms
+ * milliseconds; others (the host trying the agent's port, say) are
+ * skipped.  Each buffer read is posted again. */
+static bool vs_recv(uint32_t our_port, int ms, struct vhdr *out)
+{
+	for (int waited = 0; waited <= ms;) {
+		if (ring_used_idx(&rxq) != rxq.used_seen) {
+			uint32_t id = ring_used_id(&rxq, rxq.used_seen++);
+			struct vhdr h;
+			if (id >= QSIZE)
+				return false; /* not a descriptor we posted: caller reports */
+			memcpy(&h, pages[8 + id / 2] + (id % 2) * RX_BUF, sizeof(h));
+			ring_publish(&rxq, (uint16_t)id, VQ_RX);
+			if (h.dst_port == our_port) {
+				*out = h;
+				return true;
+			}
+			continue;
+		}
+		sleep_ms(5);
+		waited += 5;
 	}
-	say("setup", "ok");
+	return false;
+}
+
+static bool device_live(void)
+{
+	return rd(R_MAGIC) == MAGIC && !(rd(R_STATUS) & S_NEEDS_RESET);
+}
+
+/* The packet was taken and answered with a reset for our port, from the
+ * address it was sent to, and the device is still live. */
+static void expect_rst(const char *name, const struct vhdr *h, uint32_t chain_len)
+{
+	struct vhdr r;
+
+	if (!vs_send_raw(h, chain_len, 0))
+		say(name, "bad: packet not taken, status 0x%x", rd(R_STATUS));
+	else if (!vs_recv(h->src_port, 2000, &r))
+		say(name, "bad: no reply within 2 s (want RST), status 0x%x", rd(R_STATUS));
+	else if (r.op != OP_RST || r.dst_cid != guest_cid || r.src_port != h->dst_port)
+		say(name, "bad: reply op %u from %llu:%u to %llu:%u (want RST from the packet's destination)",
+		    r.op, (unsigned long long)r.src_cid, r.src_port, (unsigned long long)r.dst_cid, r.dst_port);
+	else if (!device_live())
+		say(name, "bad: status 0x%x after the RST", rd(R_STATUS));
+	else
+		say(name, "ok");
+}
+
+/* The packet was taken and dropped: nothing comes back for our port (a
+ * reply to a spoofed source would go to someone else), device live. */
+static void expect_dropped(const char *name, const struct vhdr *h, uint32_t chain_len)
+{
+	struct vhdr r;
+
+	if (!vs_send_raw(h, chain_len, 0))
+		say(name, "bad: packet not taken, status 0x%x", rd(R_STATUS));
+	else if (vs_recv(h->src_port, 1000, &r))
+		say(name, "bad: got op %u from %llu:%u", r.op, (unsigned long long)r.src_cid, r.src_port);
+	else if (!device_live())
+		say(name, "bad: status 0x%x", rd(R_STATUS));
+	else
+		say(name, "ok");
+}
+
+/* Connects to the host's proxy port: the RESPONSE comes back (0), or not. */
+static int vs_connect(uint32_t port)
+{
+	struct vhdr h = pkt(OP_REQUEST, port, PROXY_PORT), r;
+
+	if (!vs_send(&h) || !vs_recv(port, 3000, &r))
+		return -ETIMEDOUT;
+	return r.op == OP_RESPONSE && r.src_cid == HOST_CID && r.src_port == PROXY_PORT ? 0 : -EPROTO;
+}
+
+/* Positive control: a connection to a port the host listens on is
+ * accepted, then closed with our RST.  Without it, every RST below could
+ * be a device that refuses everything. */
+static void vcase_control(const char *name)
+{
+	uint32_t port = next_port++;
+	struct vhdr rst = pkt(OP_RST, port, PROXY_PORT);
+	int err;
+
+	if (!vs_start(name))
+		return;
+	if ((err = vs_connect(port)))
+		say(name, "bad: no RESPONSE from the host's port %u (%s), status 0x%x", PROXY_PORT,
+		    strerror(-err), rd(R_STATUS));
+	else if (!vs_send(&rst) || !device_live())
+		say(name, "bad: closing it: status 0x%x", rd(R_STATUS));
+	else
+		say(name, "ok");
+}
+
+/* Headers the device must answer with a reset (5.10.6.3: a packet it
+ * cannot handle), one fresh port each. */
+static void vcases_rst(void)
+{
+	struct vhdr h;
+
+#define RST_CASE(label, ...)                                            \
+	do {                                                            \
+		h = pkt(OP_REQUEST, next_port++, PROXY_PORT);           \
+		__VA_ARGS__;                                            \
+		expect_rst(label, &h, sizeof(h));                       \
+	} while (0)
+	if (!vs_start("rst_cases"))
+		return;
+	RST_CASE("dst_cid_not_host", h.dst_cid = 3);
+	RST_CASE("dst_cid_itself", h.dst_cid = guest_cid);
+	RST_CASE("type_seqpacket", h.type = 2);
+	RST_CASE("type_unknown", h.type = 0xffff);
+	RST_CASE("op_invalid", h.op = OP_INVALID);
+	RST_CASE("op_unknown", h.op = 0x99);
+	/* A length the chain does not hold, and one past any packet. */
+	RST_CASE("len_beyond_chain", h.op = OP_RW, h.len = 4096);
+	RST_CASE("len_huge", h.op = OP_RW, h.len = 0xffffffffu);
+	RST_CASE("rw_without_connection", h.op = OP_RW);
+	RST_CASE("shutdown_without_connection", h.op = OP_SHUTDOWN, h.flags = 3);
+	RST_CASE("port_nobody_listens_on", h.dst_port = DEAD_PORT);
+#undef RST_CASE
+}
+
+/* Packets the device must drop without answering. */
+static void vcases_drop(void)
+{
+	struct vhdr h;
+
+	if (!vs_start("drop_cases"))
+		return;
+	h = pkt(OP_REQUEST, next_port++, PROXY_PORT);
+	h.src_cid = guest_cid + 1;
+	expect_dropped("src_cid_spoofed", &h, sizeof(h));
+	h = pkt(OP_REQUEST, next_port++, PROXY_PORT);
+	h.src_cid = HOST_CID;
+	expect_dropped("src_cid_host", &h, sizeof(h));
+	h = pkt(OP_REQUEST, next_port++, PROXY_PORT);
+	expect_dropped("header_cut_short", &h, 20);
+	/* A reset is never answered with a reset (two peers could ping-pong). */
+	h = pkt(OP_RST, next_port++, DEAD_PORT);
+	expect_dropped("rst_for_nothing", &h, sizeof(h));
+}
+
+/* A packet in a device-writable buffer breaks the tx queue's rules: the
+ * device asks for a reset. */
+static void vcase_writable_tx(const char *name)
+{
+	struct vhdr h = pkt(OP_REQUEST, next_port++, PROXY_PORT);
+
+	if (!vs_start(name))
+		return;
+	vs_send_raw(&h, sizeof(h), F_WRITE);
+	if (rd(R_MAGIC) != MAGIC)
+		say(name, "bad: the device stopped answering");
+	else if (!(rd(R_STATUS) & S_NEEDS_RESET))
+		say(name, "bad: status 0x%x without DEVICE_NEEDS_RESET", rd(R_STATUS));
+	else
+		say(name, "ok");
+}
+
+/* REQUEST again on an open connection: the connection is reset. */
+static void vcase_request_twice(const char *name)
+{
+	uint32_t port = next_port++;
+	struct vhdr h = pkt(OP_REQUEST, port, PROXY_PORT), r;
+
+	if (!vs_start(name))
+		return;
+	if (vs_connect(port)) {
+		say(name, "bad: the first connect got no RESPONSE");
+		return;
+	}
+	if (!vs_send(&h) || !vs_recv(port, 2000, &r))
+		say(name, "bad: no reply to the second REQUEST, status 0x%x", rd(R_STATUS));
+	else if (r.op != OP_RST)
+		say(name, "bad: reply op %u, want RST", r.op);
+	else
+		say(name, "ok");
+}
+
+/* Data past the credit the host gave: the host must not buffer it.  The
+ * host's credit is in the RESPONSE; every byte sent is within one packet's
+ * limit, so only the sum is too much.  Nothing reads the host side but
+ * the proxy, which waits for its 12-byte header and gets zeros: either the
+ * connection is reset for the overrun, or the proxy closed it first and
+ * the device swallows the rest; either way the device stays live and
+ * never holds more than the credit (the host checks the VMM's memory). */
+static void vcase_credit_overrun(const char *name)
+{
+	uint32_t port = next_port++, sent = 0;
+	struct vhdr h = pkt(OP_REQUEST, port, PROXY_PORT), r;
+	bool reset = false;
+
+	if (!vs_start(name))
+		return;
+	if (!vs_send(&h) || !vs_recv(port, 3000, &r) || r.op != OP_RESPONSE) {
+		say(name, "bad: no RESPONSE to connect");
+		return;
+	}
+	h.op = OP_RW;
+	h.len = PAGE - sizeof(h);
+	for (int i = 0; i < 4096 && !reset; i++) { /* 16 MiB, far past any credit */
+		if (!vs_send(&h)) {
+			say(name, "bad: packet %d not taken, status 0x%x", i, rd(R_STATUS));
+			return;
+		}
+		sent += h.len;
+		while (vs_recv(port, 0, &r))
+			reset |= r.op == OP_RST;
+	}
+	if (!device_live())
+		say(name, "bad: status 0x%x", rd(R_STATUS));
+	else
+		say(name, "ok");
+	printf("sec: info_vsockpkt_credit_overrun=sent %u bytes, reset %d\n", sent, reset);
+}
+
+/* Reads the rx queue dry (until it stays empty for 200 ms): the resets
+ * for ports [lo, hi) among what the device still owed us. */
+static int drain_rsts(uint32_t lo, uint32_t hi)
+{
+	struct vhdr r;
+	int got = 0;
+
+	for (;;) {
+		if (ring_used_idx(&rxq) == rxq.used_seen) {
+			sleep_ms(200);
+			if (ring_used_idx(&rxq) == rxq.used_seen)
+				return got;
+			continue;
+		}
+		uint32_t id = ring_used_id(&rxq, rxq.used_seen++);
+		if (id >= QSIZE)
+			return got;
+		memcpy(&r, pages[8 + id / 2] + (id % 2) * RX_BUF, sizeof(r));
+		ring_publish(&rxq, (uint16_t)id, VQ_RX);
+		got += r.op == OP_RST && r.dst_port >= lo && r.dst_port < hi;
+	}
+}
+
+/* Thousands of connects to a port nobody listens on, without reading the
+ * resets: the device keeps a bounded backlog of them and stays live; then
+ * the rx queue is read dry and a real connect still works. */
+static void vcase_rst_flood(const char *name, int n)
+{
+	struct vhdr h;
+	int got, taken = 0;
+	uint32_t port = next_port;
+
+	if (!vs_start(name))
+		return;
+	next_port += (uint32_t)n;
+	for (int i = 0; i < n; i++) {
+		h = pkt(OP_REQUEST, port + (uint32_t)i, DEAD_PORT);
+		taken += vs_send(&h);
+	}
+	got = drain_rsts(port, port + (uint32_t)n);
+	printf("sec: info_vsockpkt_rst_flood=sent %d, taken %d, resets %d\n", n, taken, got);
+	if (taken != n || !device_live())
+		say(name, "bad: %d of %d taken, status 0x%x", taken, n, rd(R_STATUS));
+	/* The rx ring's QSIZE buffers, then what the device keeps: 512 resets
+	 * (RST_BACKLOG in src/devices/virtio_vsock.c); more would mean it
+	 * holds one per connect, which a guest could grow without end. */
+	else if (got < QSIZE || got > 1024)
+		say(name, "bad: %d resets for %d connects (want %d to 1024)", got, n, QSIZE);
+	else if (vs_connect(next_port++))
+		say(name, "bad: no connect after the flood");
+	else
+		say(name, "ok");
+}
+
+static void attack_vsock(void)
+{
+	prefix = "vsockpkt";
+	vcase_control("control_connect");
+	vcases_rst();
+	vcases_drop();
+	vcase_writable_tx("tx_buffer_writable");
+	vcase_request_twice("request_on_open_connection");
+	vcase_credit_overrun("credit_overrun");
+	vcase_rst_flood("rst_flood", 3000);
+	vcase_control("recovers_after_reset");
+	reset_device();
+}
+
+static void attack_rng(void)
+{
 	case_control("control_good_request");
 	case_one("desc_outside_ram", 0xfff000000000ULL, 64, F_WRITE);
 	case_one("desc_len_overflow", phys[3], 0xffffffffu, F_WRITE);
@@ -460,5 +862,36 @@ int main(void)
 	/* After all that, a reset brings the device back. */
 	case_control("recovers_after_reset");
 	reset_device();
+}
+
+int main(int argc, char **argv)
+{
+	bool vsock = argc > 1 && !strcmp(argv[1], "vsock");
+	int memfd, err;
+
+	if (argc > 1 && !vsock && strcmp(argv[1], "rng")) {
+		fprintf(stderr, "usage: virtq-attack [rng|vsock]\n");
+		return 2;
+	}
+	prefix = vsock ? "vsockpkt" : "virtq";
+	if ((err = alloc_pages())) {
+		say("setup", "bad: cannot lock ring pages or read their frames: %s", strerror(-err));
+		return 1;
+	}
+	memfd = open("/dev/mem", O_RDWR | O_SYNC);
+	if (memfd < 0) {
+		say("setup", "bad: /dev/mem: %s", strerror(errno));
+		return 1;
+	}
+	if ((err = find_device(memfd, vsock ? ID_VSOCK : ID_RNG))) {
+		say("setup", "bad: no virtio-%s device on the command line: %s", vsock ? "vsock" : "rng",
+		    strerror(-err));
+		return 1;
+	}
+	say("setup", "ok");
+	if (vsock)
+		attack_vsock();
+	else
+		attack_rng();
 	return 0;
 }
