@@ -228,10 +228,37 @@ static bool start(const char *name, int (*how)(bool), bool indirect)
 	return false;
 }
 
-static struct desc *table(void) { return (struct desc *)pages[0]; }
-static volatile uint16_t *avail(void) { return (volatile uint16_t *)pages[1]; }
-static volatile uint16_t *used_idx(void) { return (volatile uint16_t *)(pages[2] + 2); }
-static uint32_t used_len(uint16_t slot) { return *(volatile uint32_t *)(pages[2] + 4 + 8 * slot + 4); }
+/* One queue of ours: table, avail and used ring pages, and how far each
+ * side has got.  rng's queue is pages 0-2, vsock's rx and tx 5-7, 12-14. */
+struct ring {
+	int first_page;
+	uint16_t avail_idx, used_seen;
+};
+
+static struct ring rngq = {.first_page = 0}, rxq = {.first_page = 5}, txq = {.first_page = 12};
+
+static struct desc *ring_table(const struct ring *r) { return (struct desc *)pages[r->first_page]; }
+static volatile uint16_t *ring_avail(const struct ring *r) { return (volatile uint16_t *)pages[r->first_page + 1]; }
+static volatile uint8_t *ring_used(const struct ring *r) { return pages[r->first_page + 2]; }
+static uint16_t ring_used_idx(const struct ring *r) { return *(volatile uint16_t *)(ring_used(r) + 2); }
+static uint32_t ring_used_id(const struct ring *r, uint16_t slot)
+{
+	return *(volatile uint32_t *)(ring_used(r) + 4 + 8 * (slot % QSIZE));
+}
+static uint32_t ring_used_len(const struct ring *r, uint16_t slot)
+{
+	return *(volatile uint32_t *)(ring_used(r) + 8 + 8 * (slot % QSIZE));
+}
+
+/* Makes head the next available chain and notifies queue q. */
+static void ring_publish(struct ring *r, uint16_t head, uint32_t q)
+{
+	ring_avail(r)[2 + r->avail_idx % QSIZE] = head;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	ring_avail(r)[1] = ++r->avail_idx;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	wr(R_QUEUE_NOTIFY, q);
+}
 
 static void sleep_ms(long ms)
 {
@@ -244,13 +271,10 @@ static void sleep_ms(long ms)
  * or the device to ask for a reset. */
 static void kick(uint16_t head, uint16_t idx)
 {
-	avail()[2 + (uint16_t)(idx - 1) % QSIZE] = head;
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	avail()[1] = idx;
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	wr(R_QUEUE_NOTIFY, 0);
+	rngq.avail_idx = (uint16_t)(idx - 1);
+	ring_publish(&rngq, head, 0);
 	for (int i = 0; i < 200; i++) {
-		if (*used_idx() || (rd(R_STATUS) & S_NEEDS_RESET))
+		if (ring_used_idx(&rngq) || (rd(R_STATUS) & S_NEEDS_RESET))
 			break;
 		sleep_ms(10);
 	}
@@ -264,9 +288,9 @@ static void expect_reset(const char *name)
 	if (rd(R_MAGIC) != MAGIC)
 		say(name, "bad: the device stopped answering (magic 0x%x)", rd(R_MAGIC));
 	else if (!(st & S_NEEDS_RESET))
-		say(name, "bad: status 0x%x without DEVICE_NEEDS_RESET, used idx %u", st, *used_idx());
-	else if (*used_idx())
-		say(name, "bad: the device completed %u chain(s) before giving up", *used_idx());
+		say(name, "bad: status 0x%x without DEVICE_NEEDS_RESET, used idx %u", st, ring_used_idx(&rngq));
+	else if (ring_used_idx(&rngq))
+		say(name, "bad: the device completed %u chain(s) before giving up", ring_used_idx(&rngq));
 	else
 		say(name, "ok");
 }
@@ -286,11 +310,11 @@ static void case_control(const char *name)
 {
 	if (!start(name, setup, false))
 		return;
-	table()[0] = (struct desc){phys[3], 64, F_WRITE, 0};
+	ring_table(&rngq)[0] = (struct desc){phys[3], 64, F_WRITE, 0};
 	kick(0, 1);
-	if (*used_idx() != 1 || used_len(0) != 64 || !buffer_filled(pages[3], 64) ||
+	if (ring_used_idx(&rngq) != 1 || ring_used_len(&rngq, 0) != 64 || !buffer_filled(pages[3], 64) ||
 	    (rd(R_STATUS) & S_NEEDS_RESET))
-		say(name, "bad: used idx %u len %u status 0x%x", *used_idx(), used_len(0), rd(R_STATUS));
+		say(name, "bad: used idx %u len %u status 0x%x", ring_used_idx(&rngq), ring_used_len(&rngq, 0), rd(R_STATUS));
 	else
 		say(name, "ok");
 }
@@ -300,7 +324,7 @@ static void case_one(const char *name, uint64_t addr, uint32_t len, uint16_t fla
 {
 	if (!start(name, setup, flags & F_INDIRECT))
 		return;
-	table()[0] = (struct desc){addr, len, flags, 0};
+	ring_table(&rngq)[0] = (struct desc){addr, len, flags, 0};
 	kick(0, 1);
 	expect_reset(name);
 }
@@ -309,8 +333,8 @@ static void case_loop(const char *name)
 {
 	if (!start(name, setup, false))
 		return;
-	table()[0] = (struct desc){phys[3], 16, F_WRITE | F_NEXT, 1};
-	table()[1] = (struct desc){phys[3] + 16, 16, F_WRITE | F_NEXT, 0};
+	ring_table(&rngq)[0] = (struct desc){phys[3], 16, F_WRITE | F_NEXT, 1};
+	ring_table(&rngq)[1] = (struct desc){phys[3] + 16, 16, F_WRITE | F_NEXT, 0};
 	kick(0, 1);
 	expect_reset(name);
 }
@@ -322,7 +346,7 @@ static void case_longer_than_queue(const char *name)
 	if (!start(name, setup, false))
 		return;
 	for (int i = 0; i < QSIZE; i++)
-		table()[i] = (struct desc){phys[3] + 8 * i, 8, F_WRITE | F_NEXT, (uint16_t)((i + 1) % QSIZE)};
+		ring_table(&rngq)[i] = (struct desc){phys[3] + 8 * i, 8, F_WRITE | F_NEXT, (uint16_t)((i + 1) % QSIZE)};
 	kick(0, 1);
 	expect_reset(name);
 }
@@ -334,7 +358,7 @@ static void case_indirect(const char *name, const struct desc *entries, int n, u
 	if (!start(name, setup, true))
 		return;
 	memcpy(pages[4], entries, (size_t)n * sizeof(*entries));
-	table()[0] = (struct desc){phys[4], len, F_INDIRECT, 0};
+	ring_table(&rngq)[0] = (struct desc){phys[4], len, F_INDIRECT, 0};
 	kick(0, 1);
 	expect_reset(name);
 }
@@ -357,7 +381,7 @@ static void case_head_out_of_range(const char *name)
 {
 	if (!start(name, setup, false))
 		return;
-	table()[0] = (struct desc){phys[3], 16, F_WRITE, 0};
+	ring_table(&rngq)[0] = (struct desc){phys[3], 16, F_WRITE, 0};
 	kick(200, 1);
 	expect_reset(name);
 }
@@ -368,7 +392,7 @@ static void case_avail_jump(const char *name)
 	if (!start(name, setup, false))
 		return;
 	for (int i = 0; i < QSIZE; i++)
-		table()[i] = (struct desc){phys[3] + 8 * i, 8, F_WRITE, 0};
+		ring_table(&rngq)[i] = (struct desc){phys[3] + 8 * i, 8, F_WRITE, 0};
 	kick(0, 40000);
 	expect_reset(name);
 }
@@ -430,10 +454,10 @@ static void case_bogus_queue(const char *name)
 	wr(R_QUEUE_NUM, 4);
 	wr(R_QUEUE_READY, 1);
 	wr(R_QUEUE_SEL, 0);
-	table()[0] = (struct desc){phys[3], 32, F_WRITE, 0};
+	ring_table(&rngq)[0] = (struct desc){phys[3], 32, F_WRITE, 0};
 	kick(0, 1);
-	if (*used_idx() != 1 || (rd(R_STATUS) & S_NEEDS_RESET))
-		say(name, "bad: used idx %u status 0x%x", *used_idx(), rd(R_STATUS));
+	if (ring_used_idx(&rngq) != 1 || (rd(R_STATUS) & S_NEEDS_RESET))
+		say(name, "bad: used idx %u status 0x%x", ring_used_idx(&rngq), rd(R_STATUS));
 	else
 		say(name, "ok");
 }
@@ -458,36 +482,8 @@ struct vhdr {
 
 _Static_assert(sizeof(struct vhdr) == 44, "virtio_vsock_hdr is 44 bytes");
 
-/* One queue of ours: table, avail and used ring pages, and how far each
- * side has got. */
-struct ring {
-	int first_page;
-	uint16_t avail_idx, used_seen;
-};
-
-static struct ring rxq = {.first_page = 5}, txq = {.first_page = 12};
 static uint64_t guest_cid;
 static uint32_t next_port = 50000; /* a fresh guest port per case */
-
-static struct desc *ring_table(const struct ring *r) { return (struct desc *)pages[r->first_page]; }
-static volatile uint16_t *ring_avail(const struct ring *r) { return (volatile uint16_t *)pages[r->first_page + 1]; }
-static uint16_t ring_used_idx(const struct ring *r)
-{
-	return *(volatile uint16_t *)(pages[r->first_page + 2] + 2);
-}
-static uint32_t ring_used_id(const struct ring *r, uint16_t slot)
-{
-	return *(volatile uint32_t *)(pages[r->first_page + 2] + 4 + 8 * (slot % QSIZE));
-}
-
-static void ring_publish(struct ring *r, uint16_t head, uint32_t q)
-{
-	ring_avail(r)[2 + r->avail_idx % QSIZE] = head;
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	ring_avail(r)[1] = ++r->avail_idx;
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	wr(R_QUEUE_NOTIFY, q);
-}
 
 /* Every rx descriptor posted: QSIZE buffers of RX_BUF bytes. */
 static void rx_post_all(void)
@@ -498,10 +494,10 @@ static void rx_post_all(void)
 	}
 }
 
-static int vs_setup(void)
+static int vs_setup(bool indirect)
 {
 	rxq.avail_idx = rxq.used_seen = txq.avail_idx = txq.used_seen = 0;
-	if (negotiate(false))
+	if (negotiate(indirect))
 		return -EPROTO;
 	queue_setup_sel(VQ_RX, QSIZE, phys[5], phys[6], phys[7]);
 	queue_setup_sel(VQ_TX, QSIZE, phys[12], phys[13], phys[14]);
@@ -513,13 +509,7 @@ static int vs_setup(void)
 	return 0;
 }
 
-static bool vs_start(const char *name)
-{
-	if (vs_setup() == 0)
-		return true;
-	say(name, "bad: set-up refused, status 0x%x", rd(R_STATUS));
-	return false;
-}
+static bool vs_start(const char *name) { return start(name, vs_setup, false); }
 
 static struct vhdr pkt(uint16_t op, uint32_t src_port, uint32_t dst_port)
 {
@@ -554,23 +544,30 @@ static bool vs_send_raw(const struct vhdr *h, uint32_t chain_len, uint16_t flags
 
 static bool vs_send(const struct vhdr *h) { return vs_send_raw(h, sizeof(*h) + h->len, 0); }
 
-/* The next packet the device puts on the rx queue for our port, within ms
- * milliseconds; others (the host trying the agent's port, say) are
- * skipped.  Each buffer read is posted again. */
+/* The next packet the device put on the rx queue, if any; its buffer is
+ * posted again.  A used entry naming no buffer of ours is skipped. */
+static bool rx_take(struct vhdr *out)
+{
+	uint32_t id;
+
+	if (ring_used_idx(&rxq) == rxq.used_seen)
+		return false;
+	id = ring_used_id(&rxq, rxq.used_seen++);
+	if (id >= QSIZE)
+		return false;
+	memcpy(out, pages[8 + id / 2] + (id % 2) * RX_BUF, sizeof(*out));
+	ring_publish(&rxq, (uint16_t)id, VQ_RX);
+	return true;
+}
+
+/* The next packet for our port within ms milliseconds; others (the host
+ * trying the agent's port, say) are skipped. */
 static bool vs_recv(uint32_t our_port, int ms, struct vhdr *out)
 {
 	for (int waited = 0; waited <= ms;) {
-		if (ring_used_idx(&rxq) != rxq.used_seen) {
-			uint32_t id = ring_used_id(&rxq, rxq.used_seen++);
-			struct vhdr h;
-			if (id >= QSIZE)
-				return false; /* not a descriptor we posted: caller reports */
-			memcpy(&h, pages[8 + id / 2] + (id % 2) * RX_BUF, sizeof(h));
-			ring_publish(&rxq, (uint16_t)id, VQ_RX);
-			if (h.dst_port == our_port) {
-				*out = h;
+		if (rx_take(out)) {
+			if (out->dst_port == our_port)
 				return true;
-			}
 			continue;
 		}
 		sleep_ms(5);
@@ -789,18 +786,13 @@ static int drain_rsts(uint32_t lo, uint32_t hi)
 	int got = 0;
 
 	for (;;) {
-		if (ring_used_idx(&rxq) == rxq.used_seen) {
-			sleep_ms(200);
-			if (ring_used_idx(&rxq) == rxq.used_seen)
-				return got;
+		if (rx_take(&r)) {
+			got += r.op == OP_RST && r.dst_port >= lo && r.dst_port < hi;
 			continue;
 		}
-		uint32_t id = ring_used_id(&rxq, rxq.used_seen++);
-		if (id >= QSIZE)
+		sleep_ms(200);
+		if (ring_used_idx(&rxq) == rxq.used_seen)
 			return got;
-		memcpy(&r, pages[8 + id / 2] + (id % 2) * RX_BUF, sizeof(r));
-		ring_publish(&rxq, (uint16_t)id, VQ_RX);
-		got += r.op == OP_RST && r.dst_port >= lo && r.dst_port < hi;
 	}
 }
 
