@@ -151,10 +151,11 @@ def parse_fio(out):
         f = line[4:].split(";")
         name = f[2]
         rw = name.split(":")[0]
-        if "read" in rw:
-            rows[rw] = (float(f[6]) / 1024, float(f[7]))  # MiB/s, IOPS
-        else:
-            rows[rw] = (float(f[47]) / 1024, float(f[48]))
+        # MiB/s, IOPS, and the slowest completion in ms (terse v3: bandwidth
+        # KiB/s, IOPS, then clat max in us 8 fields on): a stalled request
+        # shows there, where the averages only dip.
+        o = 0 if "read" in rw else 41
+        rows[rw] = (float(f[6 + o]) / 1024, float(f[7 + o]), round(float(f[14 + o]) / 1000, 1))
     return rows
 
 
