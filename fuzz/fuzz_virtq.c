@@ -34,6 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	q.avail_gpa = (hdr[2] % 0x40) * 0x100;
 	q.used_gpa = (hdr[3] % 0x40) * 0x100 + 0x4000;
 	q.indirect_ok = hdr[0] & 0x100 ? 1 : 0;
+	q.event_idx = hdr[0] & 0x200 ? 1 : 0; /* avail_event written, used_event read */
 	if (virtq_activate(&q, &mem) < 0)
 		return 0;
 	q.ready = 1;

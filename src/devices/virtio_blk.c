@@ -262,6 +262,11 @@ static void blk_reset(struct virtio_mmio *t)
 	b->generation++;
 }
 
+/* VIRTIO_RING_F_EVENT_IDX is not offered, though the transport supports it:
+ * offered here it gave 1.6x random 4K writes under the helper's nested
+ * emulation, but its guests triple-faulted in 3 of 7 I/O-suite runs (3 of
+ * the 4 that were a fresh helper's first) against 0 of 4 without it, for a
+ * reason not found (bench/results/sandbox.md, 2026-12-04). */
 static const struct virtio_dev_ops blk_ops = {
 	.name = "virtio-blk",
 	.device_id = VIRTIO_ID_BLOCK_DEVICE,

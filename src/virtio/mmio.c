@@ -151,6 +151,7 @@ static void write_queue_reg(struct virtio_mmio *t, struct virtq *q, uint32_t off
 			break;
 		}
 		q->indirect_ok = virtio_mmio_has_feature(t, VIRTIO_F_INDIRECT_BIT);
+		q->event_idx = virtio_mmio_has_feature(t, VIRTIO_F_EVENT_IDX_BIT);
 		if (virtq_activate(q, t->mem) < 0) {
 			virtio_mmio_fail(t, "queue size or ring addresses are invalid");
 			break;

@@ -21,6 +21,7 @@
 #define VIRTIO_MAX_QUEUES 4
 #define VIRTIO_F_VERSION_1_BIT 32
 #define VIRTIO_F_INDIRECT_BIT 28
+#define VIRTIO_F_EVENT_IDX_BIT 29
 
 struct virtio_mmio;
 

@@ -122,6 +122,24 @@ static int walk_indirect(struct virtq *q, struct virtq_chain *c, const struct de
 	}
 }
 
+/* With VIRTIO_RING_F_EVENT_IDX the driver kicks only when its avail->idx
+ * passes the avail_event we publish (2.7.10).  We publish it only when we find
+ * the ring empty, so a driver that keeps adding while we work kicks once, not
+ * once per chain.  Then we look again: a chain the driver added before it
+ * could see the new avail_event (and so did not kick for) is ours to take.
+ * Returns the avail index, as loaded after the publication. */
+static uint16_t arm_kick(struct virtq *q)
+{
+	uint8_t *event = q->used + 4 + 8u * q->size;
+
+	store16(event, q->last_avail);
+	guest_mem_mark(q->mem, event, 2);
+	/* Our avail_event store before our avail->idx load; the driver orders
+	 * its avail->idx store before its avail_event load the same way. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return load16(q->avail + 2);
+}
+
 int virtq_pop(struct virtq *q, struct virtq_chain *c)
 {
 	uint16_t avail_idx, head, i, steps = 0;
@@ -131,6 +149,8 @@ int virtq_pop(struct virtq *q, struct virtq_chain *c)
 	if (!q->ready || !q->avail)
 		return 0;
 	avail_idx = load16(q->avail + 2);
+	if (avail_idx == q->last_avail && q->event_idx)
+		avail_idx = arm_kick(q);
 	if (avail_idx == q->last_avail)
 		return 0;
 	/* The driver can be at most a full ring ahead of us. */

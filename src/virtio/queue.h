@@ -53,7 +53,9 @@ int virtq_activate(struct virtq *q, const struct guest_mem *mem);
 void virtq_reset(struct virtq *q);
 
 /* Takes the next available chain.  Returns 1 and fills c, 0 when the ring is
- * empty, -EINVAL when the driver broke the rules. */
+ * empty, -EINVAL when the driver broke the rules.  With event indexes, finding
+ * the ring empty asks the driver for a kick at its next chain (avail_event),
+ * so a device sleeps only after a 0 from here. */
 int virtq_pop(struct virtq *q, struct virtq_chain *c);
 /* Hands a chain back with the number of bytes written into its buffers. */
 int virtq_push(struct virtq *q, const struct virtq_chain *c, uint32_t written);
