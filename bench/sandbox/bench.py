@@ -12,7 +12,8 @@ runs it in the helper VM when the host has none).
           O_DIRECT, libaio, queue depth 16, 256 MiB file, 15 s each.
           kosa8: a delta over the image; QEMU: the raw image with
           snapshot=on (its own copy-on-write qcow2 overlay); both files on
-          the same file system.
+          the same file system.  Raw lines: per job MiB/s, IOPS and the
+          slowest completion in ms (a stall shows there).
   vsock   a running sandbox; a guest process listens on vsock ports, the
           host connects through the sandbox's vsock socket and streams
           256 MiB each way; beside it the same bytes through `kosa8 exec`'s
