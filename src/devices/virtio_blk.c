@@ -263,10 +263,10 @@ static void blk_reset(struct virtio_mmio *t)
 }
 
 /* VIRTIO_RING_F_EVENT_IDX is not offered, though the transport supports it:
- * offered here it gave 1.6x random 4K writes under the helper's nested
- * emulation, but its guests triple-faulted in 3 of 7 I/O-suite runs (3 of
- * the 4 that were a fresh helper's first) against 0 of 4 without it, for a
- * reason not found (bench/results/sandbox.md, 2026-12-04). */
+ * offered here it gave 1.7x random 4K writes under the helper's nested
+ * emulation, but 4 of 11 I/O-suite runs with it failed (3 guest triple
+ * faults, 1 hang) against 0 of 4 without, for a reason not found
+ * (bench/results/sandbox.md, 2026-12-04). */
 static const struct virtio_dev_ops blk_ops = {
 	.name = "virtio-blk",
 	.device_id = VIRTIO_ID_BLOCK_DEVICE,
