@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds kosa8's tiny test initramfs: busybox-static, its applet links, the
-# /init next to this script and vsock-probe (built here, static), as a
+# /init next to this script, vsock-probe and the escape suite's
+# virtq-attack (tests/security; both built here, static), as a
 # gzip-compressed newc cpio.  No root needed:
 # the one device node the kernel wants before /init runs (/dev/console) is
 # written as a second cpio archive by hand; the kernel unpacks both.
@@ -10,7 +11,7 @@
 #
 # Result: <cache>/initramfs/<key>/initramfs.cpio.gz, where <cache> is
 # ${KOSA8_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kosa8} and <key> hashes
-# this script, /init, vsock-probe.c and the busybox binary.  The build is reproducible: fixed
+# this script, /init, vsock-probe.c, virtq-attack.c and the busybox binary.  The build is reproducible: fixed
 # owners, times and inode numbers.
 set -euo pipefail
 
@@ -28,7 +29,8 @@ die() { echo "[initramfs] error: $*" >&2; exit 1; }
 if file -L "$busybox" 2>/dev/null | grep -q 'dynamically linked'; then
 	die "$busybox is dynamically linked; install busybox-static (make deps)"
 fi
-key=$(cat "$0" "$here/init" "$here/vsock-probe.c" "$busybox" | sha256sum | cut -c1-16)
+attack=$here/../../tests/security/virtq-attack.c
+key=$(cat "$0" "$here/init" "$here/vsock-probe.c" "$attack" "$busybox" | sha256sum | cut -c1-16)
 out=$idir/$key
 
 if [ "${1:-}" = "--path" ]; then
@@ -58,6 +60,8 @@ build() {
 	install -m 755 "$here/init" "$stage/init"
 	${CC:-cc} -std=gnu11 -O2 -Wall -Wextra -Werror -static -o "$stage/bin/vsock-probe" \
 		"$here/vsock-probe.c" || die "cannot build vsock-probe (a C compiler and static libc: make deps)"
+	${CC:-cc} -std=gnu11 -O2 -Wall -Wextra -Werror -static -o "$stage/bin/virtq-attack" \
+		"$attack" || die "cannot build virtq-attack (a C compiler and static libc: make deps)"
 	# Every applet as a symlink, so that the shell test finds its commands.
 	for applet in $("$busybox" --list-full); do
 		[ -e "$stage/$applet" ] || ln -s /bin/busybox "$stage/$applet"

@@ -8,6 +8,10 @@
  *     virtq-attack vsock   malformed and hostile packets (the device's own
  *                          parser and connection state), against
  *                          virtio-vsock
+ *     virtq-attack blk     malformed block requests against virtio-blk (a
+ *                          disk that is not the guest's root: the test
+ *                          initramfs's k8.test=blkattack)
+ *     virtq-attack blk-ro  writes to a read-only virtio-blk disk
  *
  * Each case prints one line
  *
@@ -69,6 +73,7 @@
 #define QSIZE 8
 #define PAGE 4096
 #define MAGIC 0x74726976 /* "virt" */
+#define ID_BLK 2
 #define ID_RNG 4
 #define ID_VSOCK 19
 #define R_CONFIG 0x100
@@ -180,6 +185,10 @@ static void reset_device(void)
 		memset(pages[i], 0, PAGE);
 }
 
+/* Device feature bits 0-23 the cases accept besides indirect descriptors
+ * (blk: flush, discard, write zeroes). */
+static uint32_t dev_features;
+
 /* Features and status up to FEATURES_OK; 0 when the device took them. */
 static int negotiate(bool indirect)
 {
@@ -187,7 +196,7 @@ static int negotiate(bool indirect)
 	wr(R_STATUS, S_ACK);
 	wr(R_STATUS, S_ACK | S_DRIVER);
 	wr(R_DRV_FEAT_SEL, 0);
-	wr(R_DRV_FEAT, indirect ? 1u << 28 : 0);
+	wr(R_DRV_FEAT, (indirect ? 1u << 28 : 0) | dev_features);
 	wr(R_DRV_FEAT_SEL, 1);
 	wr(R_DRV_FEAT, 1); /* VIRTIO_F_VERSION_1 */
 	wr(R_STATUS, S_ACK | S_DRIVER | S_FEATURES_OK);
@@ -229,13 +238,14 @@ static bool start(const char *name, int (*how)(bool), bool indirect)
 }
 
 /* One queue of ours: table, avail and used ring pages, and how far each
- * side has got.  rng's queue is pages 0-2, vsock's rx and tx 5-7, 12-14. */
+ * side has got.  The queue of a one-queue device (rng, blk), q0, is pages
+ * 0-2; vsock's rx and tx 5-7, 12-14. */
 struct ring {
 	int first_page;
 	uint16_t avail_idx, used_seen;
 };
 
-static struct ring rngq = {.first_page = 0}, rxq = {.first_page = 5}, txq = {.first_page = 12};
+static struct ring q0 = {.first_page = 0}, rxq = {.first_page = 5}, txq = {.first_page = 12};
 
 static struct desc *ring_table(const struct ring *r) { return (struct desc *)pages[r->first_page]; }
 static volatile uint16_t *ring_avail(const struct ring *r) { return (volatile uint16_t *)pages[r->first_page + 1]; }
@@ -271,10 +281,10 @@ static void sleep_ms(long ms)
  * or the device to ask for a reset. */
 static void kick(uint16_t head, uint16_t idx)
 {
-	rngq.avail_idx = (uint16_t)(idx - 1);
-	ring_publish(&rngq, head, 0);
+	q0.avail_idx = (uint16_t)(idx - 1);
+	ring_publish(&q0, head, 0);
 	for (int i = 0; i < 200; i++) {
-		if (ring_used_idx(&rngq) || (rd(R_STATUS) & S_NEEDS_RESET))
+		if (ring_used_idx(&q0) || (rd(R_STATUS) & S_NEEDS_RESET))
 			break;
 		sleep_ms(10);
 	}
@@ -288,9 +298,9 @@ static void expect_reset(const char *name)
 	if (rd(R_MAGIC) != MAGIC)
 		say(name, "bad: the device stopped answering (magic 0x%x)", rd(R_MAGIC));
 	else if (!(st & S_NEEDS_RESET))
-		say(name, "bad: status 0x%x without DEVICE_NEEDS_RESET, used idx %u", st, ring_used_idx(&rngq));
-	else if (ring_used_idx(&rngq))
-		say(name, "bad: the device completed %u chain(s) before giving up", ring_used_idx(&rngq));
+		say(name, "bad: status 0x%x without DEVICE_NEEDS_RESET, used idx %u", st, ring_used_idx(&q0));
+	else if (ring_used_idx(&q0))
+		say(name, "bad: the device completed %u chain(s) before giving up", ring_used_idx(&q0));
 	else
 		say(name, "ok");
 }
@@ -310,11 +320,11 @@ static void case_control(const char *name)
 {
 	if (!start(name, setup, false))
 		return;
-	ring_table(&rngq)[0] = (struct desc){phys[3], 64, F_WRITE, 0};
+	ring_table(&q0)[0] = (struct desc){phys[3], 64, F_WRITE, 0};
 	kick(0, 1);
-	if (ring_used_idx(&rngq) != 1 || ring_used_len(&rngq, 0) != 64 || !buffer_filled(pages[3], 64) ||
+	if (ring_used_idx(&q0) != 1 || ring_used_len(&q0, 0) != 64 || !buffer_filled(pages[3], 64) ||
 	    (rd(R_STATUS) & S_NEEDS_RESET))
-		say(name, "bad: used idx %u len %u status 0x%x", ring_used_idx(&rngq), ring_used_len(&rngq, 0), rd(R_STATUS));
+		say(name, "bad: used idx %u len %u status 0x%x", ring_used_idx(&q0), ring_used_len(&q0, 0), rd(R_STATUS));
 	else
 		say(name, "ok");
 }
@@ -324,7 +334,7 @@ static void case_one(const char *name, uint64_t addr, uint32_t len, uint16_t fla
 {
 	if (!start(name, setup, flags & F_INDIRECT))
 		return;
-	ring_table(&rngq)[0] = (struct desc){addr, len, flags, 0};
+	ring_table(&q0)[0] = (struct desc){addr, len, flags, 0};
 	kick(0, 1);
 	expect_reset(name);
 }
@@ -333,8 +343,8 @@ static void case_loop(const char *name)
 {
 	if (!start(name, setup, false))
 		return;
-	ring_table(&rngq)[0] = (struct desc){phys[3], 16, F_WRITE | F_NEXT, 1};
-	ring_table(&rngq)[1] = (struct desc){phys[3] + 16, 16, F_WRITE | F_NEXT, 0};
+	ring_table(&q0)[0] = (struct desc){phys[3], 16, F_WRITE | F_NEXT, 1};
+	ring_table(&q0)[1] = (struct desc){phys[3] + 16, 16, F_WRITE | F_NEXT, 0};
 	kick(0, 1);
 	expect_reset(name);
 }
@@ -346,7 +356,7 @@ static void case_longer_than_queue(const char *name)
 	if (!start(name, setup, false))
 		return;
 	for (int i = 0; i < QSIZE; i++)
-		ring_table(&rngq)[i] = (struct desc){phys[3] + 8 * i, 8, F_WRITE | F_NEXT, (uint16_t)((i + 1) % QSIZE)};
+		ring_table(&q0)[i] = (struct desc){phys[3] + 8 * i, 8, F_WRITE | F_NEXT, (uint16_t)((i + 1) % QSIZE)};
 	kick(0, 1);
 	expect_reset(name);
 }
@@ -358,7 +368,7 @@ static void case_indirect(const char *name, const struct desc *entries, int n, u
 	if (!start(name, setup, true))
 		return;
 	memcpy(pages[4], entries, (size_t)n * sizeof(*entries));
-	ring_table(&rngq)[0] = (struct desc){phys[4], len, F_INDIRECT, 0};
+	ring_table(&q0)[0] = (struct desc){phys[4], len, F_INDIRECT, 0};
 	kick(0, 1);
 	expect_reset(name);
 }
@@ -381,7 +391,7 @@ static void case_head_out_of_range(const char *name)
 {
 	if (!start(name, setup, false))
 		return;
-	ring_table(&rngq)[0] = (struct desc){phys[3], 16, F_WRITE, 0};
+	ring_table(&q0)[0] = (struct desc){phys[3], 16, F_WRITE, 0};
 	kick(200, 1);
 	expect_reset(name);
 }
@@ -392,7 +402,7 @@ static void case_avail_jump(const char *name)
 	if (!start(name, setup, false))
 		return;
 	for (int i = 0; i < QSIZE; i++)
-		ring_table(&rngq)[i] = (struct desc){phys[3] + 8 * i, 8, F_WRITE, 0};
+		ring_table(&q0)[i] = (struct desc){phys[3] + 8 * i, 8, F_WRITE, 0};
 	kick(0, 40000);
 	expect_reset(name);
 }
@@ -454,10 +464,10 @@ static void case_bogus_queue(const char *name)
 	wr(R_QUEUE_NUM, 4);
 	wr(R_QUEUE_READY, 1);
 	wr(R_QUEUE_SEL, 0);
-	ring_table(&rngq)[0] = (struct desc){phys[3], 32, F_WRITE, 0};
+	ring_table(&q0)[0] = (struct desc){phys[3], 32, F_WRITE, 0};
 	kick(0, 1);
-	if (ring_used_idx(&rngq) != 1 || (rd(R_STATUS) & S_NEEDS_RESET))
-		say(name, "bad: used idx %u status 0x%x", ring_used_idx(&rngq), rd(R_STATUS));
+	if (ring_used_idx(&q0) != 1 || (rd(R_STATUS) & S_NEEDS_RESET))
+		say(name, "bad: used idx %u status 0x%x", ring_used_idx(&q0), rd(R_STATUS));
 	else
 		say(name, "ok");
 }
@@ -827,6 +837,444 @@ static void vcase_rst_flood(const char *name, int n)
 		say(name, "ok");
 }
 
+/* ---- virtio-blk: the device's request parser (5.2.6) ---- */
+
+#define T_IN 0
+#define T_OUT 1
+#define T_FLUSH 4
+#define T_GET_ID 8
+#define T_DISCARD 11
+#define T_WRITE_ZEROES 13
+#define BS_OK 0
+#define BS_IOERR 1
+#define BS_UNSUPP 2
+#define BLK_F_FLUSH (1u << 9)
+#define BLK_F_DISCARD (1u << 13)
+#define BLK_F_WRITE_ZEROES (1u << 14)
+/* Page 3 holds a request's header (offset 0) and its status byte; page 5
+ * discard segments; pages 8-11 data, one descriptor each. */
+#define STATUS_OFF 2048
+#define STATUS_UNSET 0xee
+#define CANARY 0xa5
+/* What init wrote to sector 8 through the kernel's driver before
+ * unbinding it, and what the case control_write writes to sector 9 (init
+ * reads it back through the driver once it is bound again). */
+#define PATTERN_INIT "k8-blk-attack-pattern"
+#define PATTERN_HAND "k8-blk-written-by-hand"
+
+static uint64_t capacity; /* sectors, from the device's config space */
+
+struct seg {
+	uint64_t sector;
+	uint32_t num_sectors, flags;
+};
+
+static struct desc hdr_desc(uint32_t type, uint64_t sector)
+{
+	struct {
+		uint32_t type, reserved;
+		uint64_t sector;
+	} h = {type, 0, sector};
+
+	memcpy(pages[3], &h, sizeof(h));
+	return (struct desc){phys[3], sizeof(h), 0, 0};
+}
+
+static struct desc data_desc(int i, uint32_t len, uint16_t flags)
+{
+	return (struct desc){phys[8 + i], len, flags, 0};
+}
+
+static struct desc status_desc(void)
+{
+	pages[3][STATUS_OFF] = STATUS_UNSET;
+	return (struct desc){phys[3] + STATUS_OFF, 1, F_WRITE, 0};
+}
+
+static struct desc segs_desc(const struct seg *s, int n, uint32_t len)
+{
+	memcpy(pages[5], s, (size_t)n * sizeof(*s));
+	return (struct desc){phys[5], len, 0, 0};
+}
+
+/* Chains n descriptors as request 0 and kicks it. */
+static void submit(const struct desc *d, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct desc e = d[i];
+		if (i + 1 < n) {
+			e.flags |= F_NEXT;
+			e.next = (uint16_t)(i + 1);
+		}
+		ring_table(&q0)[i] = e;
+	}
+	kick(0, 1);
+}
+
+/* Whether the request was answered with status `want` and `len` bytes
+ * written in all (5.2.6: the status byte counts), the device still live;
+ * says why not. */
+static bool answered(const char *name, uint8_t want, uint32_t len)
+{
+	uint8_t got = pages[3][STATUS_OFF];
+
+	if (rd(R_STATUS) & S_NEEDS_RESET)
+		say(name, "bad: the device asked for a reset (status 0x%x)", rd(R_STATUS));
+	else if (ring_used_idx(&q0) != 1)
+		say(name, "bad: not completed within 2 s (used idx %u)", ring_used_idx(&q0));
+	else if (got != want || ring_used_len(&q0, 0) != len)
+		say(name, "bad: status %u, %u bytes written; want status %u, %u bytes", got,
+		    ring_used_len(&q0, 0), want, len);
+	else
+		return true;
+	return false;
+}
+
+static bool canary_intact(int page, size_t from)
+{
+	for (size_t i = from; i < PAGE; i++)
+		if (pages[page][i] != CANARY)
+			return false;
+	return true;
+}
+
+/* One request of three descriptors (header, one data buffer, status). */
+static void rw_request(uint32_t type, uint64_t sector, uint32_t len, uint16_t data_flags)
+{
+	struct desc d[] = {hdr_desc(type, sector), data_desc(0, len, data_flags), status_desc()};
+
+	submit(d, 3);
+}
+
+/* A request with no data: the header and the status byte. */
+static void bare_request(uint32_t type, uint64_t sector)
+{
+	struct desc d[] = {hdr_desc(type, sector), status_desc()};
+
+	submit(d, 2);
+}
+
+/* Reads one sector into page 8 in a request of its own; 0 when answered. */
+static int read_sector(uint64_t sector)
+{
+	if (setup(false))
+		return -EPROTO;
+	rw_request(T_IN, sector, 512, F_WRITE);
+	return ring_used_idx(&q0) == 1 && pages[3][STATUS_OFF] == BS_OK ? 0 : -EIO;
+}
+
+/* Positive controls: without them every error below could be a device
+ * that never worked. */
+static void blk_control_read(const char *name)
+{
+	if (!start(name, setup, false))
+		return;
+	rw_request(T_IN, 8, 512, F_WRITE);
+	if (!answered(name, BS_OK, 513))
+		return;
+	if (memcmp(pages[8], PATTERN_INIT, strlen(PATTERN_INIT)))
+		say(name, "bad: sector 8 does not hold what init wrote there");
+	else
+		say(name, "ok");
+}
+
+static void blk_control_write(const char *name)
+{
+	if (!start(name, setup, false))
+		return;
+	memcpy(pages[8], PATTERN_HAND, strlen(PATTERN_HAND));
+	rw_request(T_OUT, 9, 512, 0);
+	if (!answered(name, BS_OK, 1))
+		return;
+	if (read_sector(9) || memcmp(pages[8], PATTERN_HAND, strlen(PATTERN_HAND)))
+		say(name, "bad: sector 9 does not read back as written");
+	else
+		say(name, "ok");
+}
+
+static void blk_control_bare(const char *name, uint32_t type)
+{
+	if (!start(name, setup, false))
+		return;
+	bare_request(type, 0);
+	if (answered(name, BS_OK, 1))
+		say(name, "ok");
+}
+
+static void blk_control_discard(const char *name)
+{
+	struct seg s = {100, 8, 0};
+	struct desc d[3];
+
+	if (!start(name, setup, false))
+		return;
+	d[0] = hdr_desc(T_DISCARD, 0);
+	d[1] = segs_desc(&s, 1, sizeof(s));
+	d[2] = status_desc();
+	submit(d, 3);
+	if (answered(name, BS_OK, 1))
+		say(name, "ok");
+}
+
+/* The serial in a buffer of `len` bytes: no byte past it is touched. */
+static void blk_get_id(const char *name, uint32_t len)
+{
+	if (!start(name, setup, false))
+		return;
+	memset(pages[8], CANARY, PAGE);
+	rw_request(T_GET_ID, 0, len, F_WRITE);
+	if (!answered(name, BS_OK, (len < 20 ? len : 20) + 1))
+		return;
+	if (memcmp(pages[8], "kosa8-disk0", len < 11 ? len : 11) || !canary_intact(8, len))
+		say(name, "bad: the serial is not 'kosa8-disk0' cut to %u bytes, or bytes past it changed", len);
+	else
+		say(name, "ok");
+}
+
+/* The header split over two descriptors: any framing is legal (2.6.4). */
+static void blk_header_split(const char *name)
+{
+	struct desc d[4];
+
+	if (!start(name, setup, false))
+		return;
+	d[0] = hdr_desc(T_IN, 8);
+	d[0].len = 8;
+	d[1] = (struct desc){phys[3] + 8, 8, 0, 0};
+	d[2] = data_desc(0, 512, F_WRITE);
+	d[3] = status_desc();
+	submit(d, 4);
+	if (answered(name, BS_OK, 513))
+		say(name, "ok");
+}
+
+/* A read spread over an indirect table: 4 data buffers of 1 KiB. */
+static void blk_indirect_read(const char *name)
+{
+	struct desc *t = (struct desc *)pages[4];
+
+	if (!start(name, setup, true))
+		return;
+	t[0] = hdr_desc(T_IN, 8);
+	for (int i = 0; i < 4; i++)
+		t[1 + i] = data_desc(i, 1024, F_WRITE);
+	t[5] = status_desc();
+	for (int i = 0; i < 5; i++) {
+		t[i].flags |= F_NEXT;
+		t[i].next = (uint16_t)(i + 1);
+	}
+	ring_table(&q0)[0] = (struct desc){phys[4], 6 * sizeof(*t), F_INDIRECT, 0};
+	kick(0, 1);
+	if (answered(name, BS_OK, 4097))
+		say(name, "ok");
+}
+
+/* Requests the device must answer with an error status, and stay live. */
+static void blk_rw_refused(const char *name, uint32_t type, uint64_t sector, uint32_t len, uint8_t want)
+{
+	if (!start(name, setup, false))
+		return;
+	memset(pages[8], CANARY, PAGE);
+	rw_request(type, sector, len, type == T_IN ? F_WRITE : 0);
+	if (!answered(name, want, 1))
+		return;
+	if (type == T_IN && !canary_intact(8, 0))
+		say(name, "bad: the refused read wrote into the guest's buffer");
+	else
+		say(name, "ok");
+}
+
+static void blk_bare_refused(const char *name, uint32_t type, uint8_t want)
+{
+	if (!start(name, setup, false))
+		return;
+	bare_request(type, 0);
+	if (answered(name, want, 1))
+		say(name, "ok");
+}
+
+/* n discard (or write-zeroes) segments, `len` bytes of them sent. */
+static void blk_segs_refused(const char *name, uint32_t type, const struct seg *s, int n, uint32_t len,
+			     uint8_t want)
+{
+	struct desc d[3];
+
+	if (!start(name, setup, false))
+		return;
+	d[0] = hdr_desc(type, 0);
+	if (len) {
+		d[1] = segs_desc(s, n, len);
+		d[2] = status_desc();
+		submit(d, 3);
+	} else {
+		d[1] = status_desc();
+		submit(d, 2);
+	}
+	if (answered(name, want, 1))
+		say(name, "ok");
+}
+
+static void blk_cases_segs(void)
+{
+	struct seg many[33], one = {0, 8, 0};
+
+	for (int i = 0; i < 33; i++)
+		many[i] = (struct seg){(uint64_t)i * 8, 8, 0};
+	/* 32 is the max_discard_seg the device offers. */
+	blk_segs_refused("discard_33_segments", T_DISCARD, many, 33, sizeof(many), BS_IOERR);
+	blk_segs_refused("discard_no_segment", T_DISCARD, NULL, 0, 0, BS_IOERR);
+	blk_segs_refused("discard_partial_segment", T_DISCARD, &one, 1, 8, BS_IOERR);
+	blk_segs_refused("discard_unknown_flag", T_DISCARD, &(struct seg){0, 8, 2}, 1, sizeof(one), BS_UNSUPP);
+	blk_segs_refused("discard_past_end", T_DISCARD, &(struct seg){capacity - 1, 2, 0}, 1, sizeof(one), BS_IOERR);
+	blk_segs_refused("discard_sector_wraps", T_DISCARD, &(struct seg){UINT64_MAX, 1, 0}, 1, sizeof(one), BS_IOERR);
+	blk_segs_refused("write_zeroes_4g_sectors", T_WRITE_ZEROES, &(struct seg){0, UINT32_MAX, 0}, 1, sizeof(one),
+			 BS_IOERR);
+}
+
+/* Whether the request was completed (whatever its status), the device
+ * still live; says why not. */
+static bool completed(const char *name)
+{
+	if (!(rd(R_STATUS) & S_NEEDS_RESET) && ring_used_idx(&q0) == 1)
+		return true;
+	say(name, "bad: status 0x%x, used idx %u", rd(R_STATUS), ring_used_idx(&q0));
+	return false;
+}
+
+/* Buffers facing the wrong way: a read whose data buffer the device may
+ * only read, a write whose data buffer it may only write.  Neither moves
+ * a byte between the disk and that buffer. */
+static void blk_read_into_readonly(const char *name)
+{
+	if (!start(name, setup, false))
+		return;
+	memset(pages[8], CANARY, PAGE);
+	rw_request(T_IN, 8, 512, 0);
+	if (!completed(name))
+		return;
+	if (!canary_intact(8, 0))
+		say(name, "bad: the device wrote disk data into a buffer it may only read");
+	else
+		say(name, "ok");
+}
+
+static void blk_write_from_writable(const char *name)
+{
+	if (!start(name, setup, false))
+		return;
+	memset(pages[8], CANARY, PAGE);
+	rw_request(T_OUT, 10, 512, F_WRITE);
+	if (!completed(name))
+		return;
+	if (!canary_intact(8, 0))
+		say(name, "bad: the device wrote into the data buffer of a write");
+	else if (read_sector(10) || buffer_filled(pages[8], 512))
+		say(name, "bad: sector 10 no longer reads as zeros");
+	else
+		say(name, "ok");
+}
+
+/* Chains no request may have: the device asks for a reset and completes
+ * nothing. */
+static void blk_malformed(const char *name, struct desc *d, int n)
+{
+	submit(d, n);
+	expect_reset(name);
+}
+
+static void blk_cases_malformed(void)
+{
+	struct desc d[4];
+
+	if (start("no_status_byte", setup, false)) {
+		d[0] = hdr_desc(T_IN, 8);
+		d[1] = data_desc(0, 512, 0);
+		blk_malformed("no_status_byte", d, 2);
+	}
+	if (start("header_short", setup, false)) {
+		d[0] = hdr_desc(T_IN, 8);
+		d[0].len = 8;
+		d[1] = status_desc();
+		blk_malformed("header_short", d, 2);
+	}
+	if (start("header_device_writable", setup, false)) {
+		d[0] = hdr_desc(T_IN, 8);
+		d[0].flags = F_WRITE;
+		d[1] = status_desc();
+		blk_malformed("header_device_writable", d, 2);
+	}
+	if (start("status_len_zero", setup, false)) {
+		d[0] = hdr_desc(T_FLUSH, 0);
+		d[1] = status_desc();
+		d[1].len = 0;
+		blk_malformed("status_len_zero", d, 2);
+	}
+	if (start("data_readable_after_status", setup, false)) {
+		d[0] = hdr_desc(T_OUT, 8);
+		d[1] = status_desc();
+		d[2] = data_desc(0, 512, 0);
+		blk_malformed("data_readable_after_status", d, 3);
+	}
+	if (start("data_outside_ram", setup, false)) {
+		d[0] = hdr_desc(T_IN, 0);
+		d[1] = (struct desc){0xfff000000000ULL, 512, F_WRITE, 0};
+		d[2] = status_desc();
+		blk_malformed("data_outside_ram", d, 3);
+	}
+	if (start("data_len_4g", setup, false)) {
+		d[0] = hdr_desc(T_IN, 0);
+		d[1] = data_desc(0, UINT32_MAX, F_WRITE);
+		d[2] = status_desc();
+		blk_malformed("data_len_4g", d, 3);
+	}
+}
+
+static void attack_blk(void)
+{
+	dev_features = BLK_F_FLUSH | BLK_F_DISCARD | BLK_F_WRITE_ZEROES;
+	capacity = rd(R_CONFIG) | (uint64_t)rd(R_CONFIG + 4) << 32;
+	blk_control_read("control_read");
+	blk_control_write("control_write");
+	blk_control_bare("control_flush", T_FLUSH);
+	blk_control_discard("control_discard");
+	blk_get_id("control_get_id", 20);
+	blk_header_split("header_split_over_two_buffers");
+	blk_indirect_read("indirect_read");
+	blk_rw_refused("read_at_capacity", T_IN, capacity, 512, BS_IOERR);
+	blk_rw_refused("read_across_end", T_IN, capacity - 1, 1024, BS_IOERR);
+	blk_rw_refused("read_sector_wraps", T_IN, UINT64_MAX, 512, BS_IOERR);
+	blk_rw_refused("read_sector_times_512_wraps", T_IN, 1ULL << 55, 512, BS_IOERR);
+	blk_rw_refused("read_len_not_sectors", T_IN, 8, 100, BS_IOERR);
+	blk_rw_refused("write_at_capacity", T_OUT, capacity, 512, BS_IOERR);
+	blk_rw_refused("write_across_end", T_OUT, capacity - 1, 1024, BS_IOERR);
+	blk_bare_refused("type_unknown", 0x99, BS_UNSUPP);
+	blk_bare_refused("type_all_ones", UINT32_MAX, BS_UNSUPP);
+	blk_bare_refused("type_secure_erase", 14, BS_UNSUPP);
+	blk_get_id("get_id_4_byte_buffer", 4);
+	blk_cases_segs();
+	blk_read_into_readonly("read_into_readonly_buffer");
+	blk_write_from_writable("write_from_writable_buffer");
+	blk_cases_malformed();
+	/* After all that, a reset brings the device back. */
+	blk_control_read("recovers_after_reset");
+	reset_device();
+}
+
+/* A read-only disk (--disk-ro): every kind of write refused. */
+static void attack_blk_ro(void)
+{
+	struct seg one = {0, 8, 0};
+
+	dev_features = 0; /* it offers no flush, discard or write zeroes */
+	capacity = rd(R_CONFIG) | (uint64_t)rd(R_CONFIG + 4) << 32;
+	blk_control_read("control_read");
+	blk_rw_refused("write", T_OUT, 8, 512, BS_IOERR);
+	blk_segs_refused("discard", T_DISCARD, &one, 1, sizeof(one), BS_IOERR);
+	blk_segs_refused("write_zeroes", T_WRITE_ZEROES, &one, 1, sizeof(one), BS_IOERR);
+	blk_control_read("still_reads_after_writes");
+	reset_device();
+}
+
 static void attack_vsock(void)
 {
 	prefix = "vsockpkt";
@@ -867,14 +1315,27 @@ static void attack_rng(void)
 
 int main(int argc, char **argv)
 {
-	bool vsock = argc > 1 && !strcmp(argv[1], "vsock");
+	static const struct {
+		const char *arg, *prefix, *device;
+		uint32_t id;
+		void (*attack)(void);
+	} modes[] = {
+		{"rng", "virtq", "rng", ID_RNG, attack_rng},
+		{"vsock", "vsockpkt", "vsock", ID_VSOCK, attack_vsock},
+		{"blk", "blk", "blk", ID_BLK, attack_blk},
+		{"blk-ro", "blkro", "blk", ID_BLK, attack_blk_ro},
+	};
+	const char *arg = argc > 1 ? argv[1] : "rng";
 	int memfd, err;
+	size_t m;
 
-	if (argc > 1 && !vsock && strcmp(argv[1], "rng")) {
-		fprintf(stderr, "usage: virtq-attack [rng|vsock]\n");
+	for (m = 0; m < sizeof(modes) / sizeof(modes[0]) && strcmp(arg, modes[m].arg); m++)
+		;
+	if (argc > 2 || m == sizeof(modes) / sizeof(modes[0])) {
+		fprintf(stderr, "usage: virtq-attack [rng|vsock|blk|blk-ro]\n");
 		return 2;
 	}
-	prefix = vsock ? "vsockpkt" : "virtq";
+	prefix = modes[m].prefix;
 	if ((err = alloc_pages())) {
 		say("setup", "bad: cannot lock ring pages or read their frames: %s", strerror(-err));
 		return 1;
@@ -884,15 +1345,12 @@ int main(int argc, char **argv)
 		say("setup", "bad: /dev/mem: %s", strerror(errno));
 		return 1;
 	}
-	if ((err = find_device(memfd, vsock ? ID_VSOCK : ID_RNG))) {
-		say("setup", "bad: no virtio-%s device on the command line: %s", vsock ? "vsock" : "rng",
+	if ((err = find_device(memfd, modes[m].id))) {
+		say("setup", "bad: no virtio-%s device on the command line: %s", modes[m].device,
 		    strerror(-err));
 		return 1;
 	}
 	say("setup", "ok");
-	if (vsock)
-		attack_vsock();
-	else
-		attack_rng();
+	modes[m].attack();
 	return 0;
 }
