@@ -176,6 +176,7 @@ static void reg_write(struct virtio_mmio *t, uint32_t off, uint32_t v)
 		break;
 	case VIRTIO_MMIO_QUEUE_SEL: t->s.queue_sel = v; break;
 	case VIRTIO_MMIO_QUEUE_NOTIFY:
+		t->notify_exits++;
 		if (v < t->ops->nqueues && t->s.queues[v].ready && virtio_mmio_driver_ok(t) &&
 		    t->ops->notify)
 			t->ops->notify(t, (uint16_t)v);

@@ -61,6 +61,9 @@ struct virtio_mmio {
 	void *irq_ctx;
 	pthread_mutex_t lock;       /* register file, queues: vCPU and device threads */
 	struct virtio_mmio_state s;
+	/* QueueNotify writes that exited to the VMM (lock held): none where the
+	 * hypervisor rings a doorbell for them instead.  Not saved state. */
+	uint64_t notify_exits;
 };
 
 void virtio_mmio_init(struct virtio_mmio *t, const struct virtio_dev_ops *ops, void *dev,

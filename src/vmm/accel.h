@@ -126,6 +126,13 @@ int accel_dirty_log(struct accel_vm *vm, uint32_t slot, uint64_t *bitmap);
 int accel_create_irqchip(struct accel_vm *vm);
 int accel_irq_line(struct accel_vm *vm, uint32_t gsi, int level);
 
+/* A doorbell in the hypervisor: a guest write of `len` bytes equal to
+ * `value` at the guest-physical MMIO address `gpa` signals the eventfd `fd`
+ * without the vCPU leaving the hypervisor (KVM_IOEVENTFD).  A device whose
+ * I/O thread waits on fd then costs the guest no exit to the VMM per
+ * notification; writes of other values still exit as MMIO. */
+int accel_mmio_doorbell(struct accel_vm *vm, uint64_t gpa, uint32_t len, uint64_t value, int fd);
+
 /* CPUID leaves the hypervisor can offer (before filtering). */
 int accel_supported_cpuid(struct accel_vm *vm, struct cpuid_leaf *leaves,
 			  size_t max, size_t *count);

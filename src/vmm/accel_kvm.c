@@ -274,6 +274,14 @@ int accel_irq_line(struct accel_vm *vm, uint32_t gsi, int level)
 	return ioctl(vm->vm_fd, KVM_IRQ_LINE, &irq) < 0 ? -errno : 0;
 }
 
+int accel_mmio_doorbell(struct accel_vm *vm, uint64_t gpa, uint32_t len, uint64_t value, int fd)
+{
+	struct kvm_ioeventfd io = {.datamatch = value, .addr = gpa, .len = len, .fd = fd,
+				   .flags = KVM_IOEVENTFD_FLAG_DATAMATCH};
+
+	return ioctl(vm->vm_fd, KVM_IOEVENTFD, &io) < 0 ? -errno : 0;
+}
+
 int accel_supported_cpuid(struct accel_vm *vm, struct cpuid_leaf *leaves,
 			  size_t max, size_t *count)
 {
