@@ -30,7 +30,8 @@ struct virtio_blk {
 	bool read_only;
 	uint64_t capacity;      /* in 512-byte sectors */
 	char serial[20];        /* VIRTIO_BLK_T_GET_ID answer */
-	int kick_fd;            /* eventfd: the vCPU's notify wakes the I/O thread */
+	int kick_fd;            /* eventfd: the guest's notify wakes the I/O thread (KVM
+	                         * signals it, vm.c add_doorbells; else the vCPU) */
 	pthread_t thread;
 	bool thread_started;
 	volatile int stopping;
