@@ -102,8 +102,8 @@ static void add_doorbells(struct vm *vm, const struct virtio_mmio *t, int fd)
 {
 	for (uint16_t q = 0; q < t->ops->nqueues; q++)
 		if (accel_mmio_doorbell(vm->accel, t->bus.base + VIRTIO_MMIO_QUEUE_NOTIFY, 4, q, fd)) {
-			log_info("%s: no doorbell in the hypervisor; its notifies exit to the VMM",
-				 t->ops->name);
+			log_info("%s: no doorbell in the hypervisor from queue %u on; those notifies exit to the VMM",
+				 t->ops->name, q);
 			return;
 		}
 }
@@ -736,13 +736,8 @@ void vm_destroy(struct vm *vm)
 	if (vm->has_vsock)
 		virtio_vsock_destroy(&vm->vsock);
 	vm->has_vsock = false;
-	if (vm->has_blk) {
-		/* -v: what the disk did, and whether its doorbell took the notifies */
-		log_info("virtio-blk: %llu reads, %llu writes, %llu notifies exited to the VMM",
-			 (unsigned long long)vm->blk.stats.reads, (unsigned long long)vm->blk.stats.writes,
-			 (unsigned long long)vm->blk.mmio.notify_exits);
+	if (vm->has_blk)
 		virtio_blk_destroy(&vm->blk);
-	}
 	vm->has_blk = false;
 	if (vm->rng.mmio.ops)
 		virtio_mmio_destroy(&vm->rng.mmio);

@@ -13,15 +13,16 @@
  *                          initramfs's k8.test=blkattack)
  *     virtq-attack blk-ro  writes to a read-only virtio-blk disk
  *
- * Each case prints one line
+ * Each case prints one line, PREFIX virtq, vsockpkt, blk or blkro:
  *
- *     sec: virtq_NAME=ok            the device did what the spec and
- *                                   docs/vsock.md say (needs-reset, or
- *                                   ignored the request)
- *     sec: virtq_NAME=bad: WHY      it did not
+ *     sec: PREFIX_NAME=ok           the device did what the spec and
+ *                                   docs/vsock.md say (needs-reset, an
+ *                                   error status, or ignored the request)
+ *     sec: PREFIX_NAME=bad: WHY     it did not
  *
  * The host side checks that the VMM is still alive afterwards.  Built on
- * the host, static (like the agent), copied in with `kosa8 cp`.
+ * the host, static (like the agent), copied into a sandbox with `kosa8 cp`;
+ * the test initramfs carries its own copy for the block cases.
  *
  * Ring memory is this process's own locked pages; their guest-physical
  * addresses come from /proc/self/pagemap (root sees the frame numbers).
@@ -86,13 +87,16 @@ struct desc {
 };
 
 static volatile uint8_t *regs;
-/* "virtq" for the transport cases, "vsockpkt" for the vsock ones. */
+/* "virtq" for the transport cases, "vsockpkt" for the vsock ones, "blk"
+ * and "blkro" for the block ones. */
 static const char *prefix = "virtq";
 /* rng: page 0: descriptor table (first 1 KiB) and an indirect table (the
  * rest is not enough for 256 entries, so indirect tables get their own page
  * 4); page 1: avail ring; page 2: used ring; page 3: data buffer.
  * vsock: pages 5-7 the rx queue's table, avail and used rings, 8-11 its
- * receive buffers; pages 12-14 the tx queue's, 15 the packet sent. */
+ * receive buffers; pages 12-14 the tx queue's, 15 the packet sent.
+ * blk: the rng's queue pages 0-2 and 4; page 3 a request's header and
+ * status byte, 5 discard segments, 8-11 data. */
 static uint8_t *pages[NPAGES];
 static uint64_t phys[NPAGES];
 
@@ -869,6 +873,12 @@ struct seg {
 	uint32_t num_sectors, flags;
 };
 
+/* The disk's size in sectors: the first field of blk's config space. */
+static uint64_t read_capacity(void)
+{
+	return rd(R_CONFIG) | (uint64_t)rd(R_CONFIG + 4) << 32;
+}
+
 static struct desc hdr_desc(uint32_t type, uint64_t sector)
 {
 	struct {
@@ -992,30 +1002,6 @@ static void blk_control_write(const char *name)
 		say(name, "ok");
 }
 
-static void blk_control_bare(const char *name, uint32_t type)
-{
-	if (!start(name, setup, false))
-		return;
-	bare_request(type, 0);
-	if (answered(name, BS_OK, 1))
-		say(name, "ok");
-}
-
-static void blk_control_discard(const char *name)
-{
-	struct seg s = {100, 8, 0};
-	struct desc d[3];
-
-	if (!start(name, setup, false))
-		return;
-	d[0] = hdr_desc(T_DISCARD, 0);
-	d[1] = segs_desc(&s, 1, sizeof(s));
-	d[2] = status_desc();
-	submit(d, 3);
-	if (answered(name, BS_OK, 1))
-		say(name, "ok");
-}
-
 /* The serial in a buffer of `len` bytes: no byte past it is touched. */
 static void blk_get_id(const char *name, uint32_t len)
 {
@@ -1069,7 +1055,8 @@ static void blk_indirect_read(const char *name)
 		say(name, "ok");
 }
 
-/* Requests the device must answer with an error status, and stay live. */
+/* A read or write the device must answer with an error status, and stay
+ * live. */
 static void blk_rw_refused(const char *name, uint32_t type, uint64_t sector, uint32_t len, uint8_t want)
 {
 	if (!start(name, setup, false))
@@ -1084,7 +1071,8 @@ static void blk_rw_refused(const char *name, uint32_t type, uint64_t sector, uin
 		say(name, "ok");
 }
 
-static void blk_bare_refused(const char *name, uint32_t type, uint8_t want)
+/* A request of a header and a status byte only, answered with `want`. */
+static void blk_bare(const char *name, uint32_t type, uint8_t want)
 {
 	if (!start(name, setup, false))
 		return;
@@ -1093,8 +1081,9 @@ static void blk_bare_refused(const char *name, uint32_t type, uint8_t want)
 		say(name, "ok");
 }
 
-/* n discard (or write-zeroes) segments, `len` bytes of them sent. */
-static void blk_segs_refused(const char *name, uint32_t type, const struct seg *s, int n, uint32_t len,
+/* n discard (or write-zeroes) segments, `len` bytes of them sent,
+ * answered with `want`. */
+static void blk_segs(const char *name, uint32_t type, const struct seg *s, int n, uint32_t len,
 			     uint8_t want)
 {
 	struct desc d[3];
@@ -1121,13 +1110,14 @@ static void blk_cases_segs(void)
 	for (int i = 0; i < 33; i++)
 		many[i] = (struct seg){(uint64_t)i * 8, 8, 0};
 	/* 32 is the max_discard_seg the device offers. */
-	blk_segs_refused("discard_33_segments", T_DISCARD, many, 33, sizeof(many), BS_IOERR);
-	blk_segs_refused("discard_no_segment", T_DISCARD, NULL, 0, 0, BS_IOERR);
-	blk_segs_refused("discard_partial_segment", T_DISCARD, &one, 1, 8, BS_IOERR);
-	blk_segs_refused("discard_unknown_flag", T_DISCARD, &(struct seg){0, 8, 2}, 1, sizeof(one), BS_UNSUPP);
-	blk_segs_refused("discard_past_end", T_DISCARD, &(struct seg){capacity - 1, 2, 0}, 1, sizeof(one), BS_IOERR);
-	blk_segs_refused("discard_sector_wraps", T_DISCARD, &(struct seg){UINT64_MAX, 1, 0}, 1, sizeof(one), BS_IOERR);
-	blk_segs_refused("write_zeroes_4g_sectors", T_WRITE_ZEROES, &(struct seg){0, UINT32_MAX, 0}, 1, sizeof(one),
+	blk_segs("discard_33_segments", T_DISCARD, many, 33, sizeof(many), BS_IOERR);
+	blk_segs("discard_no_segment", T_DISCARD, NULL, 0, 0, BS_IOERR);
+	/* One whole segment and half of another: not a multiple of 16 bytes. */
+	blk_segs("discard_partial_segment", T_DISCARD, many, 2, sizeof(one) + 8, BS_IOERR);
+	blk_segs("discard_unknown_flag", T_DISCARD, &(struct seg){0, 8, 2}, 1, sizeof(one), BS_UNSUPP);
+	blk_segs("discard_past_end", T_DISCARD, &(struct seg){capacity - 1, 2, 0}, 1, sizeof(one), BS_IOERR);
+	blk_segs("discard_sector_wraps", T_DISCARD, &(struct seg){UINT64_MAX, 1, 0}, 1, sizeof(one), BS_IOERR);
+	blk_segs("write_zeroes_4g_sectors", T_WRITE_ZEROES, &(struct seg){0, UINT32_MAX, 0}, 1, sizeof(one),
 			 BS_IOERR);
 }
 
@@ -1171,6 +1161,29 @@ static void blk_write_from_writable(const char *name)
 	else if (read_sector(10) || buffer_filled(pages[8], 512))
 		say(name, "bad: sector 10 no longer reads as zeros");
 	else
+		say(name, "ok");
+}
+
+/* A request published and notified before DRIVER_OK: the notify reaches
+ * the device's I/O thread through KVM's doorbell, past the transport's
+ * checks, so the thread must see for itself that the driver is not ready
+ * and take nothing.  Once DRIVER_OK is set, a notify gets it served. */
+static void blk_notify_before_driver_ok(const char *name)
+{
+	if (!start(name, negotiate, false))
+		return;
+	queue_setup(QSIZE, phys[0], phys[1], phys[2]);
+	rw_request(T_IN, 8, 512, F_WRITE); /* waits 2 s for an answer */
+	if (ring_used_idx(&q0) || (rd(R_STATUS) & S_NEEDS_RESET)) {
+		say(name, "bad: before DRIVER_OK the device answered (used idx %u, status 0x%x)",
+		    ring_used_idx(&q0), rd(R_STATUS));
+		return;
+	}
+	wr(R_STATUS, S_ACK | S_DRIVER | S_FEATURES_OK | S_DRIVER_OK);
+	wr(R_QUEUE_NOTIFY, 0);
+	for (int i = 0; i < 200 && !ring_used_idx(&q0); i++)
+		sleep_ms(10);
+	if (answered(name, BS_OK, 513))
 		say(name, "ok");
 }
 
@@ -1232,14 +1245,15 @@ static void blk_cases_malformed(void)
 static void attack_blk(void)
 {
 	dev_features = BLK_F_FLUSH | BLK_F_DISCARD | BLK_F_WRITE_ZEROES;
-	capacity = rd(R_CONFIG) | (uint64_t)rd(R_CONFIG + 4) << 32;
+	capacity = read_capacity();
 	blk_control_read("control_read");
 	blk_control_write("control_write");
-	blk_control_bare("control_flush", T_FLUSH);
-	blk_control_discard("control_discard");
+	blk_bare("control_flush", T_FLUSH, BS_OK);
+	blk_segs("control_discard", T_DISCARD, &(struct seg){100, 8, 0}, 1, sizeof(struct seg), BS_OK);
 	blk_get_id("control_get_id", 20);
 	blk_header_split("header_split_over_two_buffers");
 	blk_indirect_read("indirect_read");
+	blk_notify_before_driver_ok("notify_before_driver_ok");
 	blk_rw_refused("read_at_capacity", T_IN, capacity, 512, BS_IOERR);
 	blk_rw_refused("read_across_end", T_IN, capacity - 1, 1024, BS_IOERR);
 	blk_rw_refused("read_sector_wraps", T_IN, UINT64_MAX, 512, BS_IOERR);
@@ -1247,9 +1261,9 @@ static void attack_blk(void)
 	blk_rw_refused("read_len_not_sectors", T_IN, 8, 100, BS_IOERR);
 	blk_rw_refused("write_at_capacity", T_OUT, capacity, 512, BS_IOERR);
 	blk_rw_refused("write_across_end", T_OUT, capacity - 1, 1024, BS_IOERR);
-	blk_bare_refused("type_unknown", 0x99, BS_UNSUPP);
-	blk_bare_refused("type_all_ones", UINT32_MAX, BS_UNSUPP);
-	blk_bare_refused("type_secure_erase", 14, BS_UNSUPP);
+	blk_bare("type_unknown", 0x99, BS_UNSUPP);
+	blk_bare("type_all_ones", UINT32_MAX, BS_UNSUPP);
+	blk_bare("type_secure_erase", 14, BS_UNSUPP);
 	blk_get_id("get_id_4_byte_buffer", 4);
 	blk_cases_segs();
 	blk_read_into_readonly("read_into_readonly_buffer");
@@ -1266,11 +1280,11 @@ static void attack_blk_ro(void)
 	struct seg one = {0, 8, 0};
 
 	dev_features = 0; /* it offers no flush, discard or write zeroes */
-	capacity = rd(R_CONFIG) | (uint64_t)rd(R_CONFIG + 4) << 32;
+	capacity = read_capacity();
 	blk_control_read("control_read");
 	blk_rw_refused("write", T_OUT, 8, 512, BS_IOERR);
-	blk_segs_refused("discard", T_DISCARD, &one, 1, sizeof(one), BS_IOERR);
-	blk_segs_refused("write_zeroes", T_WRITE_ZEROES, &one, 1, sizeof(one), BS_IOERR);
+	blk_segs("discard", T_DISCARD, &one, 1, sizeof(one), BS_IOERR);
+	blk_segs("write_zeroes", T_WRITE_ZEROES, &one, 1, sizeof(one), BS_IOERR);
 	blk_control_read("still_reads_after_writes");
 	reset_device();
 }
