@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -74,6 +75,10 @@ def run_one(name, binary, init):
         cmd.insert(1, "-v")
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, errors="replace")
+    # A guest that hangs (the helper's nested emulation does, now and then)
+    # would keep its output open for ever: the VM is killed after this.
+    watchdog = threading.Timer(A.seconds * len(A.jobs.split(",")) + 300, p.kill)
+    watchdog.start()
     results, report = [], ""
     try:
         for line in p.stdout:
@@ -89,8 +94,9 @@ def run_one(name, binary, init):
                     results.append({"job": job, "iops": row[1]})
             elif "virtio-blk:" in line:
                 report = line.strip()
-        p.wait(timeout=300)
+        p.wait()
     finally:
+        watchdog.cancel()
         if p.poll() is None:
             p.kill()
         try:
