@@ -9,8 +9,9 @@
  *   bench_audit fsync DIR
  *       the disk's own latency for reference: 200 x (write 256 bytes at the
  *       end of a file + fdatasync); prints microseconds per round.
- *   bench_audit gen LOG MEGABYTES
- *       writes a log of about that size (no fsync), heads every 1000 records.
+ *   bench_audit gen LOG MEGABYTES [EVERY]
+ *       writes a log of about that size (no fsync), a signed head every
+ *       EVERY records (default: the library's, AUDIT_HEAD_EVERY_DEFAULT).
  *   bench_audit parts LOG
  *       the CPU cost of one signed head's Ed25519 check (µs, over every head
  *       of LOG) and which SHA-256 rounds run ("sha-ni" or "openssl").
@@ -79,9 +80,9 @@ static void *work(void *p)
 	return NULL;
 }
 
-static int open_log(const char *path, bool sync, struct audit_log **l)
+static int open_log(const char *path, bool sync, unsigned every, struct audit_log **l)
 {
-	struct audit_opts o = {.path = path, .no_sync = !sync};
+	struct audit_opts o = {.path = path, .no_sync = !sync, .head_every = every};
 	int err = audit_log_open(&o, l);
 
 	if (err)
@@ -102,7 +103,7 @@ static int bench_append(const char *dir, int threads, long records, bool sync, i
 		return 2;
 	snprintf(path, sizeof(path), "%s/append-%d-%d-%s.log", dir, threads, group,
 		 sync ? "sync" : "nosync");
-	if (open_log(path, sync, &l))
+	if (open_log(path, sync, 0, &l))
 		return 1;
 	t0 = now();
 	for (int i = 0; i < threads; i++) {
@@ -141,14 +142,14 @@ static int fsync_latency(const char *dir)
 	return 0;
 }
 
-static int gen(const char *path, long mb)
+static int gen(const char *path, long mb, unsigned every)
 {
 	struct audit_log *l;
 	char det[256];
 	struct audit_event ev = {"sb-7f3a2c", "agent", "exec", det};
 	long target = mb * 1000000L;
 
-	if (open_log(path, false, &l))
+	if (open_log(path, false, every, &l))
 		return 1;
 	for (long i = 0; i < target / 240 + 1; i++) {
 		event(det, sizeof(det), 0, i);
@@ -238,8 +239,8 @@ int main(int argc, char **argv)
 				    argc == 7 ? atoi(argv[6]) : 1);
 	if (argc == 3 && !strcmp(argv[1], "fsync"))
 		return fsync_latency(argv[2]);
-	if (argc == 4 && !strcmp(argv[1], "gen"))
-		return gen(argv[2], atol(argv[3]));
+	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "gen"))
+		return gen(argv[2], atol(argv[3]), argc == 5 ? (unsigned)atol(argv[4]) : 0);
 	if (argc == 3 && !strcmp(argv[1], "parts"))
 		return parts(argv[2]);
 	if (argc == 4 && !strcmp(argv[1], "verify"))

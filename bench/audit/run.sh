@@ -35,7 +35,7 @@ echo
 echo "- CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores" \
 	"($(grep -qw sha_ni /proc/cpuinfo && echo SHA-NI || echo no SHA-NI))"
 echo "- work folder: $(df -T "$work" | awk 'NR==2 {print $2 " on " $1}')"
-echo "- records: ~215 bytes each (an exec event), a signed head every 1000 records"
+echo "- records: ~215 bytes each (an exec event), a signed head every 4096 records (the default)"
 echo
 echo "- the disk's own latency, write + fdatasync of 256 bytes: $("$bin" fsync "$work") µs (before), see also after"
 echo
@@ -61,6 +61,10 @@ echo "- write + fdatasync of 256 bytes, after: $("$bin" fsync "$work") µs"
 echo
 
 "$bin" gen "$work/v.log" "$verify_mb"
+# The log was written without fdatasync: flush it now, or the kernel writes
+# it back during the first rounds and slows them (a round 1 of 0.45 where
+# the next three gave 0.58-0.59, on 2026-12-05).
+sync "$work/v.log"
 size=$(stat -c %s "$work/v.log")
 read -r verify_wall verify_cpu < <("$bin" verify "$work/v.log" 3 2>"$work/vinfo")
 read -r verify1_wall verify1_cpu < <(KOSA8_VERIFY_THREADS=1 "$bin" verify "$work/v.log" 3 2>/dev/null)

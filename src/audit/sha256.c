@@ -32,7 +32,8 @@ static void msg_init(struct msg *m, uint8_t prefix, const uint8_t *data, size_t 
 	m->prefix = prefix;
 }
 
-static const uint8_t *msg_block(const struct msg *m, size_t j, uint8_t buf[64])
+static inline __attribute__((always_inline)) const uint8_t *msg_block(const struct msg *m, size_t j,
+								    uint8_t buf[64])
 {
 	size_t start = 64 * j, from, to;
 	uint64_t bits = (uint64_t)m->total * 8;
