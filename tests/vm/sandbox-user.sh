@@ -15,8 +15,11 @@ USER_UID=65534
 # user_sb ARGS...: kosa8 as nobody, in its own home, with a /dev/kvm it
 # may open (a sandbox's supervisor stays in that mount namespace).
 user_sb() {
-	USER_UID=$USER_UID USER_TOP=$USER_TOP KOSA8_KERNEL=$KOSA8_KERNEL timeout -k 5 600 unshare -m --propagation private sh -c '
+	USER_UID=$USER_UID USER_TOP=$USER_TOP KOSA8_KERNEL=$KOSA8_KERNEL USER_CGROUP_PROCS=${USER_CGROUP_PROCS:-} \
+		timeout -k 5 600 unshare -m --propagation private sh -c '
 		mount --bind "$1/kvm" /dev/kvm || exit 125
+		# First into the leaf cgroup a login session would be in, if given.
+		[ -z "$USER_CGROUP_PROCS" ] || echo $$ >"$USER_CGROUP_PROCS" || exit 125
 		shift
 		exec setpriv --reuid="$USER_UID" --regid="$USER_UID" --clear-groups --inh-caps=-all \
 			env -i PATH=/usr/bin:/bin HOME="$USER_TOP/home" XDG_RUNTIME_DIR="$USER_TOP/home/run" \
@@ -42,8 +45,33 @@ user_setup() {
 		USER_IMAGE="$USER_TOP/ro/image/$(basename "$img")"
 }
 
+# user_delegate: by hand, what systemd does for user@UID.service
+# (Delegate=yes): a cgroup the user owns, the memory, pids and cpu
+# controllers handed down to it, and a leaf (app.slice) for the user's
+# processes.  The helper VM has no systemd, so without this the delegated
+# path of supervisor/cgroup.c would never run here.
+USER_CG=
+user_delegate() {
+	local cg=/sys/fs/cgroup p c
+	USER_CG=$cg/user.slice/user-$USER_UID.slice/user@$USER_UID.service
+	[ -f "$cg/cgroup.controllers" ] && mkdir -p "$USER_CG/app.slice" || return 1
+	for p in "$cg" "$cg/user.slice" "$cg/user.slice/user-$USER_UID.slice"; do
+		for c in memory pids cpu; do echo "+$c" >"$p/cgroup.subtree_control" || return 1; done
+	done
+	chown "$USER_UID" "$USER_CG" "$USER_CG/cgroup.procs" "$USER_CG/cgroup.subtree_control" \
+		"$USER_CG/cgroup.threads" && chown -R "$USER_UID" "$USER_CG/app.slice"
+}
+
+user_undelegate() {
+	[ -n "$USER_CG" ] || return 0
+	rmdir "$USER_CG"/kosa8/* "$USER_CG/kosa8" "$USER_CG/app.slice" "$USER_CG" \
+		"$(dirname "$USER_CG")" /sys/fs/cgroup/user.slice 2>/dev/null
+	USER_CG=
+}
+
 user_teardown() {
 	user_sb rm -f usb >/dev/null 2>&1
+	user_undelegate
 	umount "$USER_TOP/ro/kernel" "$USER_TOP/ro/image" "$USER_TOP/dev" 2>/dev/null
 	rm -rf "$USER_TOP"
 }
@@ -79,5 +107,46 @@ test_sandbox_as_user() {
 		ok "$name"
 	fi
 	user_sb stop usb >>"$WORK/out" 2>&1
+	test_user_delegated_cgroup
 	user_teardown
+}
+
+# The same sandbox started again inside a delegated cgroup: the VMM must
+# land in a cgroup of the user's own below it, with the limits set, and the
+# cgroup must go at stop.
+test_user_delegated_cgroup() {
+	local name=sandbox-as-user-delegated-cgroup-with-limits vmm v cg want_mem=$(((256 + 512) * 1048576))
+	if ! user_delegate >>"$WORK/out" 2>&1; then
+		not_ok "$name" "could not make the delegated cgroup $USER_CG"; return
+	fi
+	if ! USER_CGROUP_PROCS=$USER_CG/app.slice/cgroup.procs user_sb start usb >>"$WORK/out" 2>&1; then
+		not_ok "$name" "start in the delegated cgroup failed"
+		tail -10 "$USER_TOP"/home/.local/state/kosa8/sandboxes/usb/supervisor.log 2>/dev/null | sed 's/^/  | supervisor: /'
+		return
+	fi
+	vmm=$(pgrep -u "$USER_UID" -f -- ' vm --no-emulate' | head -1)
+	v=$(sed -n 's/^0:://p' "/proc/${vmm:-none}/cgroup" 2>/dev/null)
+	cg=/sys/fs/cgroup$v
+	if [ -z "$vmm" ] || [ -z "$v" ]; then
+		not_ok "$name" "no VMM process of uid $USER_UID found"
+	elif [ "$(dirname "$cg")" != "$USER_CG/kosa8" ]; then
+		not_ok "$name" "the VMM is in '$v', want a cgroup below $USER_CG/kosa8"
+	elif [ "$(stat -c %u "$cg")" != "$USER_UID" ]; then
+		not_ok "$name" "$cg belongs to uid $(stat -c %u "$cg"), not the user"
+	elif [ "$(cat "$cg/memory.max")" != "$want_mem" ] || [ "$(cat "$cg/pids.max")" = max ] ||
+		[ "$(cat "$cg/cpu.max" | cut -d' ' -f1)" = max ]; then
+		not_ok "$name" "memory.max $(cat "$cg/memory.max") (want $want_mem), pids.max $(cat "$cg/pids.max"), cpu.max $(cat "$cg/cpu.max")"
+	elif [ "$(user_sb exec usb -- sh -c 'echo in-guest' 2>>"$WORK/out")" != in-guest ]; then
+		not_ok "$name" "exec in the sandbox failed"
+	else
+		user_sb stop usb >>"$WORK/out" 2>&1
+		if [ -d "$cg" ]; then
+			not_ok "$name" "$cg is still there after stop"
+		else
+			ok "$name"
+			echo "# VMM cgroup was $cg: memory.max $want_mem"
+		fi
+		return
+	fi
+	user_sb stop usb >>"$WORK/out" 2>&1
 }
