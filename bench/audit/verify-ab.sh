@@ -33,9 +33,7 @@ cc -O2 -std=gnu11 -I"$work/a/src" -Isrc -D_GNU_SOURCE -pthread "$work/a/bench_au
 	"$work/a/src/audit/"*.c src/common/*.c -lcjson -lssl -lcrypto -lpthread -o "$work/a/a"
 
 "$work/b" gen "$work/v.log" "$MB"
-# The log was written without fdatasync: flush it now, or the kernel writes
-# it back during the first rounds and slows them (a round 1 of 0.45 where
-# the next three gave 0.58-0.59, on 2026-12-05).
+# Flushed before timing, as in run.sh (which says why).
 sync "$work/v.log"
 sha() {
 	openssl speed -seconds 2 "$@" -evp sha256 2>/dev/null |

@@ -24,9 +24,7 @@ bin=$work/bench_audit
 cc -O2 -std=gnu11 -Isrc -D_GNU_SOURCE -pthread bench/audit/bench_audit.c "$REL_DIR/libkosa8.a" \
 	-lcjson -lssl -lcrypto -lpthread -o "$bin"
 "$bin" gen "$work/v.log" "$MB" ${HEAD_EVERY:+"$HEAD_EVERY"}
-# The log was written without fdatasync: flush it now, or the kernel writes
-# it back during the first rounds and slows them (a round 1 of 0.45 where
-# the next three gave 0.58-0.59, on 2026-12-05).
+# Flushed before timing, as in run.sh (which says why).
 sync "$work/v.log"
 
 sha() {
