@@ -74,7 +74,6 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Writes one audit record; a failure is logged, never fatal to the guest. */
 /* Each step's end, relative to the supervisor's start. */
 static void startup_mark(struct supervisor *s, uint64_t *step)
 {
@@ -94,6 +93,7 @@ static cJSON *startup_json(const struct supervisor *s)
 	return o;
 }
 
+/* Writes one audit record; a failure is logged, never fatal to the guest. */
 static void audit(struct supervisor *s, const char *actor, const char *type, cJSON *details)
 {
 	char *d = details ? cJSON_PrintUnformatted(details) : NULL;
