@@ -69,6 +69,16 @@ user_undelegate() {
 	USER_CG=
 }
 
+# The sandbox's last console and supervisor lines, after a failed start.
+user_sb_logs() {
+	local d=$USER_TOP/home/.local/state/kosa8/sandboxes/usb
+	tail -20 "$d/console.log" 2>/dev/null | sed 's/^/  | console: /'
+	tail -10 "$d/supervisor.log" 2>/dev/null | sed 's/^/  | supervisor: /'
+}
+
+# The user's VMM process (the sandbox's only one).
+user_vmm_pid() { pgrep -u "$USER_UID" -f -- ' vm --no-emulate' | head -1; }
+
 user_teardown() {
 	user_sb rm -f usb >/dev/null 2>&1
 	user_undelegate
@@ -80,14 +90,13 @@ test_sandbox_as_user() {
 	local name=sandbox-as-user-own-user-and-pid-namespace vmm status got
 	if ! command -v setpriv >/dev/null; then not_ok "$name" "setpriv (util-linux) is missing"; return; fi
 	if ! user_setup >"$WORK/out" 2>&1; then not_ok "$name" "set-up failed"; user_teardown; return; fi
-	if ! user_sb create --name usb --image "$USER_IMAGE" --mem 256M >>"$WORK/out" 2>&1 ||
+	if ! user_sb create --name usb --image "$USER_IMAGE" --mem 256M --cpus 1 >>"$WORK/out" 2>&1 ||
 		! user_sb start usb >>"$WORK/out" 2>&1; then
 		not_ok "$name" "create or start as uid $USER_UID failed"
-		tail -20 "$USER_TOP"/home/.local/state/kosa8/sandboxes/usb/console.log 2>/dev/null | sed 's/^/  | console: /'
-		tail -10 "$USER_TOP"/home/.local/state/kosa8/sandboxes/usb/supervisor.log 2>/dev/null | sed 's/^/  | supervisor: /'
+		user_sb_logs
 		user_teardown; return
 	fi
-	vmm=$(pgrep -u "$USER_UID" -f -- ' vm --no-emulate' | head -1)
+	vmm=$(user_vmm_pid)
 	status=/proc/${vmm:-none}/status
 	got=$(user_sb exec usb -- sh -c 'echo in-guest; exit 3' 2>>"$WORK/out"; echo "rc=$?")
 	if [ -z "$vmm" ] || [ ! -r "$status" ]; then
@@ -121,10 +130,10 @@ test_user_delegated_cgroup() {
 	fi
 	if ! USER_CGROUP_PROCS=$USER_CG/app.slice/cgroup.procs user_sb start usb >>"$WORK/out" 2>&1; then
 		not_ok "$name" "start in the delegated cgroup failed"
-		tail -10 "$USER_TOP"/home/.local/state/kosa8/sandboxes/usb/supervisor.log 2>/dev/null | sed 's/^/  | supervisor: /'
+		user_sb_logs
 		return
 	fi
-	vmm=$(pgrep -u "$USER_UID" -f -- ' vm --no-emulate' | head -1)
+	vmm=$(user_vmm_pid)
 	v=$(sed -n 's/^0:://p' "/proc/${vmm:-none}/cgroup" 2>/dev/null)
 	cg=/sys/fs/cgroup$v
 	if [ -z "$vmm" ] || [ -z "$v" ]; then
@@ -133,9 +142,9 @@ test_user_delegated_cgroup() {
 		not_ok "$name" "the VMM is in '$v', want a cgroup below $USER_CG/kosa8"
 	elif [ "$(stat -c %u "$cg")" != "$USER_UID" ]; then
 		not_ok "$name" "$cg belongs to uid $(stat -c %u "$cg"), not the user"
-	elif [ "$(cat "$cg/memory.max")" != "$want_mem" ] || [ "$(cat "$cg/pids.max")" = max ] ||
-		[ "$(cat "$cg/cpu.max" | cut -d' ' -f1)" = max ]; then
-		not_ok "$name" "memory.max $(cat "$cg/memory.max") (want $want_mem), pids.max $(cat "$cg/pids.max"), cpu.max $(cat "$cg/cpu.max")"
+	elif [ "$(cat "$cg/memory.max")" != "$want_mem" ] || [ "$(cat "$cg/pids.max")" != 128 ] ||
+		[ "$(cat "$cg/cpu.max")" != "200000 100000" ]; then
+		not_ok "$name" "memory.max $(cat "$cg/memory.max") (want $want_mem), pids.max $(cat "$cg/pids.max") (want 128), cpu.max $(cat "$cg/cpu.max") (want 200000 100000: 1 vCPU + 1)"
 	elif [ "$(user_sb exec usb -- sh -c 'echo in-guest' 2>>"$WORK/out")" != in-guest ]; then
 		not_ok "$name" "exec in the sandbox failed"
 	else
