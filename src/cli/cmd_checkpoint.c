@@ -28,7 +28,8 @@
 
 /* Sends req to the sandbox's supervisor; prints its error and returns 1,
  * or 0 with *reply set. */
-static int call(const char *cmd, const char *name, cJSON *req, cJSON **reply, int timeout_ms)
+static int call_fd(const char *cmd, const char *name, cJSON *req, cJSON **reply, int timeout_ms,
+		   int *fd_out)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
 	const cJSON *e;
@@ -40,7 +41,7 @@ static int call(const char *cmd, const char *name, cJSON *req, cJSON **reply, in
 		cJSON_Delete(req);
 		return cli_fail(cmd, "bad name '%s'", name);
 	}
-	err = control_call(path, req, reply, NULL, timeout_ms);
+	err = control_call(path, req, reply, fd_out, timeout_ms);
 	cJSON_Delete(req);
 	if (err)
 		return cli_fail(cmd, "sandbox '%s' is not running (%s)", name, strerror(-err));
@@ -49,9 +50,16 @@ static int call(const char *cmd, const char *name, cJSON *req, cJSON **reply, in
 		cli_fail(cmd, "%s", cJSON_IsString(e) ? e->valuestring : "failed");
 		cJSON_Delete(*reply);
 		*reply = NULL;
+		if (fd_out && *fd_out >= 0)
+			close(*fd_out);
 		return 1;
 	}
 	return 0;
+}
+
+static int call(const char *cmd, const char *name, cJSON *req, cJSON **reply, int timeout_ms)
+{
+	return call_fd(cmd, name, req, reply, timeout_ms, NULL);
 }
 
 static cJSON *request(const char *op, const char *key, const char *value)
@@ -277,8 +285,8 @@ int cmd_fork(int argc, char **argv)
 {
 	char pdir[PATH_MAX], child[SANDBOX_NAME_MAX + 1], id[CKPT_ID_LEN];
 	struct fork_opts o;
-	cJSON *reply;
-	int rc;
+	cJSON *reply, *req;
+	int rc, memfd = -1;
 
 	/* getopt permutes: NAME ID --name X and --name X NAME ID both work. */
 	if ((rc = parse_fork(argc, argv, &o)))
@@ -289,31 +297,39 @@ int cmd_fork(int argc, char **argv)
 	if (o.id) {
 		snprintf(id, sizeof(id), "%.*s", (int)sizeof(id) - 1, o.id);
 	} else {
-		/* No checkpoint named: one of the running sandbox, now. */
-		if (call("fork", o.parent, request("checkpoint", "message", "fork"), &reply,
-			 CKPT_VMM_TIMEOUT_MS + 30000))
+		/* No checkpoint named: one of the running sandbox, now, live: the
+		 * forks map the parent's frozen memory, passed with the reply,
+		 * while the checkpoint's memory file is written. */
+		req = request("checkpoint", "message", "fork");
+		cJSON_AddBoolToObject(req, "live", true);
+		if (call_fd("fork", o.parent, req, &reply, CKPT_VMM_TIMEOUT_MS + 30000, &memfd))
 			return 1;
 		snprintf(id, sizeof(id), "%s",
 			 cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(reply, "id")));
 		cJSON_Delete(reply);
-		fprintf(stderr, "kosa8 fork: checkpoint %s of '%s'\n", id, o.parent);
+		fprintf(stderr, "kosa8 fork: checkpoint %s of '%s'%s\n", id, o.parent,
+			memfd >= 0 ? " (live: the forks share its memory, written to disk meanwhile)" : "");
 	}
 	for (int i = 1; i <= o.count; i++) {
 		struct timespec t0, t1;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		int n = o.count == 1 ? snprintf(child, sizeof(child), "%s", o.name) :
 				       snprintf(child, sizeof(child), "%s-%d", o.name, i);
-		if (n < 0 || (size_t)n >= sizeof(child))
-			return cli_fail("fork", "--name %.64s is too long", o.name);
-		if (create_child(o.parent, pdir, id, child))
+		if (n < 0 || (size_t)n >= sizeof(child) ||
+		    create_child(o.parent, pdir, id, child) || cli_start_sandbox("fork", child, memfd)) {
+			if (n < 0 || (size_t)n >= sizeof(child))
+				cli_fail("fork", "--name %.64s is too long", o.name);
+			if (memfd >= 0)
+				close(memfd);
 			return 1;
-		if (cli_start_sandbox("fork", child))
-			return 1;
+		}
 		printf("%s\n", child);
 		fflush(stdout);
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		fprintf(stderr, "kosa8 fork: '%s' runs from %s of '%s' (%.1f s)\n", child, id, o.parent,
 			(double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
 	}
+	if (memfd >= 0)
+		close(memfd);
 	return 0;
 }

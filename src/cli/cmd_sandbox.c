@@ -284,9 +284,9 @@ int cmd_create(int argc, char **argv)
 
 /* ---- start / stop ---- */
 
-int cli_start_sandbox(const char *cmd, const char *name)
+int cli_start_sandbox(const char *cmd, const char *name, int memfd)
 {
-	char self[PATH_MAX], line[512], dir[PATH_MAX];
+	char self[PATH_MAX], line[512], dir[PATH_MAX], memstr[16];
 	struct sandbox_cfg cfg;
 	int p[2], n = 0;
 	pid_t pid;
@@ -315,7 +315,12 @@ int cli_start_sandbox(const char *cmd, const char *name)
 		}
 		fcntl(p[1], F_SETFD, 0);
 		snprintf(fdstr, sizeof(fdstr), "%d", p[1]);
-		execl(self, self, "__supervise", name, fdstr, (char *)NULL);
+		if (memfd >= 0) {
+			fcntl(memfd, F_SETFD, 0);
+			snprintf(memstr, sizeof(memstr), "%d", memfd);
+		}
+		execl(self, self, "__supervise", name, fdstr, memfd >= 0 ? memstr : (char *)NULL,
+		      (char *)NULL);
 		_exit(127);
 	}
 	close(p[1]);
@@ -333,7 +338,7 @@ int cmd_start(int argc, char **argv)
 {
 	if (argc != 2)
 		return cli_fail("start", "%s", "usage: kosa8 start NAME"), 2;
-	return cli_start_sandbox("start", argv[1]);
+	return cli_start_sandbox("start", argv[1], -1);
 }
 
 static int stop_sandbox(const char *cmd, const char *name)
@@ -779,7 +784,7 @@ int cmd_run(int argc, char **argv)
 		return cli_fail("run", "%s", "usage: kosa8 run [--name N] [--image I] [--cpus N] [--mem SIZE] [--workspace DIR] [--allow HOST[:PORT]]... [--policy FILE] [--secret NAME]... [--rm] -- CMD..."), 2;
 	if (create_sandbox("run", &o, name, sizeof(name)))
 		return 125;
-	if (cli_start_sandbox("run", name)) {
+	if (cli_start_sandbox("run", name, -1)) {
 		if (o.rm) {
 			char *rmv[] = {"rm", name, NULL};
 			cmd_rm(2, rmv);
@@ -803,7 +808,7 @@ int cmd_supervise(int argc, char **argv)
 {
 	char self[PATH_MAX];
 
-	if (argc != 3 || !realpath("/proc/self/exe", self))
+	if ((argc != 3 && argc != 4) || !realpath("/proc/self/exe", self))
 		return 2;
-	return supervisor_main(self, argv[1], atoi(argv[2])) ? 1 : 0;
+	return supervisor_main(self, argv[1], atoi(argv[2]), argc == 4 ? atoi(argv[3]) : -1) ? 1 : 0;
 }

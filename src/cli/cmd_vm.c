@@ -50,11 +50,14 @@ static const char vm_usage[] =
 	"                  (guest to host port)\n"
 	"  --cid N         the guest's vsock CID (default 3)\n"
 	"  --control PATH  unix socket taking one command a line: pause, resume,\n"
-	"                  status, stop, checkpoint DIR [NEWTOP] (see\n"
-	"                  docs/snapshot-format.md); answers 'ok ...' or 'error ...'\n"
+	"                  status, stop, checkpoint DIR [NEWTOP], checkpoint-live\n"
+	"                  DIR [NEWTOP] (see docs/snapshot-format.md); answers\n"
+	"                  'ok ...' or 'error ...'\n"
 	"  --restore DIR   run from a checkpoint instead of booting a kernel (memory\n"
 	"                  and vCPUs come from it; --disk names a new delta created\n"
 	"                  over the checkpoint's disk, or one already made over it)\n"
+	"  --restore-memfd N  with --restore: guest memory is open file N (the fd\n"
+	"                  a 'checkpoint-live' answer passed), not DIR's memory file\n"
 	"  --checkpoint-dir DIR  with --jail: the one directory the jailed VMM may\n"
 	"                  write checkpoints and new disk deltas to\n"
 	"  --emulate       run in a helper VM under software emulation (slow; for\n"
@@ -106,6 +109,7 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		{"cid", required_argument, NULL, 'C'},
 		{"control", required_argument, NULL, 'x'},
 		{"restore", required_argument, NULL, 'r'},
+		{"restore-memfd", required_argument, NULL, 'M'},
 		{"checkpoint-dir", required_argument, NULL, 'K'},
 		{"emulate", no_argument, NULL, 'E'},
 		{"no-emulate", no_argument, NULL, 'N'},
@@ -125,6 +129,7 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 	a->mem = DEFAULT_MEM;
 	a->cpus = 1;
 	a->cid = VM_DEFAULT_VSOCK_CID;
+	a->restore_memfd = -1;
 	optind = 0; /* reset getopt: it may have run before in this process */
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
@@ -137,6 +142,16 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 		case 'v': a->vsock = optarg; break;
 		case 'x': a->control = optarg; break;
 		case 'r': a->restore = optarg; break;
+		case 'M':
+			errno = 0;
+			n = strtol(optarg, &end, 10);
+			if (errno || *end || end == optarg || n < 0 || n > INT_MAX ||
+			    fcntl((int)n, F_GETFD) < 0) {
+				*why = "--restore-memfd takes the number of an open file descriptor";
+				return -EINVAL;
+			}
+			a->restore_memfd = (int)n;
+			break;
 		case 'K': a->ckpt_dir = optarg; break;
 		case 'C':
 			errno = 0;
@@ -203,6 +218,10 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why)
 	}
 	if (a->ckpt_dir && !a->jail) {
 		*why = "--checkpoint-dir is for --jail (without it the VMM may write anywhere)";
+		return -EINVAL;
+	}
+	if (a->restore_memfd >= 0 && !a->restore) {
+		*why = "--restore-memfd goes with --restore DIR (the checkpoint whose memory it is)";
 		return -EINVAL;
 	}
 	if (!a->kernel && !a->restore) {
@@ -301,6 +320,10 @@ static int run_emulated(const struct vm_args *a, const char *reason)
 
 	if (find_testbed(testbed, sizeof(testbed)) < 0) {
 		fprintf(stderr, "kosa8: %s and the software-emulation helper (testbed/run) is not installed\n", reason);
+		return VM_EXIT_ERROR;
+	}
+	if (a->restore_memfd >= 0) {
+		fprintf(stderr, "kosa8: %s, and --restore-memfd cannot reach a helper VM\n", reason);
 		return VM_EXIT_ERROR;
 	}
 	if (a->restore) {
@@ -512,8 +535,9 @@ static int enter_jail(struct vm_config *cfg, const struct vm_args *a, const char
 		return rc;
 	if (!probe_only && (rc = accel_preopen(why)))
 		return rc;
-	*why = "cannot open /proc/self/pagemap (checkpoints of a restored VM read it)";
-	if (!probe_only && cfg->control_path && cfg->restore_dir && (rc = snapshot_preopen_pagemap()))
+	/* Checkpoints of a restored VM, or of one after a live fork, read it. */
+	*why = "cannot open /proc/self/pagemap (checkpoints of a restored or forked VM read it)";
+	if (!probe_only && cfg->control_path && (rc = snapshot_preopen_pagemap()))
 		return rc;
 	j.set_user = a->jail_user;
 	j.uid = a->jail_uid;
@@ -611,6 +635,7 @@ int cmd_vm(int argc, char **argv)
 		.disk_path = a.disk, .disk_read_only = a.disk_ro,
 		.vsock_uds = a.vsock, .vsock_cid = a.cid,
 		.restore_dir = a.restore, .control_path = a.control,
+		.has_restore_memfd = a.restore_memfd >= 0, .restore_memfd = a.restore_memfd,
 		/* The checkpoint's system calls are in the seccomp table for a
 		 * jailed VMM, where only --checkpoint-dir is writable; outside a
 		 * jail a VM with a control socket runs unfiltered (it could

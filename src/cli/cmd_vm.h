@@ -20,6 +20,7 @@ struct vm_args {
 	enum emulate_mode emulate;
 	bool help;
 	const char *restore;  /* --restore DIR: run from a checkpoint */
+	int restore_memfd;    /* --restore-memfd N: a live fork's memory, or -1 */
 	const char *control;  /* --control PATH: pause/resume/checkpoint socket */
 	const char *ckpt_dir; /* --checkpoint-dir DIR: writable in the jail */
 	bool mem_set, cpus_set;

@@ -38,7 +38,7 @@ int cmd_fork(int argc, char **argv);
 /* Shared by the sandbox commands (cmd_sandbox.c): start NAME's supervisor
  * and wait until the sandbox runs; copy a policy file into a state dir;
  * rm -rf a state dir.  The first prints its error and returns 1. */
-int cli_start_sandbox(const char *cmd, const char *name);
+int cli_start_sandbox(const char *cmd, const char *name, int memfd);
 int cli_copy_policy(const char *from, const char *dir);
 int cli_remove_tree(const char *dir);
 

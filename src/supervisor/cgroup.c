@@ -230,6 +230,16 @@ int vmm_cgroup_create(struct vmm_cgroup *cg, const char *sandbox, const struct v
 	return 0;
 }
 
+int vmm_cgroup_allow_frozen(struct vmm_cgroup *cg, uint64_t guest_mem)
+{
+	char v[64];
+
+	if (!cg->path[0] || !strstr(cg->limits, "memory.max="))
+		return 0;
+	snprintf(v, sizeof(v), "%llu", (unsigned long long)(2 * guest_mem + VMM_CGROUP_MEM_SLACK));
+	return write_knob(cg->path, "memory.max", v);
+}
+
 int vmm_cgroup_add(const struct vmm_cgroup *cg, pid_t pid)
 {
 	char v[24];

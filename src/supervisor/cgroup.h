@@ -43,6 +43,12 @@ struct vmm_cgroup_limits {
  * (cg->path is then ""). */
 int vmm_cgroup_create(struct vmm_cgroup *cg, const char *sandbox, const struct vmm_cgroup_limits *lim,
 		      char *why, size_t whylen);
+/* After a live fork the VMM's cgroup holds the frozen guest memory the
+ * forks map (charged to it, and not reclaimable without swap) beside the
+ * VMM's own copies of the pages the guest writes after: up to twice the
+ * guest's RAM.  Raises memory.max to that (nothing when there is no
+ * cgroup or no memory controller). */
+int vmm_cgroup_allow_frozen(struct vmm_cgroup *cg, uint64_t guest_mem);
 /* Moves process pid into cg (nothing when cg has no path). */
 int vmm_cgroup_add(const struct vmm_cgroup *cg, pid_t pid);
 /* Removes the cgroup once no process is left in it. */

@@ -101,15 +101,71 @@ static int delta_on_checkpoint(const char *state_dir, const char *id, const char
 	return rc;
 }
 
-int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
-	      struct ckpt_meta *out, char *err, size_t errlen)
+/* A live fork's memory as the VMM passed it, checked and turned into a
+ * read-only descriptor: RAM-sized, and sealed so that no process (the
+ * parent's VMM included) can change what the forks see.  Anything else is
+ * refused; the caller then waits for the memory file instead. */
+static int frozen_memory_fd(int fd, uint64_t size)
 {
+	char proc[40];
+	struct stat st;
+	int seals = fcntl(fd, F_GET_SEALS), ro;
+	const int need = F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size ||
+	    seals < 0 || (seals & need) != need)
+		return -EINVAL;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	ro = open(proc, O_RDONLY | O_CLOEXEC);
+	return ro < 0 ? -errno : ro;
+}
+
+/* The size a checkpoint's memory is, from its state file (0 if unknown). */
+static uint64_t memory_size(const char *dir)
+{
+	struct snapshot sn;
+	uint8_t *buf;
+	uint64_t n;
+
+	if (snapshot_load(dir, &buf, &sn, NULL, 0))
+		return 0;
+	n = sn.h.mem_size;
+	snapshot_free(&sn);
+	free(buf);
+	return n;
+}
+
+/* The VMM's answer to checkpoint-live carried fd: keep a read-only copy in
+ * *memfd, or else wait until the VMM has written the memory file (its next
+ * answer comes only after that). */
+static void take_frozen(const char *vm_ctl, const char *dir, int fd, int *memfd)
+{
+	char answer[256];
+
+	*memfd = fd >= 0 ? frozen_memory_fd(fd, memory_size(dir)) : -1;
+	if (fd >= 0 && *memfd < 0)
+		log_warn("checkpoint: the VMM's frozen memory is not a sealed RAM-sized file (%s): "
+			 "the fork waits for the memory file", strerror(-*memfd));
+	if (fd >= 0)
+		close(fd);
+	if (*memfd < 0) {
+		*memfd = -1;
+		vm_control_call(vm_ctl, "status", answer, sizeof(answer), CKPT_VMM_TIMEOUT_MS);
+	}
+}
+
+int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
+	      struct ckpt_meta *out, int *memfd, char *err, size_t errlen)
+{
+	int passed = -1;
 	char dir[PATH_MAX], top[PATH_MAX], cmd[2 * PATH_MAX + 32], answer[1024];
 	struct ckpt_meta cur;
 	const char *p;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
+	if (memfd)
+		*memfd = -1;
 	if ((rc = ckpt_current(state_dir, &cur, err, errlen)))
 		return rc;
 	snprintf(out->id, sizeof(out->id), "c%u", cur.next);
@@ -118,12 +174,15 @@ int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
 		snprintf(err, errlen, "checkpoint paths are too long");
 		goto out;
 	}
-	snprintf(cmd, sizeof(cmd), "checkpoint %s %s", dir, top);
-	if ((rc = vm_control_call(vm_ctl, cmd, answer, sizeof(answer), CKPT_VMM_TIMEOUT_MS))) {
+	snprintf(cmd, sizeof(cmd), "checkpoint%s %s %s", memfd ? "-live" : "", dir, top);
+	if ((rc = vm_control_call_fd(vm_ctl, cmd, answer, sizeof(answer), CKPT_VMM_TIMEOUT_MS,
+				     memfd ? &passed : NULL))) {
 		snprintf(err, errlen, "the VMM %s: %.400s", rc == -EREMOTEIO ? "refused" : "did not answer",
 			 rc == -EREMOTEIO ? answer : strerror(-rc));
 		goto out;
 	}
+	if (memfd)
+		take_frozen(vm_ctl, dir, passed, memfd);
 	snprintf(out->parent, sizeof(out->parent), "%s", cur.parent);
 	snprintf(out->message, sizeof(out->message), "%s", message ? message : "");
 	snprintf(out->top, sizeof(out->top), "%s", cur.top);
@@ -147,6 +206,10 @@ int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
 out:
 	if (rc && !err[0])
 		snprintf(err, errlen, "%s", strerror(-rc));
+	if (rc && memfd && *memfd >= 0) {
+		close(*memfd);
+		*memfd = -1;
+	}
 	ckpt_meta_free(&cur);
 	return rc;
 }
@@ -310,6 +373,10 @@ int ckpt_remove(const char *state_dir, const char *id, uint64_t *freed, char *er
 		goto out;
 	}
 	snprintf(path, sizeof(path), "%s/" SNAP_MEMORY_FILE, dir);
+	*freed += allocated(path);
+	unlink(path);
+	/* A live fork's memory file that its VMM did not finish. */
+	snprintf(path, sizeof(path), "%s/" SNAP_MEMORY_FILE ".part", dir);
 	*freed += allocated(path);
 	unlink(path);
 	snprintf(path, sizeof(path), "%s/" SNAP_STATE_FILE, dir);

@@ -18,9 +18,12 @@ int ckpt_dir_of(char *buf, size_t len, const char *state_dir, const char *id);
 int ckpt_current(const char *state_dir, struct ckpt_meta *cur, char *err, size_t errlen);
 
 /* Asks the VMM at vm_ctl for a checkpoint with the next id, records it and
- * moves current.json to the new delta.  *out gets the record. */
+ * moves current.json to the new delta.  *out gets the record.  With memfd
+ * (a live fork, vm_checkpoint_live): *memfd gets a read-only descriptor of
+ * the VMM's frozen memory for the forks to map, or -1 when the VMM had none
+ * to give (then the checkpoint's memory file is complete on return). */
 int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
-	      struct ckpt_meta *out, char *err, size_t errlen);
+	      struct ckpt_meta *out, int *memfd, char *err, size_t errlen);
 
 /* Checks that checkpoint id loads (a damaged one is refused here, before
  * the running VM is touched) and creates the delta the restored VM will

@@ -45,6 +45,8 @@ struct supervisor {
 	char cgroup_why[PATH_MAX + 128]; /* limits missing, for status and log */
 	char why[512];             /* a start-up failure, for `kosa8 start` */
 	pid_t vmm;
+	/* A live fork's first start: the parent's frozen memory (-1: none). */
+	int restore_memfd;
 	int listen_fd;
 	int sigchld_pipe[2];
 	bool stopping;
@@ -182,6 +184,11 @@ static int vmm_argv(struct supervisor *s, const char *restore, const char *top, 
 	if (restore) {
 		argv[n++] = "--restore";
 		argv[n++] = restore;
+		if (s->restore_memfd >= 0) {
+			snprintf(buf[6], PATH_MAX, "%d", s->restore_memfd);
+			argv[n++] = "--restore-memfd";
+			argv[n++] = buf[6];
+		}
 	} else {
 		const char *rest[] = {"--kernel", s->cfg.kernel, "--mem", buf[1], "--cpus", buf[2],
 				      "--cmdline", buf[3]};
@@ -211,8 +218,8 @@ static int hand_over_files(struct supervisor *s, const char *top)
 
 static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 {
-	char console[PATH_MAX], buf[6][PATH_MAX];
-	const char *argv[34];
+	char console[PATH_MAX], buf[7][PATH_MAX];
+	const char *argv[36];
 	int out, rc, gate[2];
 	bool userns;
 
@@ -248,6 +255,8 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 		close(gate[1]);
 		if (read(gate[0], &go, 1) != 1)
 			_exit(127);
+		if (restore && s->restore_memfd >= 0)
+			fcntl(s->restore_memfd, F_SETFD, 0);
 		execv(s->self, (char *const *)argv);
 		_exit(127);
 	}
@@ -578,15 +587,17 @@ static const char *req_str(const cJSON *req, const char *key)
 static void handle_take(struct supervisor *s, int fd, const cJSON *req)
 {
 	const char *msg = req_str(req, "message");
+	bool live = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "live"));
 	struct ckpt_meta m;
 	char err[600] = "";
+	int memfd = -1;
 	cJSON *d, *r;
 
 	if (msg && !ckpt_message_valid(msg)) {
 		reply_error(fd, "the message is too long (511 bytes) or has control characters");
 		return;
 	}
-	if (ckpt_take(s->state_dir, s->vm_ctl, msg, &m, err, sizeof(err))) {
+	if (ckpt_take(s->state_dir, s->vm_ctl, msg, &m, live ? &memfd : NULL, err, sizeof(err))) {
 		log_err("checkpoint: %s", err);
 		reply_error(fd, err);
 		return;
@@ -598,9 +609,16 @@ static void handle_take(struct supervisor *s, int fd, const cJSON *req)
 	cJSON_AddNumberToObject(d, "memory_bytes", (double)m.memory_bytes);
 	cJSON_AddStringToObject(d, "memory", ckpt_memory_kind(s->state_dir, m.id));
 	cJSON_AddNumberToObject(d, "paused_ms", m.paused_ms);
+	/* A live fork: the forks map the frozen memory passed with the reply,
+	 * and the file is written meanwhile (vm_checkpoint_live). */
+	cJSON_AddBoolToObject(d, "live", memfd >= 0);
+	if (memfd >= 0 && vmm_cgroup_allow_frozen(&s->cgroup, s->cfg.mem))
+		log_warn("cannot raise the VMM's memory.max for the frozen memory of a live fork");
 	r = cJSON_Duplicate(d, true);
 	audit(s, "user", "checkpoint.create", d);
-	reply_ok(fd, r, -1);
+	reply_ok(fd, r, memfd);
+	if (memfd >= 0)
+		close(memfd);
 	ckpt_meta_free(&m);
 }
 
@@ -873,7 +891,7 @@ static int fork_started(struct supervisor *s, const struct ckpt_fork *f)
 	return 0;
 }
 
-int supervisor_main(const char *self, const char *name, int ready_fd)
+int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
 {
 	struct supervisor s;
 	struct ckpt_fork fork;
@@ -885,6 +903,8 @@ int supervisor_main(const char *self, const char *name, int ready_fd)
 	s.listen_fd = -1;
 	s.vmm = -1;
 	s.self = self;
+	/* Only the VMM of the first start gets it (spawn_vmm). */
+	s.restore_memfd = memfd >= 0 && fcntl(memfd, F_SETFD, FD_CLOEXEC) == 0 ? memfd : -1;
 	s.start.t0 = now_ms();
 	if (pipe2(s.sigchld_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
 		return -errno;
@@ -906,7 +926,16 @@ int supervisor_main(const char *self, const char *name, int ready_fd)
 	audit(&s, "supervisor", "sandbox.start", restore ? fork_origin(&s, &fork) : NULL);
 	setup_cgroup(&s);
 	startup_mark(&s, &s.start.setup);
-	if ((err = spawn_vmm(&s, restore, NULL))) {
+	if (!restore && s.restore_memfd >= 0) {
+		close(s.restore_memfd); /* not a fork's first start: nothing to map */
+		s.restore_memfd = -1;
+	}
+	err = spawn_vmm(&s, restore, NULL);
+	if (s.restore_memfd >= 0) {
+		close(s.restore_memfd);
+		s.restore_memfd = -1;
+	}
+	if (err) {
 		why = "cannot start the VMM";
 		goto fail;
 	}

@@ -15,7 +15,9 @@ int supervisor_boot_timeout_ms(void);
 
 /* Runs the supervisor for sandbox `name` in this process until the guest
  * stops.  ready_fd (or -1) gets one line when start-up ends: "ok\n" or
- * "error: <reason>\n".  self is the kosa8 binary (to run `kosa8 vm`). */
-int supervisor_main(const char *self, const char *name, int ready_fd);
+ * "error: <reason>\n".  self is the kosa8 binary (to run `kosa8 vm`).
+ * memfd (or -1): a fork's first start maps this frozen memory of its
+ * parent (a live fork) instead of the checkpoint's memory file. */
+int supervisor_main(const char *self, const char *name, int ready_fd, int memfd);
 
 #endif

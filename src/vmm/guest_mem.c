@@ -61,37 +61,60 @@ fail_errno:
 	return err;
 }
 
-int guest_mem_open_file(struct guest_mem *m, const char *path, uint64_t size)
+int guest_mem_open_fd(struct guest_mem *m, int fd, uint64_t size)
 {
 	struct stat st;
-	int fd, err = 0;
 
 	memset(m, 0, sizeof(*m));
 	m->memfd = -1;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (fstat(fd, &st) < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0) {
-		err = -errno;
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
-		err = -EINVAL;
-		goto out;
-	}
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != size)
+		return -EINVAL;
 	m->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd, 0);
 	if (m->base == MAP_FAILED) {
 		m->base = NULL;
-		err = -errno;
-		goto out;
+		return -errno;
 	}
 	set_regions(m, size);
 	m->from_file = true;
 	m->file_fd = fd;
 	return 0;
-out:
-	close(fd);
+}
+
+int guest_mem_open_file(struct guest_mem *m, const char *path, uint64_t size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), err;
+
+	if (fd < 0)
+		return -errno;
+	if ((err = guest_mem_open_fd(m, fd, size)))
+		close(fd);
 	return err;
+}
+
+int guest_mem_freeze(struct guest_mem *m)
+{
+	if (m->memfd < 0 || m->from_file)
+		return -EINVAL;
+	/* The same address, so KVM's memory slots and every device pointer stay
+	 * valid; KVM drops its mappings of the old pages (MMU notifier) and
+	 * faults the new view in.  The contents are the same pages until
+	 * someone writes. */
+	if (mmap(m->base, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE | MAP_FIXED,
+		 m->memfd, 0) == MAP_FAILED)
+		return -errno;
+	madvise(m->base, m->size, MADV_DONTDUMP);
+	/* No shared writable mapping is left: from now on nobody, a fork's VMM
+	 * included, can change the frozen pages (private views still can copy
+	 * them).  A kernel that refuses the seal still has the base frozen by
+	 * the VMM's own rules; the supervisor hands forks a read-only fd. */
+	int sealed = fcntl(m->memfd, F_ADD_SEALS, F_SEAL_WRITE) == 0;
+
+	m->from_file = true;
+	m->file_fd = m->memfd;
+	m->memfd = -1;
+	return sealed;
 }
 
 int guest_mem_track(struct guest_mem *m)

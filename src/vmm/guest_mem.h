@@ -50,6 +50,18 @@ int guest_mem_create(struct guest_mem *m, uint64_t size);
  * (copy-on-write), so restores and forks share the file and never change
  * it.  The file must be exactly size bytes (-EINVAL otherwise). */
 int guest_mem_open_file(struct guest_mem *m, const char *path, uint64_t size);
+/* The same from an open file of exactly size bytes, which m keeps (a
+ * frozen memfd handed over by a live fork, guest_mem_freeze). */
+int guest_mem_open_fd(struct guest_mem *m, int fd, uint64_t size);
+/* Live fork: RAM in a memfd becomes a private view of that memfd, at the
+ * same address, and the memfd is sealed against writes.  The memfd is then
+ * a frozen image of RAM at this moment, which forks map privately too, so
+ * nothing is copied; it stays open as file_fd (from_file is set), for the
+ * next checkpoint and for writing it out.  The VM must be paused.
+ * Returns 1 when the seal took, 0 when RAM is frozen but the kernel refused
+ * the seal, -errno when nothing changed (-EINVAL: RAM is not a shared
+ * memfd). */
+int guest_mem_freeze(struct guest_mem *m);
 void guest_mem_destroy(struct guest_mem *m);
 /* For RAM from guest_mem_open_file: maps pages [first, end) of the layer
  * file fd (RAM-sized, pages at their own offsets, holes reading as zeros)

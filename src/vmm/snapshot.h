@@ -145,6 +145,13 @@ int snapshot_write_new_file(const char *path, const void *buf, size_t len);
  * (SEEK_DATA), so untouched RAM costs nothing.  Sets *data_bytes. */
 int snapshot_write_memory(const char *path, const struct guest_mem *m, uint64_t *data_bytes);
 
+/* The same for a live fork's frozen memfd (guest_mem_freeze), read
+ * through a mapping of its own while the VM runs on.  Sets *data_bytes. */
+int snapshot_write_frozen(const char *path, int fd, uint64_t size, uint64_t *data_bytes);
+/* Bytes of a memfd the kernel holds data for (SEEK_DATA): what a full
+ * memory file of it takes at most, known without reading it. */
+uint64_t snapshot_memfd_data_bytes(int fd, uint64_t size);
+
 /* Writes a memory layer to a new sparse file at path: of the pages set in
  * pages (one bit per page of RAM), those holding data; the rest are holes
  * (a held page that is a hole reads as zero).  Sets *data_bytes. */

@@ -76,6 +76,10 @@ struct vm_config {
 	 * mem_size and ncpus then come from the checkpoint, and disk_path names
 	 * a new delta to create over the checkpoint's frozen disk. */
 	const char *restore_dir;
+	/* With restore_dir: RAM is this fd (a live fork's frozen memfd, mapped
+	 * privately), not the checkpoint's memory file. */
+	bool has_restore_memfd;
+	int restore_memfd;
 	const char *control_path;  /* unix socket for pause/resume/checkpoint, or NULL */
 };
 
@@ -128,6 +132,11 @@ struct vm {
 	char mem_parent[4096];
 	uint8_t mem_parent_id[SNAP_MEM_ID_LEN];
 	uint32_t mem_parent_depth;
+	/* A live fork's checkpoint whose memory file is still to be written
+	 * (vm_checkpoint_live_finish). */
+	bool live_pending;
+	char live_dir[4096];
+	struct snap_memory_desc live_md;
 	/* Restore: the checkpoint being loaded, until vm_create returns. */
 	uint8_t *snap_buf;
 	struct snapshot snap;
@@ -160,6 +169,18 @@ bool vm_paused(const struct vm *vm);
  * the old top, named after dir).  msg gets one line for the user either
  * way.  Main thread only. */
 int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg, size_t msglen);
+/* A checkpoint for a live fork, O(1) in guest size: RAM's memfd is frozen
+ * (guest_mem_freeze) instead of written, *memfd gets it (still the VM's:
+ * do not close it) for forks to map, and the directory is renamed into
+ * place with its state file only.  vm_checkpoint_live_finish, called once
+ * the fd is handed over, then writes the memory file from the frozen memfd
+ * while the VM runs.  Until it has, the checkpoint cannot be restored from
+ * disk (the loader says its memory is missing).  When RAM is already a
+ * private view (after a restore or an earlier live fork) this is an
+ * ordinary checkpoint and *memfd is -1. */
+int vm_checkpoint_live(struct vm *vm, const char *dir, const char *new_top, int *memfd, char *msg,
+		       size_t msglen);
+int vm_checkpoint_live_finish(struct vm *vm);
 
 /* Restore steps, called by vm_create (vm_checkpoint.c): load and check the
  * checkpoint, then, once devices and vCPUs exist, load their state. */
@@ -177,6 +198,9 @@ int vm_control_open(struct vm *vm, const char *path, const char **why);
  * "ok ...", -EREMOTEIO for "error ...", other -errno when there was none
  * (no VMM there, timed out after timeout_ms). */
 int vm_control_call(const char *path, const char *cmd, char *answer, size_t len, int timeout_ms);
+/* The same, and *fd_out gets a descriptor the answer carried (or -1). */
+int vm_control_call_fd(const char *path, const char *cmd, char *answer, size_t len,
+		       int timeout_ms, int *fd_out);
 void vm_control_close(struct vm *vm);
 /* Fills up to 2 pollfds; returns how many. */
 int vm_control_pollfds(struct vm *vm, struct pollfd *pfd);

@@ -318,11 +318,42 @@ static bool parent_usable(struct vm *vm, const char *dir, char *name, size_t len
 	return ok;
 }
 
+/* A live fork's memory: nothing is written now.  RAM's memfd is frozen as
+ * it is (guest_mem_freeze) and becomes this checkpoint's full memory, which
+ * the forks map by the fd and vm_checkpoint_live_finish writes to the file
+ * afterwards.  The dirty interval starts here, as for any checkpoint. */
+static int freeze_memory(struct vm *vm, struct snap_writer *w, struct snap_memory_desc *md,
+			 uint64_t **pages, char *msg, size_t msglen)
+{
+	uint8_t mdb[SNAP_MEMORY_DESC_LEN];
+	int sealed, err;
+
+	if (vm->mem.dirty) {
+		*pages = calloc(guest_mem_bitmap_words(&vm->mem), sizeof(uint64_t));
+		if (!*pages)
+			return -ENOMEM;
+		if ((err = take_dirty(vm, *pages)))
+			log_warn("checkpoint: KVM's dirty log failed (%s)", strerror(-err));
+	}
+	if ((sealed = guest_mem_freeze(&vm->mem)) < 0) {
+		snprintf(msg, msglen, "cannot freeze guest memory: %s", strerror(-sealed));
+		return sealed;
+	}
+	if (!sealed)
+		log_warn("checkpoint: the kernel would not seal the frozen memory against writes");
+	/* An upper bound: the file written later leaves out pages of zeros. */
+	md->data_bytes = snapshot_memfd_data_bytes(vm->mem.file_fd, vm->mem.size);
+	snap_memory_desc_encode(md, mdb);
+	snap_writer_add(w, SNAP_SEC_MEMORY, 0, mdb, sizeof(mdb));
+	return 0;
+}
+
 /* Writes the memory file into tmp and adds its sections.  *pages gets the
  * pages taken from the dirty log (NULL if none): the caller gives them
  * back if the checkpoint fails. */
 static int save_memory(struct vm *vm, struct snap_writer *w, const char *tmp, const char *dir,
-		       struct snap_memory_desc *md, uint64_t **pages, char *msg, size_t msglen)
+		       bool live, struct snap_memory_desc *md, uint64_t **pages, char *msg,
+		       size_t msglen)
 {
 	uint8_t mdb[SNAP_MEMORY_DESC_LEN], psec[SNAP_MEM_ID_LEN + SNAP_MAX_PARENT_NAME];
 	char path[PATH_MAX + 16], name[SNAP_MAX_PARENT_NAME + 1];
@@ -331,6 +362,8 @@ static int save_memory(struct vm *vm, struct snap_writer *w, const char *tmp, co
 
 	*pages = NULL;
 	new_mem_id(md->id);
+	if (live)
+		return freeze_memory(vm, w, md, pages, msg, msglen);
 	if (vm->mem.dirty) {
 		*pages = calloc(guest_mem_bitmap_words(&vm->mem), sizeof(uint64_t));
 		if (!*pages)
@@ -365,7 +398,8 @@ static int save_memory(struct vm *vm, struct snap_writer *w, const char *tmp, co
 }
 
 static int write_checkpoint(struct vm *vm, const char *tmp, const char *dir, const char *new_top,
-			    struct snap_memory_desc *md, uint64_t **pages, char *msg, size_t msglen)
+			    bool live, struct snap_memory_desc *md, uint64_t **pages, char *msg,
+			    size_t msglen)
 {
 	struct snap_header h = {.version = SNAP_VERSION, .ncpus = (uint32_t)vm->cfg.ncpus,
 				.mem_size = vm->mem.size};
@@ -383,7 +417,7 @@ static int write_checkpoint(struct vm *vm, const char *tmp, const char *dir, con
 	save_devices(vm, &w);
 	if (vm->has_blk && (err = save_disk(vm, &w, dir, new_top, msg, msglen)))
 		goto out;
-	if ((err = save_memory(vm, &w, tmp, dir, md, pages, msg, msglen)))
+	if ((err = save_memory(vm, &w, tmp, dir, live, md, pages, msg, msglen)))
 		goto out;
 	if ((err = snap_writer_finish(&w))) {
 		snprintf(msg, msglen, "cannot build the state file: %s", strerror(-err));
@@ -422,8 +456,10 @@ static void remove_tmp(const char *tmp)
 
 /* The checkpoint is built in "<dir>.tmp-<pid>" and renamed to dir only when
  * complete and durable: a kill at any point leaves at most a temporary
- * directory, never a checkpoint that looks whole and is not. */
-int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg, size_t msglen)
+ * directory, never a checkpoint that looks whole and is not.  (A live one
+ * is renamed before its memory file exists: see vm_checkpoint_live.) */
+static int take_checkpoint(struct vm *vm, const char *dir, const char *new_top, bool live,
+			   char *msg, size_t msglen)
 {
 	char tmp[PATH_MAX], parent[PATH_MAX];
 	uint64_t t0 = now_us(), t_paused, t_done, *pages = NULL;
@@ -431,7 +467,7 @@ int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg
 	struct stat st;
 	int err;
 
-	if (strlen(dir) + 32 >= sizeof(tmp)) {
+	if (strlen(dir) + 32 >= sizeof(tmp) || strlen(dir) >= sizeof(vm->live_dir)) {
 		snprintf(msg, msglen, "checkpoint path is too long");
 		return -ENAMETOOLONG;
 	}
@@ -452,14 +488,14 @@ int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg
 		return err;
 	}
 	t_paused = now_us();
-	err = write_checkpoint(vm, tmp, dir, new_top, &md, &pages, msg, msglen);
+	err = write_checkpoint(vm, tmp, dir, new_top, live, &md, &pages, msg, msglen);
 	if (!err && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_NOREPLACE) < 0) {
 		err = -errno;
 		snprintf(msg, msglen, "cannot rename the checkpoint into place: %s", strerror(errno));
 	}
 	if (err)
 		give_back_dirty(vm, pages);
-	else
+	else if (!live)
 		set_mem_parent(vm, dir, &md);
 	free(pages);
 	vm_resume(vm);
@@ -470,11 +506,63 @@ int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg
 	}
 	snprintf(parent, sizeof(parent), "%s", dir);
 	snapshot_fsync_dir(dirname(parent));
+	if (live) {
+		memcpy(vm->live_dir, dir, strlen(dir) + 1);
+		vm->live_md = md;
+		vm->live_pending = true;
+	}
 	snprintf(msg, msglen,
-		 "checkpoint %.300s memory_bytes=%llu memory=%s depth=%u paused_ms=%.1f total_ms=%.1f disk=%.300s",
+		 "checkpoint %.300s memory_bytes=%llu memory=%s depth=%u paused_ms=%.1f total_ms=%.1f live=%d disk=%.300s",
 		 dir, (unsigned long long)md.data_bytes, md.flags & SNAP_MEM_LAYER ? "layer" : "full",
 		 md.depth, (double)(t_done - t_paused) / 1000.0, (double)(t_done - t0) / 1000.0,
-		 vm->has_blk ? vm->disk_top : "none");
+		 (int)live, vm->has_blk ? vm->disk_top : "none");
+	return 0;
+}
+
+int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg, size_t msglen)
+{
+	return take_checkpoint(vm, dir, new_top, false, msg, msglen);
+}
+
+int vm_checkpoint_live(struct vm *vm, const char *dir, const char *new_top, int *memfd, char *msg,
+		       size_t msglen)
+{
+	int err;
+
+	*memfd = -1;
+	if (vm->mem.memfd < 0) /* a private view already: there is nothing to freeze */
+		return take_checkpoint(vm, dir, new_top, false, msg, msglen);
+	if (!(err = take_checkpoint(vm, dir, new_top, true, msg, msglen)))
+		*memfd = vm->mem.file_fd;
+	return err;
+}
+
+int vm_checkpoint_live_finish(struct vm *vm)
+{
+	char part[PATH_MAX + 16], path[PATH_MAX + 16];
+	uint64_t t0 = now_us(), bytes = 0;
+	int err;
+
+	if (!vm->live_pending)
+		return 0;
+	vm->live_pending = false;
+	snprintf(part, sizeof(part), "%s/%s.part", vm->live_dir, SNAP_MEMORY_FILE);
+	snprintf(path, sizeof(path), "%s/%s", vm->live_dir, SNAP_MEMORY_FILE);
+	err = snapshot_write_frozen(part, vm->mem.file_fd, vm->mem.size, &bytes);
+	if (!err && renameat2(AT_FDCWD, part, AT_FDCWD, path, RENAME_NOREPLACE) < 0)
+		err = -errno;
+	if (!err)
+		err = snapshot_fsync_dir(vm->live_dir);
+	if (err) {
+		unlink(part);
+		log_err("checkpoint %s: cannot write its memory: %s (it cannot be restored from disk)",
+			vm->live_dir, strerror(-err));
+		return err;
+	}
+	/* Only now can a later checkpoint be a layer over this one. */
+	set_mem_parent(vm, vm->live_dir, &vm->live_md);
+	log_info("checkpoint %s: memory written after the fork, %llu bytes in %.1f ms", vm->live_dir,
+		 (unsigned long long)bytes, (double)(now_us() - t0) / 1000.0);
 	return 0;
 }
 
@@ -548,10 +636,34 @@ static int restore_disk(struct vm *vm, const char **why)
 	return 0;
 }
 
+/* A live fork's child: RAM is the parent's frozen memfd, mapped privately;
+ * the checkpoint's memory must be the full one that memfd is. */
+static int restore_memfd(struct vm *vm, const char **why)
+{
+	struct snap_memory_desc md;
+	int rc;
+
+	if (snapshot_memory_desc(snapshot_find(&vm->snap, SNAP_SEC_MEMORY, 0), &md) ||
+	    (md.flags & SNAP_MEM_LAYER))
+		return restore_fail(vm, why, "--restore-memfd needs a checkpoint with full memory (a live fork's)");
+	if ((rc = guest_mem_open_fd(&vm->mem, vm->cfg.restore_memfd, md.size))) {
+		snprintf(vm->err_buf, sizeof(vm->err_buf),
+			 "cannot map the memory given by --restore-memfd (not a file of %llu bytes?): %s",
+			 (unsigned long long)md.size, strerror(-rc));
+		*why = vm->err_buf;
+		return rc;
+	}
+	set_mem_parent(vm, vm->cfg.restore_dir, &md);
+	return 0;
+}
+
 int vm_restore_memory(struct vm *vm, const char **why)
 {
 	struct snapmem_chain c;
 	int rc;
+
+	if (vm->cfg.has_restore_memfd)
+		return restore_memfd(vm, why);
 
 	rc = snapmem_chain_load(vm->cfg.restore_dir, &c, vm->err_buf, sizeof(vm->err_buf));
 	if (!rc)

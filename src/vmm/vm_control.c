@@ -4,6 +4,10 @@
  *   pause                     stop the vCPUs and devices
  *   resume                    let them run again
  *   checkpoint DIR [NEWTOP]   write a checkpoint (vm_checkpoint)
+ *   checkpoint-live DIR [NEWTOP]
+ *                             the same for a live fork (vm_checkpoint_live):
+ *                             the answer carries the frozen memory's fd
+ *                             (SCM_RIGHTS) when there is one ("live=1")
  *   status                    "ok running" or "ok paused"
  *   stop                      end the VM as if stopped from the host
  *
@@ -85,8 +89,32 @@ int vm_control_pollfds(struct vm *vm, struct pollfd *pfd)
 	return 0;
 }
 
-/* One answer line: "ok TEXT" or "error TEXT". */
-static void reply(struct vm *vm, const char *status, const char *text)
+/* Sends line with fd attached to its first byte, then the rest. */
+static int send_with_fd(int sock, const char *line, size_t len, int fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = {.iov_base = (void *)line, .iov_len = len};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof(cbuf)};
+	struct cmsghdr *c;
+	ssize_t n;
+
+	memset(cbuf, 0, sizeof(cbuf));
+	c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	do
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		return n < 0 ? -errno : -EIO;
+	return write_all(sock, line + n, len - (size_t)n);
+}
+
+/* One answer line: "ok TEXT" or "error TEXT", with fd passed when >= 0. */
+static void reply_fd(struct vm *vm, const char *status, const char *text, int fd)
 {
 	char line[1024];
 	int n = snprintf(line, sizeof(line) - 1, "%s %s", status, text);
@@ -98,25 +126,37 @@ static void reply(struct vm *vm, const char *status, const char *text)
 	line[n++] = '\n';
 	/* A client that does not read its answers is its own problem: the
 	 * socket is blocking only for this short line. */
-	if (write_all(vm->control_client, line, (size_t)n) < 0)
+	if ((fd >= 0 ? send_with_fd(vm->control_client, line, (size_t)n, fd)
+		     : write_all(vm->control_client, line, (size_t)n)) < 0)
 		log_warn("control: could not answer the client");
 }
 
-static void cmd_checkpoint(struct vm *vm, char *args)
+static void reply(struct vm *vm, const char *status, const char *text)
+{
+	reply_fd(vm, status, text, -1);
+}
+
+static void cmd_checkpoint(struct vm *vm, char *args, bool live)
 {
 	char msg[900];
 	char *dir = strtok(args, " "), *top = strtok(NULL, " ");
+	int memfd = -1, err;
 
 	if (!dir || strtok(NULL, " ")) {
-		reply(vm, "error", "usage: checkpoint DIR [NEWTOP]");
+		reply(vm, "error", live ? "usage: checkpoint-live DIR [NEWTOP]"
+					: "usage: checkpoint DIR [NEWTOP]");
 		return;
 	}
-	if (vm_checkpoint(vm, dir, top, msg, sizeof(msg)) == 0) {
-		log_info("%s", msg);
-		reply(vm, "ok", msg);
-	} else {
+	err = live ? vm_checkpoint_live(vm, dir, top, &memfd, msg, sizeof(msg))
+		   : vm_checkpoint(vm, dir, top, msg, sizeof(msg));
+	if (err) {
 		reply(vm, "error", msg);
+		return;
 	}
+	log_info("%s", msg);
+	reply_fd(vm, "ok", msg, memfd);
+	/* The fork can start now; its memory file is written meanwhile. */
+	vm_checkpoint_live_finish(vm);
 }
 
 static void run_command(struct vm *vm, char *line)
@@ -142,14 +182,16 @@ static void run_command(struct vm *vm, char *line)
 			reply(vm, "ok", "running");
 		}
 	} else if (!strncmp(line, "checkpoint ", 11)) {
-		cmd_checkpoint(vm, line + 11);
+		cmd_checkpoint(vm, line + 11, false);
+	} else if (!strncmp(line, "checkpoint-live ", 16)) {
+		cmd_checkpoint(vm, line + 16, true);
 	} else if (!strcmp(line, "status")) {
 		reply(vm, "ok", vm->pause_depth ? "paused" : "running");
 	} else if (!strcmp(line, "stop")) {
 		reply(vm, "ok", "stopping");
 		vm_request_stop(vm, VM_STOP_HOST);
 	} else {
-		reply(vm, "error", "unknown command (pause, resume, checkpoint DIR [NEWTOP], status, stop)");
+		reply(vm, "error", "unknown command (pause, resume, checkpoint DIR [NEWTOP], checkpoint-live DIR [NEWTOP], status, stop)");
 	}
 }
 
@@ -232,13 +274,32 @@ static int call_connect(const char *path, int timeout_ms)
 	return fd;
 }
 
+/* One byte of the answer; the first may carry a descriptor (*fd_out). */
+static ssize_t read_byte(int fd, char *b, int *fd_out)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = {.iov_base = b, .iov_len = 1};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof(cbuf)};
+	ssize_t r;
+
+	if (!fd_out)
+		return read(fd, b, 1);
+	r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); r > 0 && c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+		    c->cmsg_len == CMSG_LEN(sizeof(int)) && *fd_out < 0)
+			memcpy(fd_out, CMSG_DATA(c), sizeof(int));
+	return r;
+}
+
 /* Reads the answer up to its newline (the VMM sends exactly one line). */
-static int call_read_line(int fd, char *buf, size_t len)
+static int call_read_line(int fd, char *buf, size_t len, int *fd_out)
 {
 	size_t n = 0;
 
 	while (n + 1 < len) {
-		ssize_t r = read(fd, buf + n, 1);
+		ssize_t r = read_byte(fd, buf + n, n ? NULL : fd_out);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
@@ -253,19 +314,31 @@ static int call_read_line(int fd, char *buf, size_t len)
 	return 0;
 }
 
-int vm_control_call(const char *path, const char *cmd, char *answer, size_t len, int timeout_ms)
+int vm_control_call_fd(const char *path, const char *cmd, char *answer, size_t len,
+		      int timeout_ms, int *fd_out)
 {
 	int fd = call_connect(path, timeout_ms), err;
 
+	if (fd_out)
+		*fd_out = -1;
 	if (fd < 0)
 		return fd;
 	err = write_all(fd, cmd, strlen(cmd));
 	if (!err)
 		err = write_all(fd, "\n", 1);
 	if (!err)
-		err = call_read_line(fd, answer, len);
+		err = call_read_line(fd, answer, len, fd_out);
 	close(fd);
-	if (err)
-		return err;
-	return strncmp(answer, "ok", 2) == 0 && (answer[2] == ' ' || !answer[2]) ? 0 : -EREMOTEIO;
+	if (!err && !(strncmp(answer, "ok", 2) == 0 && (answer[2] == ' ' || !answer[2])))
+		err = -EREMOTEIO;
+	if (err && fd_out && *fd_out >= 0) {
+		close(*fd_out);
+		*fd_out = -1;
+	}
+	return err;
+}
+
+int vm_control_call(const char *path, const char *cmd, char *answer, size_t len, int timeout_ms)
+{
+	return vm_control_call_fd(path, cmd, answer, len, timeout_ms, NULL);
 }

@@ -258,6 +258,18 @@ static void test_vm_args(void **state)
 	assert_int_equal(parse("vm --kernel K --jail --jail-user :5", &a, &why), -EINVAL);
 	assert_int_equal(parse("vm --kernel K --jail --jail-user 5:4294967295", &a, &why), -EINVAL);
 	assert_int_equal(parse("vm --kernel K --jail --jail-user 5:6x", &a, &why), -EINVAL);
+
+	/* --restore-memfd: an open descriptor, with --restore only. */
+	assert_int_equal(parse("vm --restore D --restore-memfd 2", &a, &why), 0);
+	assert_int_equal(a.restore_memfd, 2);
+	assert_int_equal(parse("vm --restore D", &a, &why), 0);
+	assert_int_equal(a.restore_memfd, -1);
+	assert_int_equal(parse("vm --kernel K --restore-memfd 2", &a, &why), -EINVAL);
+	assert_non_null(strstr(why, "--restore DIR"));
+	assert_int_equal(parse("vm --restore D --restore-memfd 987654", &a, &why), -EINVAL);
+	assert_non_null(strstr(why, "open file descriptor"));
+	assert_int_equal(parse("vm --restore D --restore-memfd -1", &a, &why), -EINVAL);
+	assert_int_equal(parse("vm --restore D --restore-memfd 3x", &a, &why), -EINVAL);
 	while (ncopies)
 		free(copies[--ncopies]);
 }

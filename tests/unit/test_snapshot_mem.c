@@ -254,6 +254,72 @@ static void test_layers_mapped_then_saved_whole(void **state)
 	snapmem_chain_free(&c);
 }
 
+/* A live fork (guest_mem_freeze): the memfd keeps RAM as it was at the
+ * freeze while the VM writes on into its private view at the same address;
+ * nobody can write the memfd any more; a fork maps it privately
+ * (guest_mem_open_fd) and sees the frozen RAM; the file written from it
+ * afterwards holds that RAM (zero pages as holes), and a later full
+ * checkpoint of the parent holds the parent's writes too. */
+static void test_live_fork_freeze(void **state)
+{
+	struct guest_mem m, child, back;
+	uint8_t *frozen = malloc(MEM), *want = malloc(MEM);
+	char path[160];
+	uint64_t bytes = 0;
+	uint8_t *at;
+	int fd;
+
+	assert_non_null(frozen);
+	assert_non_null(want);
+	assert_int_equal(guest_mem_create(&m, MEM), 0);
+	for (unsigned pg = 0; pg < NPAGES; pg += 3)
+		fill(m.base, pg, 1);
+	memcpy(frozen, m.base, MEM);
+	at = m.base;
+	assert_int_equal(guest_mem_freeze(&m), 1); /* sealed */
+	assert_ptr_equal(m.base, at);
+	assert_true(m.from_file);
+	assert_int_equal(m.memfd, -1);
+	assert_int_equal(guest_mem_freeze(&m), -EINVAL); /* frozen once */
+	fd = m.file_fd;
+	assert_int_equal(fcntl(fd, F_GET_SEALS) & F_SEAL_WRITE, F_SEAL_WRITE);
+	assert_int_equal(pwrite(fd, "x", 1, 0), -1);
+	assert_int_equal(errno, EPERM);
+	/* The parent writes on: pages it had and pages it had not. */
+	memcpy(want, frozen, MEM);
+	for (unsigned pg = 0; pg < NPAGES; pg += 5) {
+		fill(m.base, pg, 2);
+		fill(want, pg, 2);
+	}
+	assert_memory_equal(m.base, want, MEM);
+	/* A fork maps the frozen RAM, and its own writes stay its own. */
+	assert_int_equal(guest_mem_open_fd(&child, dup(fd), MEM), 0);
+	assert_memory_equal(child.base, frozen, MEM);
+	memset(child.base + 7 * 4096, 0x77, 4096);
+	assert_memory_equal(m.base + 7 * 4096, want + 7 * 4096, 4096);
+	guest_mem_destroy(&child);
+	assert_int_equal(guest_mem_open_fd(&child, dup(fd), MEM - 4096), -EINVAL);
+	/* The memory file written after the fork is the frozen RAM. */
+	assert_int_equal(snapshot_memfd_data_bytes(fd, MEM) >= (NPAGES / 3) * 4096, 1);
+	dir_of(path, sizeof(path), "frozen");
+	strcat(path, ".memory");
+	assert_int_equal(snapshot_write_frozen(path, fd, MEM, &bytes), 0);
+	assert_int_equal(bytes, ((NPAGES + 2) / 3) * 4096);
+	assert_int_equal(guest_mem_open_file(&back, path, MEM), 0);
+	assert_memory_equal(back.base, frozen, MEM);
+	guest_mem_destroy(&back);
+	unlink(path);
+	/* A later full checkpoint of the parent: frozen pages and its writes. */
+	assert_int_equal(snapshot_write_memory(path, &m, &bytes), 0);
+	assert_int_equal(guest_mem_open_file(&back, path, MEM), 0);
+	assert_memory_equal(back.base, want, MEM);
+	guest_mem_destroy(&back);
+	unlink(path);
+	guest_mem_destroy(&m);
+	free(frozen);
+	free(want);
+}
+
 static void remove_ckpt(const char *name)
 {
 	char path[160];
@@ -352,6 +418,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_detach_folds_down, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_parent_replaced_or_gone, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_layer_sections, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_live_fork_freeze, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("snapshot_mem", tests, NULL, NULL);

@@ -256,3 +256,72 @@ test_sandbox_checkpoint() {
 	fi
 	ck_sb rm -f ck >/dev/null 2>&1
 }
+
+# A live fork (`kosa8 fork NAME` of a sandbox started fresh, its RAM still
+# the VMM's own memfd): the memory is frozen and handed to the fork, not
+# written first.  The fork has the parent's files and processes; the two
+# diverge; the parent writes the checkpoint's memory file afterwards, its
+# next checkpoint is a layer over that, and a rewind to it runs.
+lv_sb() { KOSA8_STATE_DIR=$WORK/lvstate timeout -k 5 600 "${CKB:-build/kosa8}" "$@" </dev/null; }
+lv_in() { lv_sb exec "$1" -- sh -c "$2" 2>>"$WORK/out"; }
+lv_fail() {
+	not_ok "$1" "$2"
+	for sb in lv lvf; do
+		echo "  --- $sb: supervisor log / console (last lines) ---"
+		tail -12 "$WORK/lvstate/sandboxes/$sb/supervisor.log" 2>/dev/null | sed 's/^/  | /'
+		tail -12 "$WORK/lvstate/sandboxes/$sb/console.log" 2>/dev/null | sed 's/^/  | /'
+	done
+	ls -la "$WORK/lvstate/sandboxes/lv/checkpoints"/* 2>&1 | sed 's/^/  | /'
+	lv_sb rm -f lvf >/dev/null 2>&1
+	lv_sb rm -f lv >/dev/null 2>&1
+}
+
+test_sandbox_fork_live() {
+	local name=sandbox-fork-live-shares-frozen-memory pid c0 c1 t0 rc id id2 dir i
+	rm -rf "$WORK/lvstate" && mkdir -p "$WORK/lvstate"
+	: >"$WORK/out"
+	lv_sb create --name lv >>"$WORK/out" 2>&1 || { lv_fail "$name" "create failed"; return; }
+	lv_sb start lv >>"$WORK/out" 2>&1 || { lv_fail "$name" "start failed"; return; }
+	lv_in lv 'echo before >/workspace/f; setsid sh -c '\''n=0; while :; do n=$((n+1)); echo $n >/tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done'\'' </dev/null >/dev/null 2>&1 & echo $! >/tmp/counter.pid' ||
+		{ lv_fail "$name" "exec failed"; return; }
+	sleep 2
+	pid=$(lv_in lv 'cat /tmp/counter.pid')
+	c0=$(lv_in lv 'cat /tmp/count')
+	t0=$(date +%s)
+	lv_sb fork lv --name lvf >"$WORK/fork.out" 2>"$WORK/fork.err"
+	rc=$?
+	sed 's/^/  /' "$WORK/fork.err"
+	echo "  live fork to a running child: $(($(date +%s) - t0)) s"
+	[ $rc -eq 0 ] || { lv_fail "$name" "fork failed"; return; }
+	grep -q "(live" "$WORK/fork.err" || { lv_fail "$name" "the fork of a freshly started sandbox was not live"; return; }
+	id=$(sed -n "s/^kosa8 fork: checkpoint \(c[0-9]*\) of 'lv'.*/\1/p" "$WORK/fork.err")
+	[ "$(lv_in lvf 'cat /workspace/f')" = before ] || { lv_fail "$name" "the fork does not have /workspace/f"; return; }
+	lv_in lvf "kill -0 $pid" || { lv_fail "$name" "the counter process (pid $pid) is not in the fork"; return; }
+	c1=$(lv_in lvf 'cat /tmp/count')
+	sleep 1
+	[ -n "$c1" ] && [ "$c1" -ge "$c0" ] && [ "$(lv_in lvf 'cat /tmp/count')" -gt "$c1" ] ||
+		{ lv_fail "$name" "the fork's counter: $c0 in the parent before, then $c1, not counting on"; return; }
+	lv_in lv 'echo parent >/workspace/p' && lv_in lvf 'echo child >/workspace/c' ||
+		{ lv_fail "$name" "writes after the fork failed"; return; }
+	lv_in lvf 'test ! -e /workspace/p' && lv_in lv 'test ! -e /workspace/c' ||
+		{ lv_fail "$name" "a file written after the fork is in the other sandbox"; return; }
+	ok "$name"
+
+	name=sandbox-fork-live-memory-written-layer-rewind
+	dir=$WORK/lvstate/sandboxes/lv/checkpoints/$id
+	for i in $(seq 1 120); do [ -e "$dir/memory" ] && break; sleep 1; done
+	[ -s "$dir/memory" ] && [ ! -e "$dir/memory.part" ] ||
+		{ lv_fail "$name" "$id has no complete memory file after the fork"; return; }
+	id2=$(lv_sb checkpoint lv -m "after the live fork" 2>>"$WORK/out") || { lv_fail "$name" "checkpoint of the parent failed"; return; }
+	lv_sb checkpoints lv | sed 's/^/  | /'
+	[ "$(lv_sb checkpoints lv | awk -v id="$id2" '$1 == id || $2 == id { print }' | grep -c layer)" = 1 ] ||
+		{ lv_fail "$name" "$id2, the parent's checkpoint after the fork, is not a layer over $id"; return; }
+	lv_in lv 'echo later >/workspace/p'
+	lv_sb rewind lv "$id2" >>"$WORK/out" 2>&1 || { lv_fail "$name" "rewind to $id2 failed"; return; }
+	[ "$(lv_in lv 'cat /workspace/p')" = parent ] && [ "$(lv_in lv 'cat /workspace/f')" = before ] ||
+		{ lv_fail "$name" "after the rewind /workspace/p is '$(lv_in lv 'cat /workspace/p')'"; return; }
+	lv_in lv "kill -0 $pid" || { lv_fail "$name" "the counter process did not survive the rewind"; return; }
+	ok "$name"
+	lv_sb rm -f lvf >/dev/null 2>&1
+	lv_sb rm -f lv >/dev/null 2>&1
+}
