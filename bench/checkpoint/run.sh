@@ -31,7 +31,9 @@ where="directly on /dev/kvm"
 	echo "microvm: QMP \`migrate\` to \`exec:cat > FILE\` (live; stopped only for its downtime)"
 	echo "then \`-incoming 'exec:cat FILE'\`.  Restore is timed from starting the VMM to the"
 	echo "guest's next line on the console.  A fork is kosa8's checkpoint plus a restore"
-	echo "started while the parent runs on, timed by the VMMs themselves."
+	echo "started while the parent runs on, timed by the VMMs themselves; a live fork"
+	echo "(\`checkpoint-live\`, what \`kosa8 fork\` of a running sandbox does) freezes the"
+	echo "parent's memory and hands it to the child by fd instead of writing it first."
 	echo
 	grep -v '^# ' "$out"
 	echo

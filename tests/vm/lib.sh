@@ -49,7 +49,7 @@ sb() { timeout -k 5 600 build/kosa8 "$@" </dev/null; }
 # ONCE_MORE_BEFORE for the sandbox tests.
 sandboxes_clear() {
 	local dir
-	for dir in "${KOSA8_STATE_DIR:-}" "$WORK/ckstate"; do
+	for dir in "${KOSA8_STATE_DIR:-}" "$WORK/ckstate" "$WORK/lvstate"; do
 		KOSA8_STATE_DIR=$dir sb ps 2>/dev/null | awk 'NR > 1 {print $1}' | while read -r n; do
 			KOSA8_STATE_DIR=$dir sb rm -f "$n" >/dev/null 2>&1
 		done
