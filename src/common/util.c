@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 int parse_size(const char *s, uint64_t *out)
@@ -289,4 +290,12 @@ int run_for_last_line(const char *const argv[], char *buf, size_t len)
 		return -EIO;
 	memcpy(buf, line, strlen(line) + 1);
 	return 0;
+}
+
+uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }

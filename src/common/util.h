@@ -54,6 +54,9 @@ int kosa8_data_path(const char *rel, char *buf, size_t len);
  * for "the path of what I built"), its stderr silenced; -EIO if it fails. */
 int run_for_last_line(const char *const argv[], char *buf, size_t len);
 
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t mono_ns(void);
+
 /* mkdir -p with the given mode for each created component. */
 int mkdir_p(const char *path, mode_t mode);
 

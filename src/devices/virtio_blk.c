@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -188,6 +189,49 @@ static bool chain_shape_ok(const struct virtq_chain *c)
 	return c->out_bytes >= REQ_HDR_LEN && c->in_bytes >= 1;
 }
 
+/* Raises the interrupt for what was completed, unless the driver asked
+ * for none (lock held). */
+static void signal_used(struct virtio_blk *b)
+{
+	if (!b->unsignalled)
+		return;
+	b->unsignalled = 0;
+	b->interrupts++;
+	virtio_mmio_notify_used(&b->mmio, 0);
+}
+
+static void close_window(struct virtio_blk *b)
+{
+	if (!b->window_end)
+		return;
+	virtq_suppress_kicks(&b->mmio.s.queues[0], false);
+	coalesce_outcome(&b->coalesce, b->window_served);
+	b->window_end = 0;
+	signal_used(b);
+}
+
+/* The queue ran dry (lock held): interrupt now, or wait a while for more
+ * requests to answer under the same interrupt (virtio/coalesce.h).  An
+ * open window keeps its end: a driver that keeps queueing cannot hold the
+ * interrupt back for longer than the window.  During it the driver need
+ * not kick (each kick is an exit): its requests are answered at the end
+ * anyway, so the thread takes them then. */
+static void end_batch(struct virtio_blk *b)
+{
+	uint64_t w;
+
+	if (!b->unsignalled || b->window_end)
+		return;
+	w = coalesce_window(&b->coalesce);
+	if (!w) {
+		signal_used(b);
+		return;
+	}
+	b->window_end = mono_ns() + w;
+	b->window_served = 0;
+	virtq_suppress_kicks(&b->mmio.s.queues[0], true);
+}
+
 static void serve_queue(struct virtio_blk *b, struct virtq_chain *c)
 {
 	struct virtio_mmio *t = &b->mmio;
@@ -217,11 +261,26 @@ static void serve_queue(struct virtio_blk *b, struct virtq_chain *c)
 		if (gen != b->generation)
 			break;
 		virtq_push(q, c, len);
-		if (!virtq_has_work(q))
-			virtio_mmio_notify_used(t, 0);
+		b->unsignalled++;
+		if (b->window_end)
+			b->window_served++;
 	}
-	virtio_mmio_notify_used(t, 0);
+	end_batch(b);
 	pthread_mutex_unlock(&t->lock);
+}
+
+/* Until the guest kicks, or until the open window ends: ppoll's timeout,
+ * or NULL for none (lock held). */
+static struct timespec *window_left(struct virtio_blk *b, struct timespec *ts)
+{
+	uint64_t now, left;
+
+	if (!b->window_end)
+		return NULL;
+	now = mono_ns();
+	left = b->window_end > now ? b->window_end - now : 0;
+	*ts = (struct timespec){.tv_sec = (time_t)(left / 1000000000u), .tv_nsec = (long)(left % 1000000000u)};
+	return ts;
 }
 
 static void *blk_thread(void *arg)
@@ -234,11 +293,29 @@ static void *blk_thread(void *arg)
 		return NULL;
 	while (!__atomic_load_n(&b->stopping, __ATOMIC_ACQUIRE)) {
 		struct pollfd p = {.fd = b->kick_fd, .events = POLLIN};
-		if (poll(&p, 1, -1) <= 0)
+		struct timespec ts, *timeout;
+		bool expired;
+		int r;
+
+		pthread_mutex_lock(&b->mmio.lock);
+		timeout = window_left(b, &ts);
+		pthread_mutex_unlock(&b->mmio.lock);
+		r = ppoll(&p, 1, timeout, NULL);
+		if (r > 0 && read(b->kick_fd, &v, sizeof(v)) == sizeof(v))
+			serve_queue(b, c);
+		pthread_mutex_lock(&b->mmio.lock);
+		expired = b->window_end && mono_ns() >= b->window_end;
+		if (expired)
+			virtq_suppress_kicks(&b->mmio.s.queues[0], false);
+		pthread_mutex_unlock(&b->mmio.lock);
+		if (!expired)
 			continue;
-		if (read(b->kick_fd, &v, sizeof(v)) < 0)
-			continue;
+		/* What the driver queued without kicking, under this window's
+		 * interrupt. */
 		serve_queue(b, c);
+		pthread_mutex_lock(&b->mmio.lock);
+		close_window(b);
+		pthread_mutex_unlock(&b->mmio.lock);
 	}
 	free(c);
 	return NULL;
@@ -260,6 +337,9 @@ static void blk_reset(struct virtio_mmio *t)
 	struct virtio_blk *b = t->dev;
 
 	b->generation++;
+	/* The queue is gone: nothing to signal, no window to wait out. */
+	b->unsignalled = 0;
+	b->window_end = 0;
 }
 
 /* VIRTIO_RING_F_EVENT_IDX is not offered, though the transport supports it:
@@ -303,8 +383,10 @@ int virtio_blk_init(struct virtio_blk *b, struct disk *disk, bool read_only, con
 	b->capacity = disk_size(disk) / SECTOR;
 	strncpy(b->serial, serial ? serial : "kosa8", sizeof(b->serial));
 	pthread_cond_init(&b->idle, NULL);
+	coalesce_init(&b->coalesce);
 	virtio_mmio_init(&b->mmio, read_only ? &blk_ops_ro : &blk_ops, b, mem, base, gsi,
 			 set_irq, irq_ctx);
+	b->mmio.irq_cost = &b->coalesce;
 	b->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (b->kick_fd < 0)
 		return -errno;
@@ -328,6 +410,9 @@ void virtio_blk_pause(struct virtio_blk *b)
 	b->paused = true;
 	while (b->busy)
 		pthread_cond_wait(&b->idle, &b->mmio.lock);
+	/* The checkpoint saves the interrupt with the ring: raise it now, not
+	 * when the window would have ended, in the middle of the save. */
+	close_window(b);
 	pthread_mutex_unlock(&b->mmio.lock);
 }
 
@@ -363,9 +448,13 @@ void virtio_blk_destroy(struct virtio_blk *b)
 	}
 	/* -v: what the disk did, and whether the doorbell took the notifies
 	 * (vm.c add_doorbells; tests/vm/run-all checks this line). */
-	log_info("virtio-blk: %llu reads, %llu writes, %llu notifies exited to the VMM",
+	log_info("virtio-blk: %llu reads, %llu writes, %llu notifies exited to the VMM; "
+		 "%llu interrupts; %llu coalescing windows caught requests, %llu expired; "
+		 "interrupt cost %llu us",
 		 (unsigned long long)b->stats.reads, (unsigned long long)b->stats.writes,
-		 (unsigned long long)b->mmio.notify_exits);
+		 (unsigned long long)b->mmio.notify_exits, (unsigned long long)b->interrupts,
+		 (unsigned long long)b->coalesce.caught, (unsigned long long)b->coalesce.expired,
+		 (unsigned long long)(b->coalesce.cost_ns / 1000));
 	if (b->kick_fd >= 0)
 		close(b->kick_fd);
 	b->kick_fd = -1;

@@ -4,7 +4,12 @@
  * queue goes straight back to the guest while the disk works.  Every request
  * is checked (header size, sector range, data length, status byte) and a bad
  * one completes with VIRTIO_BLK_S_IOERR; a chain that breaks the ring rules
- * marks the device DEVICE_NEEDS_RESET.  Neither stops the VMM. */
+ * marks the device DEVICE_NEEDS_RESET.  Neither stops the VMM.
+ *
+ * A request finished before the driver queued the next would cost an
+ * interrupt each; when the queue runs dry the thread may instead wait a
+ * short window for more and answer them under one interrupt, the window
+ * sized and turned off by virtio/coalesce.h's policy. */
 #ifndef KOSA8_VIRTIO_BLK_H
 #define KOSA8_VIRTIO_BLK_H
 
@@ -39,6 +44,12 @@ struct virtio_blk {
 	int busy;               /* the I/O thread is between pop and push */
 	bool paused;            /* checkpoint: take no new request */
 	pthread_cond_t idle;
+	/* Interrupt coalescing (virtio/coalesce.h), all under mmio.lock: */
+	struct coalesce coalesce;
+	unsigned unsignalled;   /* completions pushed, their interrupt not yet raised */
+	uint64_t window_end;    /* CLOCK_MONOTONIC ns the open window ends; 0: none */
+	unsigned window_served; /* requests served while it was open */
+	uint64_t interrupts;    /* interrupts decided on (for -v; the driver may have asked for none) */
 	struct virtio_blk_stats stats;
 };
 
@@ -53,7 +64,8 @@ void virtio_blk_destroy(struct virtio_blk *b);
 void virtio_blk_drain(struct virtio_blk *b);
 
 /* Checkpoint: once pause returns, the I/O thread has finished the request
- * it was serving and takes no new one (requests the guest queued meanwhile
+ * it was serving, has raised the interrupt for what it completed (closing
+ * a coalescing window early), and takes no new one (requests the guest queued meanwhile
  * stay in the ring, which is saved with guest memory) until resume.  Then
  * neither guest memory nor the disk changes under a checkpoint. */
 void virtio_blk_pause(struct virtio_blk *b);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
 #include "common/thread.h"
 
 #define RXQ 0
@@ -66,13 +67,7 @@ struct vsock_rst {
 	uint32_t local_port, peer_port;
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
+static uint64_t now_ms(void) { return mono_ns() / 1000000u; }
 
 static bool again(void)
 {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/util.h"
 
 #define MAGIC 0x74726976 /* "virt" */
 #define VENDOR_ID 0x384b534f /* "OSK8" */
@@ -24,8 +25,22 @@ static uint64_t device_features(const struct virtio_mmio *t)
 
 static void update_irq(struct virtio_mmio *t)
 {
-	if (t->set_irq)
-		t->set_irq(t->irq_ctx, t->gsi, t->s.int_status ? 1 : 0);
+	int level = t->s.int_status ? 1 : 0;
+
+	if (!t->set_irq || level == t->irq_level)
+		return;
+	t->irq_level = level;
+	if (t->irq_cost)
+		t->irq_raised_ns = level ? mono_ns() : 0;
+	t->set_irq(t->irq_ctx, t->gsi, level);
+}
+
+/* The driver acknowledged: what the interrupt cost, for a device that
+ * weighs waiting against interrupting (virtio/coalesce.h). */
+static void time_ack(struct virtio_mmio *t)
+{
+	if (t->irq_cost && t->irq_raised_ns && !t->s.int_status)
+		coalesce_cost_sample(t->irq_cost, mono_ns() - t->irq_raised_ns);
 }
 
 bool virtio_mmio_driver_ok(const struct virtio_mmio *t)
@@ -183,6 +198,7 @@ static void reg_write(struct virtio_mmio *t, uint32_t off, uint32_t v)
 		break;
 	case VIRTIO_MMIO_INTERRUPT_ACK:
 		t->s.int_status &= ~v;
+		time_ack(t);
 		update_irq(t);
 		break;
 	case VIRTIO_MMIO_STATUS: write_status(t, v); break;
@@ -247,6 +263,7 @@ void virtio_mmio_init(struct virtio_mmio *t, const struct virtio_dev_ops *ops, v
 	t->gsi = gsi;
 	t->set_irq = set_irq;
 	t->irq_ctx = irq_ctx;
+	t->irq_level = -1;
 	t->s.version = VIRTIO_MMIO_STATE_VERSION;
 	t->bus = (struct bus_dev){.name = ops->name, .base = base, .len = VIRTIO_MMIO_SIZE,
 				  .opaque = t, .read = mmio_read, .write = mmio_write};
@@ -295,6 +312,7 @@ int virtio_mmio_restore(struct virtio_mmio *t, const struct virtio_mmio_state *i
 	}
 	pthread_mutex_lock(&t->lock);
 	t->s = s;
+	t->irq_level = -1;
 	update_irq(t);
 	pthread_mutex_unlock(&t->lock);
 	return 0;

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "virtio/coalesce.h"
 #include "virtio/queue.h"
 #include "vmm/bus.h"
 #include "vmm/guest_mem.h"
@@ -64,6 +65,15 @@ struct virtio_mmio {
 	/* QueueNotify writes that exited to the VMM (lock held): none where the
 	 * hypervisor rings a doorbell for them instead.  Not saved state. */
 	uint64_t notify_exits;
+	/* The level last given to set_irq, -1 when unknown (at start, after a
+	 * restore): raising a line already high is a system call that changes
+	 * nothing, and an interrupt path costs enough under nesting.  Not saved. */
+	int irq_level;
+	/* Set by a device that coalesces its interrupts: the transport times
+	 * each interrupt from raising the line to the driver's acknowledgement
+	 * into it (lock held).  NULL: no clock reads.  Not saved. */
+	struct coalesce *irq_cost;
+	uint64_t irq_raised_ns;
 };
 
 void virtio_mmio_init(struct virtio_mmio *t, const struct virtio_dev_ops *ops, void *dev,

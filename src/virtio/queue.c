@@ -61,6 +61,19 @@ void virtq_reset(struct virtq *q)
 	memset(q, 0, sizeof(*q));
 }
 
+void virtq_suppress_kicks(struct virtq *q, bool on)
+{
+	if (!q->used || q->event_idx)
+		return;
+	store16(q->used, on ? VRING_USED_F_NO_NOTIFY : 0);
+	/* Our own write into guest memory: the next incremental checkpoint
+	 * must hold it (KVM logs only the guest's writes). */
+	guest_mem_mark(q->mem, q->used, 2);
+	/* The flag's store before our next look at avail->idx; the driver
+	 * orders its avail->idx store before its load of the flag. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
 bool virtq_has_work(const struct virtq *q)
 {
 	return q->avail && load16(q->avail + 2) != q->last_avail;

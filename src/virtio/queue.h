@@ -62,6 +62,12 @@ int virtq_push(struct virtq *q, const struct virtq_chain *c, uint32_t written);
 /* After pushes: should the driver be interrupted (VRING_AVAIL_F_NO_INTERRUPT
  * or the used_event index, when negotiated)? */
 bool virtq_should_notify(struct virtq *q);
+/* Asks the driver to stop kicking, or to kick again (VRING_USED_F_NO_NOTIFY,
+ * 2.7.7), for a device that will look at the ring by itself soon.  After
+ * asking again the device must look once more: a chain added while kicks
+ * were off came with none.  Nothing with event indexes (avail_event decides
+ * there). */
+void virtq_suppress_kicks(struct virtq *q, bool on);
 /* Whether the driver has made more chains available. */
 bool virtq_has_work(const struct virtq *q);
 

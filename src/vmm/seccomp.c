@@ -76,7 +76,8 @@ static const struct rule rules[] = {
 	{SC(close), ARGS_ANY, 0, R_HOST, "vsock connections ending; tear-down"},
 	{SC(unlink), ARGS_ANY, 0, R_HOST, "vsock: the device removes its listening socket when the VM ends"},
 	/* Waiting. */
-	{SC(poll), ARGS_ANY, 0, R_HOST, "I/O threads and the main thread wait for work"},
+	{SC(poll), ARGS_ANY, 0, R_HOST, "the main and console threads wait for work"},
+	{SC(ppoll), ARGS_ANY, 0, R_HOST, "the virtio-blk I/O thread waits for work, or a coalescing window's end"},
 	{SC(epoll_wait), ARGS_ANY, 0, R_HOST, "the vsock thread waits for host sockets"},
 	{SC(epoll_ctl), ARGS_ANY, 0, R_HOST, "the vsock thread watches new and closed host sockets"},
 	{SC(futex), ARGS_ANY, 0, R_ALL, "mutexes and condition variables between threads"},

@@ -19,13 +19,7 @@
 #include "common/util.h"
 #include "vmm/snapshot_mem.h"
 
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
+static uint64_t now_us(void) { return mono_ns() / 1000u; }
 
 void vm_cpu_fingerprint(const struct cpuid_leaf *leaves, size_t n, uint8_t fp[SNAP_FP_LEN])
 {

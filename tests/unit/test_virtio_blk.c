@@ -6,6 +6,7 @@
 #include <linux/virtio_config.h>
 #include <linux/virtio_mmio.h>
 #include <linux/virtio_ring.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,7 +34,8 @@ static struct guest_mem mem;
 static char dir[64];
 static uint16_t next_avail;
 
-static void set_irq(void *ctx, uint32_t gsi, int level) {}
+static volatile int irq_level;
+static void set_irq(void *ctx, uint32_t gsi, int level) { irq_level = level; }
 
 static void wr32(struct virtio_mmio *t, uint32_t off, uint32_t v) { t->bus.write(t, off, (uint8_t *)&v, 4); }
 static uint32_t rd32(struct virtio_mmio *t, uint32_t off)
@@ -61,11 +63,10 @@ static uint16_t used_idx(void)
 	return v;
 }
 
-/* Posts a 3-part request (header, data, status) and waits for completion. */
-static uint8_t request(struct virtio_blk *b, uint32_t type, uint64_t sector, uint32_t len, bool data_in)
+/* Posts a 3-part request (header, data, status) and notifies. */
+static void post_request(struct virtio_blk *b, uint32_t type, uint64_t sector, uint32_t len, bool data_in)
 {
 	struct { uint32_t type, reserved; uint64_t sector; } h = {type, 0, sector};
-	uint16_t before = used_idx();
 	uint16_t slot = next_avail++;
 	uint16_t idx = next_avail;
 
@@ -82,6 +83,14 @@ static uint8_t request(struct virtio_blk *b, uint32_t type, uint64_t sector, uin
 	memcpy(mem.base + AVAIL + 4 + 2 * (slot % QSIZE), &(uint16_t){0}, 2);
 	memcpy(mem.base + AVAIL + 2, &idx, 2);
 	wr32(&b->mmio, VIRTIO_MMIO_QUEUE_NOTIFY, 0);
+}
+
+/* Posts a request and waits for completion. */
+static uint8_t request(struct virtio_blk *b, uint32_t type, uint64_t sector, uint32_t len, bool data_in)
+{
+	uint16_t before = used_idx();
+
+	post_request(b, type, sector, len, data_in);
 	for (int i = 0; i < 5000 && used_idx() == before; i++)
 		usleep(1000);
 	assert_int_not_equal(used_idx(), before);
@@ -206,6 +215,71 @@ static void test_bad_requests(void **state)
 	virtio_blk_destroy(&b);
 }
 
+/* Interrupt coalescing in the device: with an interrupt known to cost a
+ * lot, a completion's interrupt may wait for a window (virtio/coalesce.h),
+ * but it always comes, and a checkpoint's pause raises it at once, so the
+ * saved state never holds completions the guest was not told of. */
+static void test_interrupt_windows(void **state)
+{
+	struct virtio_blk b;
+	int i;
+
+	assert_int_equal(virtio_blk_init(&b, make_disk("irq", false), false, NULL, &mem,
+					 0xd0001000, 6, set_irq, NULL), 0);
+	bring_up(&b);
+	/* A first request: no cost measured yet, so no window. */
+	assert_int_equal(request(&b, VIRTIO_BLK_T_IN, 0, 512, true), VIRTIO_BLK_S_OK);
+	for (i = 0; i < 5000 && !irq_level; i++)
+		usleep(1000);
+	assert_int_equal(irq_level, 1);
+	assert_int_equal(b.interrupts, 1);
+	/* The driver acknowledges: the transport timed it for the device. */
+	usleep(20000);
+	wr32(&b.mmio, VIRTIO_MMIO_INTERRUPT_ACK, 1);
+	assert_int_equal(irq_level, 0);
+	assert_int_equal(b.coalesce.cost_ns, COALESCE_COST_CAP_NS); /* 20 ms, capped */
+
+	/* Now a window is open after each batch; the interrupt still comes. */
+	assert_int_equal(request(&b, VIRTIO_BLK_T_IN, 8, 512, true), VIRTIO_BLK_S_OK);
+	for (i = 0; i < 5000 && !irq_level; i++)
+		usleep(1000);
+	assert_int_equal(irq_level, 1);
+	assert_int_equal(b.coalesce.expired + b.coalesce.caught, 1);
+	wr32(&b.mmio, VIRTIO_MMIO_INTERRUPT_ACK, 1);
+
+	/* A pause closes an open window: the interrupt is raised by the time it
+	 * returns.  The window is 2 ms at most, so the test watches the used
+	 * ring without sleeping and tries again when it missed the window. */
+	int seen_open = 0;
+	for (int tries = 0; tries < 50 && !seen_open; tries++) {
+		uint16_t before = used_idx();
+		pthread_mutex_lock(&b.mmio.lock);
+		b.coalesce.mult = 1;
+		pthread_mutex_unlock(&b.mmio.lock);
+		post_request(&b, VIRTIO_BLK_T_IN, 16, 512, true);
+		for (long spin = 0; spin < 2000000000L && used_idx() == before; spin++)
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		assert_int_not_equal(used_idx(), before);
+		seen_open = !irq_level;
+		uint16_t flags;
+		memcpy(&flags, mem.base + USED, 2);
+		/* While a window is open the driver is asked not to kick. */
+		if (seen_open)
+			assert_int_equal(flags, VRING_USED_F_NO_NOTIFY);
+		virtio_blk_pause(&b);
+		memcpy(&flags, mem.base + USED, 2);
+		assert_int_equal(flags, 0); /* and asked again when it closes */
+		assert_int_equal(irq_level, 1);
+		assert_int_equal(rd32(&b.mmio, VIRTIO_MMIO_INTERRUPT_STATUS) & 1, 1);
+		assert_int_equal(b.window_end, 0);
+		assert_int_equal(b.unsignalled, 0);
+		virtio_blk_resume(&b);
+		wr32(&b.mmio, VIRTIO_MMIO_INTERRUPT_ACK, 1);
+	}
+	assert_true(seen_open);
+	virtio_blk_destroy(&b);
+}
+
 static void test_read_only(void **state)
 {
 	struct virtio_blk b;
@@ -227,6 +301,7 @@ int main(void)
 		cmocka_unit_test(test_write_read_flush),
 		cmocka_unit_test(test_bad_requests),
 		cmocka_unit_test(test_read_only),
+		cmocka_unit_test(test_interrupt_windows),
 	};
 	return cmocka_run_group_tests_name("virtio_blk", tests, setup, teardown);
 }
