@@ -317,3 +317,11 @@ int virtio_mmio_restore(struct virtio_mmio *t, const struct virtio_mmio_state *i
 	pthread_mutex_unlock(&t->lock);
 	return 0;
 }
+
+void virtio_mmio_resync_irq(struct virtio_mmio *t)
+{
+	pthread_mutex_lock(&t->lock);
+	t->irq_level = -1;
+	update_irq(t);
+	pthread_mutex_unlock(&t->lock);
+}

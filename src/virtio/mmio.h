@@ -94,5 +94,10 @@ bool virtio_mmio_has_feature(const struct virtio_mmio *t, unsigned bit);
 void virtio_mmio_save(struct virtio_mmio *t, struct virtio_mmio_state *out);
 /* Validates and loads a saved state; queues are re-mapped against guest RAM. */
 int virtio_mmio_restore(struct virtio_mmio *t, const struct virtio_mmio_state *in);
+/* Gives the interrupt controller the line's level again, whatever set_irq
+ * was last told.  For after the controller's own state was restored: it
+ * overwrites a level a device thread raised after its device's restore, and
+ * the cache in irq_level would never raise that line again. */
+void virtio_mmio_resync_irq(struct virtio_mmio *t);
 
 #endif

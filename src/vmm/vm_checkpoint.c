@@ -745,6 +745,17 @@ static int restore_devices(struct vm *vm, const char **why)
 	return 0;
 }
 
+/* The irqchip's restore set every line to its saved level; a device may have
+ * changed its own since (vsock's transport reset raises one from its thread). */
+static void resync_device_irqs(struct vm *vm)
+{
+	virtio_mmio_resync_irq(&vm->rng.mmio);
+	if (vm->has_blk)
+		virtio_mmio_resync_irq(&vm->blk.mmio);
+	if (vm->has_vsock)
+		virtio_mmio_resync_irq(&vm->vsock.mmio);
+}
+
 int vm_restore_state(struct vm *vm, const char **why)
 {
 	struct accel_state st;
@@ -772,6 +783,7 @@ int vm_restore_state(struct vm *vm, const char **why)
 		*why = vm->err_buf;
 		return err;
 	}
+	resync_device_irqs(vm);
 	free(vm->snap_buf);
 	vm->snap_buf = NULL;
 	snapshot_free(&vm->snap);
