@@ -168,10 +168,18 @@ def bench_blk(rounds):
         if i % 2:
             order.reverse()
         for name, cmd in order:
-            t, p = timed(cmd())
-            rows = parse_fio(p.stdout + p.stderr)
-            if len(rows) != len(FIO_JOBS):
-                raise RuntimeError(f"{name} fio: {len(rows)} results\n{p.stdout.decode()[-1500:]}")
+            # A VM whose fio output is cut short is run once more, said in
+            # the log: in the emulated helper a guest (kosa8's or QEMU's)
+            # sometimes dies of the emulator's faults (testbed/README.md).
+            for attempt in (1, 2):
+                t, p = timed(cmd())
+                rows = parse_fio(p.stdout + p.stderr)
+                if len(rows) == len(FIO_JOBS):
+                    break
+                msg = f"{name} fio: {len(rows)} results\n{p.stdout.decode()[-1500:]}"
+                if attempt == 2:
+                    raise RuntimeError(msg)
+                log(f"blk round {i + 1} {name}: run again, " + msg.splitlines()[0])
             res[name].append(rows)
             log(f"blk round {i + 1} {name} ({t:.0f} s): {rows}")
     print("\n## virtio-blk in the guest (fio, O_DIRECT, libaio, qd 16, "

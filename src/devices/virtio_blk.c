@@ -343,10 +343,11 @@ static void blk_reset(struct virtio_mmio *t)
 }
 
 /* VIRTIO_RING_F_EVENT_IDX is not offered, though the transport supports it:
- * offered here it gave 1.7x random 4K writes under the helper's nested
- * emulation, but 4 of 11 I/O-suite runs with it failed (3 guest triple
- * faults, 1 hang) against 0 of 4 without, for a reason not found
- * (bench/results/sandbox.md, 2026-12-04). */
+ * the coalescing window's kick suppression (VRING_USED_F_NO_NOTIFY) does its
+ * job here, and with event indexes avail_event would decide instead.  (It
+ * was dropped on 2026-12-04 for guest triple faults in the I/O suite; the
+ * same faults came later without it, from the emulated helper: see
+ * testbed/README.md, "Emulator faults".) */
 static const struct virtio_dev_ops blk_ops = {
 	.name = "virtio-blk",
 	.device_id = VIRTIO_ID_BLOCK_DEVICE,

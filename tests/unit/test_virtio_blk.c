@@ -260,12 +260,21 @@ static void test_interrupt_windows(void **state)
 		for (long spin = 0; spin < 2000000000L && used_idx() == before; spin++)
 			__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		assert_int_not_equal(used_idx(), before);
-		seen_open = !irq_level;
+		/* Under the device's lock: the thread pushes, then opens the
+		 * window and asks for no kicks, in one hold of it. */
 		uint16_t flags;
+		int level;
+		pthread_mutex_lock(&b.mmio.lock);
+		seen_open = b.window_end != 0;
+		level = irq_level;
 		memcpy(&flags, mem.base + USED, 2);
-		/* While a window is open the driver is asked not to kick. */
-		if (seen_open)
+		pthread_mutex_unlock(&b.mmio.lock);
+		/* While a window is open the driver is asked not to kick, and
+		 * the interrupt waits. */
+		if (seen_open) {
 			assert_int_equal(flags, VRING_USED_F_NO_NOTIFY);
+			assert_int_equal(level, 0);
+		}
 		virtio_blk_pause(&b);
 		memcpy(&flags, mem.base + USED, 2);
 		assert_int_equal(flags, 0); /* and asked again when it closes */
