@@ -54,8 +54,9 @@ int kosa8_data_path(const char *rel, char *buf, size_t len);
  * for "the path of what I built"), its stderr silenced; -EIO if it fails. */
 int run_for_last_line(const char *const argv[], char *buf, size_t len);
 
-/* CLOCK_MONOTONIC in nanoseconds. */
+/* CLOCK_MONOTONIC in nanoseconds, and in milliseconds. */
 uint64_t mono_ns(void);
+uint64_t mono_ms(void);
 
 /* mkdir -p with the given mode for each created component. */
 int mkdir_p(const char *path, mode_t mode);

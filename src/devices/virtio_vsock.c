@@ -67,8 +67,6 @@ struct vsock_rst {
 	uint32_t local_port, peer_port;
 };
 
-static uint64_t now_ms(void) { return mono_ns() / 1000000u; }
-
 static bool again(void)
 {
 	return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
@@ -381,7 +379,7 @@ static void guest_shutdown(struct virtio_vsock *v, struct vsock_conn *c, uint32_
 	if (c->guest_shut & VIRTIO_VSOCK_SHUTDOWN_RCV)
 		shutdown(c->fd, SHUT_RD); /* the host writer learns nobody reads */
 	if (c->guest_shut == SHUT_BOTH && c->buf_len && !c->deadline)
-		c->deadline = now_ms() + v->opts.close_ms;
+		c->deadline = mono_ms() + v->opts.close_ms;
 	conn_settle(v, c);
 }
 
@@ -607,7 +605,7 @@ static int conn_rx_data(struct virtio_vsock *v, struct vsock_conn *c)
 	if (r == 1) {
 		c->shut_sent = true;
 		if (c->hup) /* host fully gone: wait a while for the guest's RST */
-			c->deadline = now_ms() + v->opts.close_ms;
+			c->deadline = mono_ms() + v->opts.close_ms;
 	}
 	return r;
 }
@@ -741,7 +739,7 @@ static void host_line(struct virtio_vsock *v, struct vsock_conn *c)
 	c->state = C_HOST_REQUEST;
 	c->need_request = true;
 	c->readable = false;
-	c->deadline = now_ms() + v->opts.handshake_ms;
+	c->deadline = mono_ms() + v->opts.handshake_ms;
 }
 
 static void listen_arm(struct virtio_vsock *v, bool on)
@@ -761,7 +759,7 @@ static void host_accept(struct virtio_vsock *v)
 		if (fd < 0) { /* out of descriptors: stop listening a moment, do not spin */
 			log_once(LOG_KIND, 2, "virtio-vsock: accept: %s (logged once)", strerror(errno));
 			listen_arm(v, false);
-			v->listen_paused_until = now_ms() + 100;
+			v->listen_paused_until = mono_ms() + 100;
 			return;
 		}
 		if (!(c = conn_new(v, fd))) {
@@ -770,7 +768,7 @@ static void host_accept(struct virtio_vsock *v)
 			continue;
 		}
 		c->state = C_HOST_LINE;
-		c->deadline = now_ms() + v->opts.handshake_ms;
+		c->deadline = mono_ms() + v->opts.handshake_ms;
 		v->stats.host_connects++;
 	}
 	v->more_work = true;
@@ -805,7 +803,7 @@ static void conn_event(struct virtio_vsock *v, struct vsock_conn *c, uint32_t ev
 /* Expires handshakes and closes; returns ms until the next deadline, or -1. */
 static int check_deadlines(struct virtio_vsock *v)
 {
-	uint64_t now = now_ms(), next = UINT64_MAX;
+	uint64_t now = mono_ms(), next = UINT64_MAX;
 
 	if (v->listen_paused_until && v->listen_paused_until <= now) {
 		v->listen_paused_until = 0;

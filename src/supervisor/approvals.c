@@ -63,14 +63,6 @@ struct approvals {
 	void *audit_arg;
 };
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 const char *approval_answer_name(enum approval_answer a)
 {
 	switch (a) {
@@ -179,7 +171,7 @@ static void finish(struct approvals *a, struct request *r, enum policy_action re
 	r->result = result;
 	snprintf(r->who, sizeof(r->who), "%s", who);
 	pthread_cond_broadcast(&a->cond);
-	if (!a->audit || !(d = describe(r, now_ms())))
+	if (!a->audit || !(d = describe(r, mono_ms())))
 		return;
 	cJSON_AddStringToObject(d, "answer", answer);
 	cJSON_AddStringToObject(d, "who", who);
@@ -189,7 +181,7 @@ static void finish(struct approvals *a, struct request *r, enum policy_action re
 /* A live "allow once" for name:port (lock held); expired ones are dropped. */
 static const struct grant *find_grant(struct approvals *a, const char *name, uint16_t port)
 {
-	uint64_t now = now_ms();
+	uint64_t now = mono_ms();
 
 	for (struct grant **pp = &a->grants; *pp;) {
 		struct grant *g = *pp;
@@ -213,7 +205,7 @@ static int add_grant(struct approvals *a, const struct request *r, const char *w
 		return -ENOMEM;
 	memcpy(g->name, r->name, sizeof(g->name));
 	g->port = r->port;
-	g->until_ms = now_ms() + (uint64_t)a->once_ms;
+	g->until_ms = mono_ms() + (uint64_t)a->once_ms;
 	snprintf(g->who, sizeof(g->who), "%s", who);
 	g->next = a->grants;
 	a->grants = g;
@@ -236,7 +228,7 @@ static struct request *join_or_queue(struct approvals *a, const char *kind, cons
 	snprintf(r->kind, sizeof(r->kind), "%s", kind ? kind : "connect");
 	memcpy(r->name, name, strlen(name) + 1);
 	r->port = port;
-	r->since_ms = now_ms();
+	r->since_ms = mono_ms();
 	r->deadline_ms = r->since_ms + (uint64_t)a->timeout_ms;
 	r->next = a->waiting;
 	a->waiting = r;
@@ -307,7 +299,7 @@ out_nolock:
 cJSON *approvals_list(struct approvals *a)
 {
 	cJSON *arr = cJSON_CreateArray();
-	uint64_t now = now_ms();
+	uint64_t now = mono_ms();
 
 	if (!arr)
 		return NULL;

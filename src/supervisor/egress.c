@@ -132,14 +132,6 @@ static void *conn_thread(void *arg)
 	return NULL;
 }
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* A guest that keeps connecting at the limit must not fill the host's log
  * (one line per refusal was 2000 lines for one flood): a line at the first
  * refusal, then at most one per REFUSED_LOG_MS with the count since, and

@@ -68,18 +68,10 @@ static void on_sigchld(int sig)
 	}
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Each step's end, relative to the supervisor's start. */
 static void startup_mark(struct supervisor *s, uint64_t *step)
 {
-	*step = now_ms() - s->start.t0;
+	*step = mono_ms() - s->start.t0;
 }
 
 static cJSON *startup_json(const struct supervisor *s)
@@ -320,9 +312,9 @@ static void vmm_ended(int status, const char *when, char *what, size_t len)
 /* Polls the agent until it answers a ping or the VMM dies. */
 static int wait_for_agent(struct supervisor *s)
 {
-	uint64_t deadline = now_ms() + SUPERVISOR_BOOT_TIMEOUT_MS;
+	uint64_t deadline = mono_ms() + SUPERVISOR_BOOT_TIMEOUT_MS;
 
-	while (now_ms() < deadline) {
+	while (mono_ms() < deadline) {
 		struct agent_client *c = NULL;
 		struct agent_ping p;
 		int status;
@@ -649,7 +641,7 @@ static void handle_rewind(struct supervisor *s, int fd, const cJSON *req)
 {
 	const char *id = req_str(req, "id");
 	char dir[PATH_MAX], top[PATH_MAX], err[600] = "";
-	uint64_t t0 = now_ms(), t_stopped, t_running, freed = 0;
+	uint64_t t0 = mono_ms(), t_stopped, t_running, freed = 0;
 	cJSON *d;
 	int rc;
 
@@ -665,7 +657,7 @@ static void handle_rewind(struct supervisor *s, int fd, const cJSON *req)
 		return;
 	}
 	kill_vmm(s);
-	t_stopped = now_ms();
+	t_stopped = mono_ms();
 	d = cJSON_CreateObject();
 	cJSON_AddStringToObject(d, "id", id);
 	if ((rc = spawn_vmm(s, dir, top)) || (rc = wait_for_agent(s))) {
@@ -682,18 +674,18 @@ static void handle_rewind(struct supervisor *s, int fd, const cJSON *req)
 		s->vmm = -1; /* the sandbox has stopped */
 		return;
 	}
-	t_running = now_ms();
+	t_running = mono_ms();
 	guest_fixup(s, false); /* logged; the rewind stands without it */
 	rc = ckpt_rewind_commit(s->state_dir, id, top, &freed);
 	if (rc)
 		log_err("rewind: cannot record the new disk: %s", strerror(-rc));
 	cJSON_AddNumberToObject(d, "freed_bytes", (double)freed);
-	cJSON_AddNumberToObject(d, "ms", (double)(now_ms() - t0));
+	cJSON_AddNumberToObject(d, "ms", (double)(mono_ms() - t0));
 	/* Where the time went: the old VMM's stop, the restore until the
 	 * agent answered, the guest's clock and RNG put right. */
 	cJSON_AddNumberToObject(d, "stop_ms", (double)(t_stopped - t0));
 	cJSON_AddNumberToObject(d, "restore_ms", (double)(t_running - t_stopped));
-	cJSON_AddNumberToObject(d, "fixup_ms", (double)(now_ms() - t_running));
+	cJSON_AddNumberToObject(d, "fixup_ms", (double)(mono_ms() - t_running));
 	audit(s, "user", "checkpoint.rewind", cJSON_Duplicate(d, true));
 	reply_ok(fd, d, -1);
 }
@@ -905,7 +897,7 @@ int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
 	s.self = self;
 	/* Only the VMM of the first start gets it (spawn_vmm). */
 	s.restore_memfd = memfd >= 0 && fcntl(memfd, F_SETFD, FD_CLOEXEC) == 0 ? memfd : -1;
-	s.start.t0 = now_ms();
+	s.start.t0 = mono_ms();
 	if (pipe2(s.sigchld_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
 		return -errno;
 	sigchld_wfd = s.sigchld_pipe[1];

@@ -312,9 +312,9 @@ int virtio_mmio_restore(struct virtio_mmio *t, const struct virtio_mmio_state *i
 	}
 	pthread_mutex_lock(&t->lock);
 	t->s = s;
-	t->irq_level = -1;
-	update_irq(t);
 	pthread_mutex_unlock(&t->lock);
+	/* The hypervisor's line came from elsewhere: set it from the state. */
+	virtio_mmio_resync_irq(t);
 	return 0;
 }
 

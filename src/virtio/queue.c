@@ -63,9 +63,13 @@ void virtq_reset(struct virtq *q)
 
 void virtq_suppress_kicks(struct virtq *q, bool on)
 {
-	if (!q->used || q->event_idx)
+	uint16_t want = on ? VRING_USED_F_NO_NOTIFY : 0;
+
+	/* Already so (a window that expired asked again before it closed):
+	 * no second write, dirty mark or fence. */
+	if (!q->used || q->event_idx || load16(q->used) == want)
 		return;
-	store16(q->used, on ? VRING_USED_F_NO_NOTIFY : 0);
+	store16(q->used, want);
 	/* Our own write into guest memory: the next incremental checkpoint
 	 * must hold it (KVM logs only the guest's writes). */
 	guest_mem_mark(q->mem, q->used, 2);
