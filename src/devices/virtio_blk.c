@@ -89,12 +89,17 @@ static bool range_ok(const struct virtio_blk *b, uint64_t sector, uint64_t bytes
 	       bytes / SECTOR <= b->capacity - sector;
 }
 
+static void count(uint64_t *counter, uint64_t n)
+{
+	__atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
+}
+
 static uint8_t do_rw(struct virtio_blk *b, const struct virtq_chain *c,
 		     const struct blk_req_hdr *h, bool write, uint32_t *written)
 {
 	uint64_t bytes = write ? c->out_bytes - REQ_HDR_LEN : c->in_bytes - 1;
 	struct iovec iov[VIRTQ_MAX_SIZE];
-	int n;
+	int n, err;
 
 	if (write && b->read_only)
 		return VIRTIO_BLK_S_IOERR;
@@ -102,32 +107,33 @@ static uint8_t do_rw(struct virtio_blk *b, const struct virtq_chain *c,
 		return VIRTIO_BLK_S_IOERR;
 	if (bytes == 0)
 		return VIRTIO_BLK_S_OK;
+	n = chain_iov(c, !write, write ? REQ_HDR_LEN : 0, bytes, iov);
+	/* Reads run side by side; a write changes the block maps they walk. */
+	if (write)
+		pthread_rwlock_wrlock(&b->disk_lock);
+	else
+		pthread_rwlock_rdlock(&b->disk_lock);
+	err = write ? disk_writev(b->disk, iov, n, h->sector * SECTOR)
+		    : disk_readv(b->disk, iov, n, h->sector * SECTOR);
+	pthread_rwlock_unlock(&b->disk_lock);
+	if (err)
+		return VIRTIO_BLK_S_IOERR;
 	if (write) {
-		n = chain_iov(c, false, REQ_HDR_LEN, bytes, iov);
-		if (disk_writev(b->disk, iov, n, h->sector * SECTOR))
-			return VIRTIO_BLK_S_IOERR;
-		b->stats.writes++;
-		b->stats.bytes_written += bytes;
+		count(&b->stats.writes, 1);
+		count(&b->stats.bytes_written, bytes);
 	} else {
-		n = chain_iov(c, true, 0, bytes, iov);
-		if (disk_readv(b->disk, iov, n, h->sector * SECTOR))
-			return VIRTIO_BLK_S_IOERR;
 		*written = (uint32_t)bytes;
-		b->stats.reads++;
-		b->stats.bytes_read += bytes;
+		count(&b->stats.reads, 1);
+		count(&b->stats.bytes_read, bytes);
 	}
 	return VIRTIO_BLK_S_OK;
 }
 
 /* DISCARD and WRITE_ZEROES carry segments after the header (5.2.6). */
-static uint8_t do_discard(struct virtio_blk *b, const struct virtq_chain *c)
+static uint8_t discard_segs(struct virtio_blk *b, const struct virtq_chain *c, uint64_t n)
 {
 	struct blk_discard_seg seg;
-	uint64_t n = (c->out_bytes - REQ_HDR_LEN) / sizeof(seg);
 
-	if (b->read_only || n == 0 || n > VIRTIO_BLK_MAX_DISCARD_SEG ||
-	    (c->out_bytes - REQ_HDR_LEN) % sizeof(seg))
-		return VIRTIO_BLK_S_IOERR;
 	for (uint64_t i = 0; i < n; i++) {
 		virtq_read_out(c, REQ_HDR_LEN + i * sizeof(seg), &seg, sizeof(seg));
 		if (seg.flags & ~1u)
@@ -138,8 +144,34 @@ static uint8_t do_discard(struct virtio_blk *b, const struct virtq_chain *c)
 		if (disk_discard(b->disk, seg.sector * SECTOR, (uint64_t)seg.num_sectors * SECTOR))
 			return VIRTIO_BLK_S_IOERR;
 	}
-	b->stats.discards++;
 	return VIRTIO_BLK_S_OK;
+}
+
+static uint8_t do_discard(struct virtio_blk *b, const struct virtq_chain *c)
+{
+	uint64_t n = (c->out_bytes - REQ_HDR_LEN) / sizeof(struct blk_discard_seg);
+	uint8_t status;
+
+	if (b->read_only || n == 0 || n > VIRTIO_BLK_MAX_DISCARD_SEG ||
+	    (c->out_bytes - REQ_HDR_LEN) % sizeof(struct blk_discard_seg))
+		return VIRTIO_BLK_S_IOERR;
+	pthread_rwlock_wrlock(&b->disk_lock);
+	status = discard_segs(b, c, n);
+	pthread_rwlock_unlock(&b->disk_lock);
+	if (status == VIRTIO_BLK_S_OK)
+		count(&b->stats.discards, 1);
+	return status;
+}
+
+static uint8_t do_flush(struct virtio_blk *b)
+{
+	int err;
+
+	pthread_rwlock_wrlock(&b->disk_lock);
+	err = disk_flush(b->disk);
+	pthread_rwlock_unlock(&b->disk_lock);
+	count(&b->stats.flushes, 1);
+	return err ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK;
 }
 
 /* Serves one request; returns the bytes written into the guest's buffers
@@ -159,8 +191,7 @@ static uint32_t blk_handle(struct virtio_blk *b, const struct virtq_chain *c)
 		status = do_rw(b, c, &h, true, &written);
 		break;
 	case VIRTIO_BLK_T_FLUSH:
-		status = disk_flush(b->disk) ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK;
-		b->stats.flushes++;
+		status = do_flush(b);
 		break;
 	case VIRTIO_BLK_T_GET_ID:
 		written = (uint32_t)virtq_write_in(c, 0, b->serial,
@@ -177,7 +208,7 @@ static uint32_t blk_handle(struct virtio_blk *b, const struct virtq_chain *c)
 		break;
 	}
 	if (status != VIRTIO_BLK_S_OK)
-		b->stats.errors++;
+		count(&b->stats.errors, 1);
 	/* The status byte is the chain's last writable byte. */
 	virtq_write_in(c, c->in_bytes - 1, &status, 1);
 	return written + 1;
@@ -232,14 +263,27 @@ static void end_batch(struct virtio_blk *b)
 	virtq_suppress_kicks(&b->mmio.s.queues[0], true);
 }
 
-static void serve_queue(struct virtio_blk *b, struct virtq_chain *c)
+static void kick(struct virtio_blk *b)
+{
+	uint64_t one = 1;
+
+	if (write(b->kick_fd, &one, sizeof(one)) < 0) {
+		/* The counter is saturated: a wake-up is already pending. */
+	}
+}
+
+/* Takes requests off the ring and serves them until it is dry (lock
+ * held).  Several workers run this at once, each with its own chain: the
+ * lock is dropped around the disk work, so requests complete out of order,
+ * which virtio allows (the used ring names each by its head). */
+static void serve_locked(struct virtio_blk *b, struct virtq_chain *c)
 {
 	struct virtio_mmio *t = &b->mmio;
 	struct virtq *q = &t->s.queues[0];
 
-	pthread_mutex_lock(&t->lock);
 	for (;;) {
 		uint64_t gen = b->generation;
+		bool pass_on;
 		int got = !b->paused && virtio_mmio_driver_ok(t) && q->ready ? virtq_pop(q, c) : 0;
 		uint32_t len;
 
@@ -251,22 +295,31 @@ static void serve_queue(struct virtio_blk *b, struct virtq_chain *c)
 			virtio_mmio_fail(t, "block request without header or status byte");
 			break;
 		}
-		b->busy = 1;
-		pthread_mutex_unlock(&t->lock);
-		len = blk_handle(b, c);
-		pthread_mutex_lock(&t->lock);
-		b->busy = 0;
-		pthread_cond_broadcast(&b->idle);
-		/* A reset while we worked: the queue is gone, drop the result. */
-		if (gen != b->generation)
-			break;
-		virtq_push(q, c, len);
-		b->unsignalled++;
+		/* Counted when taken: what the driver queued during the window. */
 		if (b->window_end)
 			b->window_served++;
+		if (++b->inflight > b->peak_inflight)
+			b->peak_inflight = b->inflight;
+		/* More waiting and a worker idle: wake it for the next one.  A
+		 * kick wakes every idle worker, but only the first to look finds
+		 * it set; the others sleep on. */
+		pass_on = b->polling && virtq_has_work(q);
+		pthread_mutex_unlock(&t->lock);
+		if (pass_on)
+			kick(b);
+		len = blk_handle(b, c);
+		pthread_mutex_lock(&t->lock);
+		if (--b->inflight == 0)
+			pthread_cond_broadcast(&b->idle);
+		/* A reset while we worked: the queue is gone, drop the result. */
+		if (gen != b->generation)
+			continue;
+		virtq_push(q, c, len);
+		b->unsignalled++;
 	}
+	/* Dry: interrupt for what is done, even while other workers still
+	 * serve theirs, so the driver can queue more for this one. */
 	end_batch(b);
-	pthread_mutex_unlock(&t->lock);
 }
 
 /* Until the guest kicks, or until the open window ends: ppoll's timeout,
@@ -283,51 +336,49 @@ static struct timespec *window_left(struct virtio_blk *b, struct timespec *ts)
 	return ts;
 }
 
-static void *blk_thread(void *arg)
+/* The open window's time is up (lock held): ask for kicks again, serve
+ * what the driver queued without kicking, and raise one interrupt for all
+ * of it.  Whichever worker wakes first does it; the window is closed once. */
+static void window_expired(struct virtio_blk *b, struct virtq_chain *c)
 {
-	struct virtio_blk *b = arg;
-	struct virtq_chain *c = malloc(sizeof(*c));
+	if (!b->window_end || mono_ns() < b->window_end)
+		return;
+	virtq_suppress_kicks(&b->mmio.s.queues[0], false);
+	serve_locked(b, c);
+	close_window(b);
+}
+
+/* Every idle worker waits on the same kick eventfd; whoever reads a kick
+ * first serves the ring, and passes a kick on while more requests wait
+ * (serve_locked), so a batch spreads over the idle workers.  stop_fd is
+ * never read: once written it wakes every worker for good. */
+static void *blk_worker(void *arg)
+{
+	struct blk_worker *w = arg;
+	struct virtio_blk *b = w->blk;
 	uint64_t v;
 
-	if (!c)
-		return NULL;
 	while (!__atomic_load_n(&b->stopping, __ATOMIC_ACQUIRE)) {
-		struct pollfd p = {.fd = b->kick_fd, .events = POLLIN};
+		struct pollfd p[2] = {{.fd = b->kick_fd, .events = POLLIN},
+				      {.fd = b->stop_fd, .events = POLLIN}};
 		struct timespec ts, *timeout;
-		bool expired;
+		bool kicked;
 		int r;
 
 		pthread_mutex_lock(&b->mmio.lock);
 		timeout = window_left(b, &ts);
+		b->polling++;
 		pthread_mutex_unlock(&b->mmio.lock);
-		r = ppoll(&p, 1, timeout, NULL);
-		if (r > 0 && read(b->kick_fd, &v, sizeof(v)) == sizeof(v))
-			serve_queue(b, c);
+		r = ppoll(p, 2, timeout, NULL);
+		kicked = r > 0 && (p[0].revents & POLLIN) && read(b->kick_fd, &v, sizeof(v)) == sizeof(v);
 		pthread_mutex_lock(&b->mmio.lock);
-		expired = b->window_end && mono_ns() >= b->window_end;
-		if (expired)
-			virtq_suppress_kicks(&b->mmio.s.queues[0], false);
-		pthread_mutex_unlock(&b->mmio.lock);
-		if (!expired)
-			continue;
-		/* What the driver queued without kicking, under this window's
-		 * interrupt. */
-		serve_queue(b, c);
-		pthread_mutex_lock(&b->mmio.lock);
-		close_window(b);
+		b->polling--;
+		if (kicked)
+			serve_locked(b, w->chain);
+		window_expired(b, w->chain);
 		pthread_mutex_unlock(&b->mmio.lock);
 	}
-	free(c);
 	return NULL;
-}
-
-static void kick(struct virtio_blk *b)
-{
-	uint64_t one = 1;
-
-	if (write(b->kick_fd, &one, sizeof(one)) < 0) {
-		/* The counter is saturated: a wake-up is already pending. */
-	}
 }
 
 static void blk_notify(struct virtio_mmio *t, uint16_t q) { kick(t->dev); }
@@ -373,35 +424,77 @@ static const struct virtio_dev_ops blk_ops_ro = {
 	.reset = blk_reset,
 };
 
+static void stop_workers(struct virtio_blk *b)
+{
+	uint64_t one = 1;
+
+	__atomic_store_n(&b->stopping, 1, __ATOMIC_RELEASE);
+	if (b->stop_fd >= 0 && write(b->stop_fd, &one, sizeof(one)) < 0)
+		log_err("virtio-blk: cannot wake the I/O threads to stop them");
+	for (unsigned i = 0; i < b->nworkers; i++) {
+		pthread_join(b->workers[i].thread, NULL);
+		free(b->workers[i].chain);
+	}
+	b->nworkers = 0;
+}
+
+static int start_workers(struct virtio_blk *b, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		struct blk_worker *w = &b->workers[i];
+
+		w->blk = b;
+		w->chain = malloc(sizeof(*w->chain));
+		if (!w->chain)
+			return -ENOMEM;
+		if (thread_start(&w->thread, blk_worker, w) < 0) {
+			free(w->chain);
+			return -EAGAIN;
+		}
+		b->nworkers++;
+	}
+	return 0;
+}
+
 int virtio_blk_init(struct virtio_blk *b, struct disk *disk, bool read_only, const char *serial,
 		    const struct guest_mem *mem, uint64_t base, uint32_t gsi,
 		    void (*set_irq)(void *ctx, uint32_t gsi, int level), void *irq_ctx)
 {
+	const char *env = getenv("KOSA8_BLK_WORKERS");
+	unsigned n = env ? (unsigned)atoi(env) : VIRTIO_BLK_WORKERS;
+
+	if (n < 1 || n > VIRTIO_BLK_MAX_WORKERS)
+		n = VIRTIO_BLK_WORKERS;
 	memset(b, 0, sizeof(*b));
-	b->kick_fd = -1;
+	b->kick_fd = b->stop_fd = -1;
 	b->disk = disk;
 	b->read_only = read_only;
 	b->capacity = disk_size(disk) / SECTOR;
 	strncpy(b->serial, serial ? serial : "kosa8", sizeof(b->serial));
 	pthread_cond_init(&b->idle, NULL);
+	pthread_rwlock_init(&b->disk_lock, NULL);
 	coalesce_init(&b->coalesce);
 	virtio_mmio_init(&b->mmio, read_only ? &blk_ops_ro : &blk_ops, b, mem, base, gsi,
 			 set_irq, irq_ctx);
 	b->mmio.irq_cost = &b->coalesce;
 	b->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (b->kick_fd < 0)
+	b->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (b->kick_fd < 0 || b->stop_fd < 0)
 		return -errno;
-	if (thread_start(&b->thread, blk_thread, b) < 0)
-		return -EAGAIN;
-	b->thread_started = true;
-	return 0;
+	return start_workers(b, n);
+}
+
+/* Until no request is in flight on any worker (lock held). */
+static void wait_idle(struct virtio_blk *b)
+{
+	while (b->inflight)
+		pthread_cond_wait(&b->idle, &b->mmio.lock);
 }
 
 void virtio_blk_drain(struct virtio_blk *b)
 {
 	pthread_mutex_lock(&b->mmio.lock);
-	while (b->busy)
-		pthread_cond_wait(&b->idle, &b->mmio.lock);
+	wait_idle(b);
 	pthread_mutex_unlock(&b->mmio.lock);
 }
 
@@ -409,8 +502,7 @@ void virtio_blk_pause(struct virtio_blk *b)
 {
 	pthread_mutex_lock(&b->mmio.lock);
 	b->paused = true;
-	while (b->busy)
-		pthread_cond_wait(&b->idle, &b->mmio.lock);
+	wait_idle(b);
 	/* The checkpoint saves the interrupt with the ring: raise it now, not
 	 * when the window would have ended, in the middle of the save. */
 	close_window(b);
@@ -441,26 +533,26 @@ int virtio_blk_restore(struct virtio_blk *b, const struct virtio_mmio_state *in)
 
 void virtio_blk_destroy(struct virtio_blk *b)
 {
-	if (b->thread_started) {
-		__atomic_store_n(&b->stopping, 1, __ATOMIC_RELEASE);
-		kick(b);
-		pthread_join(b->thread, NULL);
-		b->thread_started = false;
-	}
+	unsigned nworkers = b->nworkers;
+
+	stop_workers(b);
 	/* -v: what the disk did, and whether the doorbell took the notifies
 	 * (vm.c add_doorbells; tests/vm/run-all checks this line). */
 	log_info("virtio-blk: %llu reads, %llu writes, %llu notifies exited to the VMM; "
 		 "%llu interrupts; %llu coalescing windows caught requests, %llu expired; "
-		 "interrupt cost %llu us",
+		 "interrupt cost %llu us; at most %u of %u I/O threads busy at once",
 		 (unsigned long long)b->stats.reads, (unsigned long long)b->stats.writes,
 		 (unsigned long long)b->mmio.notify_exits, (unsigned long long)b->interrupts,
 		 (unsigned long long)b->coalesce.caught, (unsigned long long)b->coalesce.expired,
-		 (unsigned long long)(b->coalesce.cost_ns / 1000));
+		 (unsigned long long)(b->coalesce.cost_ns / 1000), b->peak_inflight, nworkers);
 	if (b->kick_fd >= 0)
 		close(b->kick_fd);
-	b->kick_fd = -1;
+	if (b->stop_fd >= 0)
+		close(b->stop_fd);
+	b->kick_fd = b->stop_fd = -1;
 	virtio_mmio_destroy(&b->mmio);
 	pthread_cond_destroy(&b->idle);
+	pthread_rwlock_destroy(&b->disk_lock);
 	if (b->disk && disk_close(b->disk) < 0)
 		log_err("virtio-blk: final flush of the disk failed");
 	b->disk = NULL;

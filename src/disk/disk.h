@@ -9,8 +9,9 @@
  * crash may keep any subset of it.  After a failed flush the disk refuses
  * further writes (-EIO): the kernel may have dropped the dirty pages.
  *
- * Threads: one struct disk is used by one thread at a time (the virtio-blk
- * I/O thread); the caller serialises.  Different struct disk objects, even
+ * Threads: reads (disk_read, disk_readv) of one struct disk may run in
+ * several threads at once; every other call needs the disk to itself (the
+ * virtio-blk I/O threads hold a read-write lock around them).  Different struct disk objects, even
  * over the same frozen layers, are independent.  Other processes are kept out
  * by flock(): the top is locked exclusively, lower layers shared.
  *

@@ -135,13 +135,16 @@ static int xfer_full(int fd, struct iovec *iov, int n, uint64_t off, bool write)
 
 /* ---- reads ---- */
 
-/* Reads len bytes at file offset foff of fd into the cursor. */
-static int read_file_into(struct disk *d, int fd, struct iocur *c, uint64_t len, uint64_t foff)
+/* Reads len bytes at file offset foff of fd into the cursor.  The pieces
+ * live on the caller's stack, not in the disk: reads run concurrently. */
+static int read_file_into(int fd, struct iocur *c, uint64_t len, uint64_t foff)
 {
+	struct iovec iov[DISK_RUN_IOV];
+
 	while (len) {
 		int n = 0;
-		size_t got = cur_take(c, len, d->iov, &n, DISK_RUN_IOV);
-		int rc = xfer_full(fd, d->iov, n, foff, false);
+		size_t got = cur_take(c, len, iov, &n, DISK_RUN_IOV);
+		int rc = xfer_full(fd, iov, n, foff, false);
 		if (rc)
 			return rc;
 		if (!got)
@@ -169,11 +172,11 @@ static uint64_t run_length(const struct disk_layer *l, uint64_t off, uint64_t le
 	return run;
 }
 
-static int raw_read(struct disk *d, const struct disk_layer *l, struct iocur *c, uint64_t len,
+static int raw_read(const struct disk_layer *l, struct iocur *c, uint64_t len,
 		    uint64_t off)
 {
 	uint64_t have = off < l->file_size ? min_u64(len, l->file_size - off) : 0;
-	int rc = have ? read_file_into(d, l->fd, c, have, off) : 0;
+	int rc = have ? read_file_into(l->fd, c, have, off) : 0;
 
 	cur_zero(c, len - have); /* a base shorter than the disk reads as zeros */
 	return rc;
@@ -192,7 +195,7 @@ static int layer_read(struct disk *d, int lvl, struct iocur *c, uint64_t len, ui
 	}
 	l = d->layers[lvl];
 	if (l->raw)
-		return raw_read(d, l, c, len, off);
+		return raw_read(l, c, len, off);
 	if (off >= l->h.size) { /* a lower layer may be smaller than the disk */
 		cur_zero(c, len);
 		return 0;
@@ -204,7 +207,7 @@ static int layer_read(struct disk *d, int lvl, struct iocur *c, uint64_t len, ui
 	while (len && !rc) {
 		uint64_t e, run = run_length(l, off, len, &e);
 		if (DISK_ENT_IS_PRESENT(e))
-			rc = read_file_into(d, l->fd, c, run,
+			rc = read_file_into(l->fd, c, run,
 					    DISK_ENT_OFFSET(e) + (off & (disk_layer_csz(l) - 1)));
 		else if (e == DISK_ENT_ZERO)
 			cur_zero(c, run);

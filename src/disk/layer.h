@@ -97,7 +97,6 @@ struct disk {
 	uint8_t *zeros;  /* one cluster of zeros, for partial discards */
 	struct disk_stats st;
 	struct disk_run run;
-	struct iovec iov[DISK_RUN_IOV]; /* for reads */
 };
 
 static inline struct disk_layer *disk_top(const struct disk *d)
