@@ -456,15 +456,28 @@ static int start_workers(struct virtio_blk *b, unsigned n)
 	return 0;
 }
 
+/* The default, or KOSA8_BLK_WORKERS when it is a count we can run. */
+static unsigned worker_count(void)
+{
+	const char *env = getenv("KOSA8_BLK_WORKERS");
+	uint64_t n;
+
+	if (!env)
+		return VIRTIO_BLK_WORKERS;
+	if (parse_size(env, &n) || n < 1 || n > VIRTIO_BLK_MAX_WORKERS) {
+		log_warn("virtio-blk: KOSA8_BLK_WORKERS='%s' is not a count from 1 to %d; using %d",
+			 env, VIRTIO_BLK_MAX_WORKERS, VIRTIO_BLK_WORKERS);
+		return VIRTIO_BLK_WORKERS;
+	}
+	return (unsigned)n;
+}
+
 int virtio_blk_init(struct virtio_blk *b, struct disk *disk, bool read_only, const char *serial,
 		    const struct guest_mem *mem, uint64_t base, uint32_t gsi,
 		    void (*set_irq)(void *ctx, uint32_t gsi, int level), void *irq_ctx)
 {
-	const char *env = getenv("KOSA8_BLK_WORKERS");
-	unsigned n = env ? (unsigned)atoi(env) : VIRTIO_BLK_WORKERS;
+	unsigned n = worker_count();
 
-	if (n < 1 || n > VIRTIO_BLK_MAX_WORKERS)
-		n = VIRTIO_BLK_WORKERS;
 	memset(b, 0, sizeof(*b));
 	b->kick_fd = b->stop_fd = -1;
 	b->disk = disk;
