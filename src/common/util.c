@@ -88,6 +88,15 @@ out:
 	return err;
 }
 
+int eventfd_ring(int fd)
+{
+	uint64_t one = 1;
+
+	if (write(fd, &one, sizeof(one)) == sizeof(one) || errno == EAGAIN)
+		return 0;
+	return -errno;
+}
+
 int write_all(int fd, const void *buf, size_t len)
 {
 	const uint8_t *p = buf;

@@ -25,6 +25,11 @@ int parse_size(const char *s, uint64_t *out);
 /* Reads a whole file into a malloc'd buffer, refusing files over max bytes. */
 int read_file(const char *path, size_t max, uint8_t **buf, size_t *len);
 
+/* Adds one to an eventfd's counter, waking whoever polls it.  A counter
+ * at its maximum (EAGAIN) already means a wake-up is pending: 0 then too.
+ * Returns 0 or -errno. */
+int eventfd_ring(int fd);
+
 /* write()/read() loops that retry on EINTR and short transfers. */
 int write_all(int fd, const void *buf, size_t len);
 /* Writes text into the existing file path (a /proc or cgroup knob): one

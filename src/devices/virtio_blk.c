@@ -265,11 +265,7 @@ static void end_batch(struct virtio_blk *b)
 
 static void kick(struct virtio_blk *b)
 {
-	uint64_t one = 1;
-
-	if (write(b->kick_fd, &one, sizeof(one)) < 0) {
-		/* The counter is saturated: a wake-up is already pending. */
-	}
+	eventfd_ring(b->kick_fd);
 }
 
 /* Takes requests off the ring and serves them until it is dry (lock
@@ -426,10 +422,8 @@ static const struct virtio_dev_ops blk_ops_ro = {
 
 static void stop_workers(struct virtio_blk *b)
 {
-	uint64_t one = 1;
-
 	__atomic_store_n(&b->stopping, 1, __ATOMIC_RELEASE);
-	if (b->stop_fd >= 0 && write(b->stop_fd, &one, sizeof(one)) < 0)
+	if (b->stop_fd >= 0 && eventfd_ring(b->stop_fd) < 0)
 		log_err("virtio-blk: cannot wake the I/O threads to stop them");
 	for (unsigned i = 0; i < b->nworkers; i++) {
 		pthread_join(b->workers[i].thread, NULL);

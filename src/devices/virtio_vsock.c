@@ -892,11 +892,8 @@ static void *vsock_thread(void *arg)
 
 static void kick(struct virtio_vsock *v)
 {
-	uint64_t one = 1;
-
-	if (v->kick_fd >= 0 && write(v->kick_fd, &one, sizeof(one)) < 0) {
-		/* saturated: a wake-up is already pending */
-	}
+	if (v->kick_fd >= 0)
+		eventfd_ring(v->kick_fd);
 }
 
 /* ---- transport callbacks (mmio.lock held, vCPU thread) ---- */

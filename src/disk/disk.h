@@ -11,8 +11,8 @@
  *
  * Threads: reads (disk_read, disk_readv) of one struct disk may run in
  * several threads at once; every other call needs the disk to itself (the
- * virtio-blk I/O threads hold a read-write lock around them).  Different struct disk objects, even
- * over the same frozen layers, are independent.  Other processes are kept out
+ * virtio-blk I/O threads hold a read-write lock around them).  Different
+ * struct disk objects, even over the same frozen layers, are independent.  Other processes are kept out
  * by flock(): the top is locked exclusively, lower layers shared.
  *
  * Every function returns 0 (or a count) on success and a negative errno on

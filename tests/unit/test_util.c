@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "common/util.h"
 
@@ -36,11 +38,31 @@ static void test_parse_size_rejects(void **state)
 	assert_int_equal(parse_size("99999999999T", &v), -ERANGE);
 }
 
+/* Each ring adds one; a saturated counter is a pending wake-up, not an
+ * error; a descriptor that is not open is. */
+static void test_eventfd_ring(void **state)
+{
+	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	uint64_t v;
+
+	assert_true(fd >= 0);
+	assert_int_equal(eventfd_ring(fd), 0);
+	assert_int_equal(eventfd_ring(fd), 0);
+	assert_int_equal(read(fd, &v, sizeof(v)), sizeof(v));
+	assert_int_equal(v, 2);
+	v = UINT64_MAX - 1; /* the most an eventfd holds */
+	assert_int_equal(write(fd, &v, sizeof(v)), sizeof(v));
+	assert_int_equal(eventfd_ring(fd), 0);
+	close(fd);
+	assert_int_equal(eventfd_ring(fd), -EBADF);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_size_units),
 		cmocka_unit_test(test_parse_size_rejects),
+		cmocka_unit_test(test_eventfd_ring),
 	};
 	return cmocka_run_group_tests_name("util", tests, NULL, NULL);
 }
