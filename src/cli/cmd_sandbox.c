@@ -341,32 +341,80 @@ int cmd_start(int argc, char **argv)
 	return cli_start_sandbox("start", argv[1], -1);
 }
 
-static int stop_sandbox(const char *cmd, const char *name)
+/* Exit status of a stop the host had to force (the guest did not power
+ * off within the grace period, or its agent did not take the request). */
+#define STOP_FORCED_STATUS 3
+
+/* Stops a sandbox: the guest gets grace_ms to power off, then the
+ * supervisor ends the VM from the host; the reply says which way it ended.
+ * 0: the guest shut down; STOP_FORCED_STATUS: forced; 1: an error. */
+static int stop_sandbox(const char *cmd, const char *name, uint64_t grace_ms)
 {
 	char path[PATH_MAX];
 	cJSON *req, *reply = NULL;
-	int err;
+	const cJSON *ended;
+	int err, status = 0;
 
 	if (control_path(name, path, sizeof(path)) < 0)
 		return cli_fail(cmd, "bad name '%s'", name);
 	req = cJSON_CreateObject();
 	cJSON_AddStringToObject(req, "op", "stop");
-	err = control_call(path, req, &reply, NULL, 10000);
+	cJSON_AddNumberToObject(req, "grace_ms", (double)grace_ms);
+	cJSON_AddBoolToObject(req, "wait", true);
+	err = control_call(path, req, &reply, NULL, (int)(grace_ms + SUPERVISOR_STOP_END_MS));
 	cJSON_Delete(req);
+	ended = cJSON_GetObjectItemCaseSensitive(reply, "ended");
+	if (err == -ETIMEDOUT)
+		status = cli_fail(cmd, "sandbox '%s': its supervisor did not report the VM's end in %llu s",
+				  name, (unsigned long long)(grace_ms + SUPERVISOR_STOP_END_MS) / 1000);
+	else if (err)
+		status = cli_fail(cmd, "sandbox '%s' is not running", name);
+	else if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok")) || !cJSON_IsString(ended))
+		status = cli_fail(cmd, "sandbox '%s': the supervisor refused the stop", name);
+	else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "forced"))) {
+		fprintf(stderr, "kosa8 %s: sandbox '%s' did not power off within %llu s: ended by the host (forced)\n",
+			cmd, name, (unsigned long long)grace_ms / 1000);
+		status = STOP_FORCED_STATUS;
+	}
 	cJSON_Delete(reply);
 	if (err)
-		return cli_fail(cmd, "sandbox '%s' is not running", name);
-	/* Wait for the supervisor to finish: its socket goes away. */
-	for (int i = 0; i < 600 && access(path, F_OK) == 0; i++)
+		return status;
+	/* The VM has ended; the supervisor's clean-up is host code and short:
+	 * its socket goes away. */
+	for (int i = 0; i < 300 && access(path, F_OK) == 0; i++)
 		usleep(100 * 1000);
+	return status;
+}
+
+static int parse_grace(const char *cmd, const char *arg, uint64_t *ms)
+{
+	char *end;
+	long n;
+
+	errno = 0;
+	n = strtol(arg, &end, 10);
+	if (errno || end == arg || *end || n < 0 || n > SUPERVISOR_STOP_GRACE_MAX_MS / 1000)
+		return cli_fail(cmd, "--time takes whole seconds from 0 to %d (got '%s')",
+				SUPERVISOR_STOP_GRACE_MAX_MS / 1000, arg);
+	*ms = (uint64_t)n * 1000;
 	return 0;
 }
 
 int cmd_stop(int argc, char **argv)
 {
-	if (argc != 2)
-		return cli_fail("stop", "%s", "usage: kosa8 stop NAME"), 2;
-	return stop_sandbox("stop", argv[1]);
+	uint64_t grace = SUPERVISOR_STOP_GRACE_MS;
+	int i = 1;
+
+	if (i + 1 < argc && (!strcmp(argv[i], "-t") || !strcmp(argv[i], "--time"))) {
+		if (parse_grace("stop", argv[i + 1], &grace))
+			return 2;
+		i += 2;
+	}
+	if (argc - i != 1 || argv[i][0] == '-')
+		return cli_fail("stop", "%s", "usage: kosa8 stop [-t|--time SECONDS] NAME "
+				"(the guest gets SECONDS, default 10, to power off; then the host ends the VM "
+				"and the exit status is 3)"), 2;
+	return stop_sandbox("stop", argv[i], grace);
 }
 
 /* ---- rm / ps / logs ---- */
@@ -400,7 +448,7 @@ int cmd_rm(int argc, char **argv)
 	if (sandbox_running(name)) {
 		if (!force)
 			return cli_fail("rm", "sandbox '%s' is running: stop it first, or use rm -f", name);
-		stop_sandbox("rm", name);
+		stop_sandbox("rm", name, 0); /* removed anyway: no grace */
 	}
 	if (cli_remove_tree(dir) < 0)
 		return cli_fail("rm", "cannot remove %s: %s", dir, strerror(errno));
@@ -795,7 +843,7 @@ int cmd_run(int argc, char **argv)
 	eo.tty = -1;
 	eo.cwd = o.workspace ? "/workspace" : NULL;
 	status = run_in_sandbox("run", name, (const char *const *)argv + i, &eo);
-	stop_sandbox("run", name);
+	stop_sandbox("run", name, SUPERVISOR_STOP_GRACE_MS);
 	if (o.rm) {
 		char *rmv[] = {"rm", name, NULL};
 		cmd_rm(2, rmv);

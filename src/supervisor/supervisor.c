@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,12 @@
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
 
+/* How long the host waits for the VMM once it asked it to stop (control
+ * "stop", then SIGKILL): the VMM is host code, this is only its exit. */
+#define VMM_CTL_STOP_MS 3000
+#define VMM_EXIT_WAIT_MS 5000
+#define STOP_WAITERS_MAX 8
+
 struct supervisor {
 	struct sandbox_cfg cfg;
 	char state_dir[PATH_MAX], run_dir[PATH_MAX];
@@ -49,7 +57,13 @@ struct supervisor {
 	int restore_memfd;
 	int listen_fd;
 	int sigchld_pipe[2];
-	bool stopping;
+	/* A stop: asked of the guest at stop_ms; past stop_deadline (or
+	 * once the agent is known not to answer) the host ends the VM. */
+	bool stopping, forced;
+	uint64_t stop_ms, stop_deadline;
+	atomic_bool agent_refused;
+	int stop_waiters[STOP_WAITERS_MAX]; /* clients told how it ended */
+	int nstop_waiters;
 	/* Where the start went, in ms since the supervisor began (status's
 	 * "startup_ms", and the log): what `kosa8 run`'s time is made of. */
 	struct {
@@ -551,20 +565,82 @@ static void handle_agent(struct supervisor *s, int fd, cJSON *req)
 	close(afd);
 }
 
-static void request_stop(struct supervisor *s)
+struct stop_ask {
+	char vsock_path[PATH_MAX];
+	atomic_bool *refused;
+};
+
+/* Asks the guest to power off cleanly (it syncs its disks first).  On a
+ * thread of its own: a guest that accepts the connection and never answers
+ * holds this thread, never the supervisor; the host's deadline stands. */
+static void *stop_ask_thread(void *arg)
 {
+	struct stop_ask *a = arg;
 	struct agent_client *c = NULL;
 
-	if (s->stopping || s->vmm <= 0)
-		return;
-	s->stopping = true;
-	/* Ask the guest to power off cleanly (it syncs its disks first). */
-	if (agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c) == 0)
-		agent_shutdown(c);
-	else
-		kill(s->vmm, SIGTERM);
+	if (agent_client_connect_vsock_uds(a->vsock_path, AGENT_VSOCK_PORT, &c) != 0 ||
+	    agent_shutdown(c) != 0)
+		atomic_store(a->refused, true);
 	if (c)
 		agent_client_close(c);
+	free(a);
+	return NULL;
+}
+
+/* Starts a stop: the guest has grace_ms to power off, then the event loop
+ * ends the VM from the host (force_end).  A second stop may only shorten
+ * the wait. */
+static void request_stop(struct supervisor *s, uint64_t grace_ms)
+{
+	uint64_t now = mono_ms();
+	struct stop_ask *a;
+	pthread_attr_t at;
+	pthread_t t;
+
+	if (s->vmm <= 0)
+		return;
+	if (s->stopping) {
+		if (now + grace_ms < s->stop_deadline)
+			s->stop_deadline = now + grace_ms;
+		return;
+	}
+	s->stopping = true;
+	s->stop_ms = now;
+	s->stop_deadline = now + grace_ms;
+	if (!grace_ms || !(a = calloc(1, sizeof(*a)))) {
+		atomic_store(&s->agent_refused, true);
+		return;
+	}
+	snprintf(a->vsock_path, sizeof(a->vsock_path), "%s", s->vsock_path);
+	a->refused = &s->agent_refused;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &at, stop_ask_thread, a) != 0) {
+		free(a);
+		atomic_store(&s->agent_refused, true);
+	}
+	pthread_attr_destroy(&at);
+}
+
+/* Ends the VMM from the host, whatever the guest does: the VMM's control
+ * "stop" (it flushes its disk and exits), then SIGKILL.  Returns its wait
+ * status. */
+static int end_vmm(struct supervisor *s)
+{
+	char answer[256];
+	int status = 0;
+
+	if (vm_control_call(s->vm_ctl, "stop", answer, sizeof(answer), VMM_CTL_STOP_MS) == 0) {
+		for (uint64_t end = mono_ms() + VMM_EXIT_WAIT_MS; mono_ms() < end; usleep(20 * 1000))
+			if (waitpid(s->vmm, &status, WNOHANG) == s->vmm)
+				goto out;
+	}
+	kill(s->vmm, SIGKILL);
+	while (waitpid(s->vmm, &status, 0) < 0 && errno == EINTR)
+		;
+out:
+	s->vmm = -1;
+	return status;
 }
 
 /* ---- checkpoints (ckpt_ops.h) ---- */
@@ -617,24 +693,8 @@ static void handle_take(struct supervisor *s, int fd, const cJSON *req)
 /* Ends the running VMM now (its state is thrown away by the rewind). */
 static void kill_vmm(struct supervisor *s)
 {
-	char answer[256];
-
-	if (s->vmm <= 0)
-		return;
-	if (vm_control_call(s->vm_ctl, "stop", answer, sizeof(answer), 10000))
-		kill(s->vmm, SIGKILL);
-	for (int i = 0; i < 300; i++) {
-		if (waitpid(s->vmm, NULL, WNOHANG) == s->vmm) {
-			s->vmm = -1;
-			return;
-		}
-		if (i == 100)
-			kill(s->vmm, SIGKILL);
-		usleep(100 * 1000);
-	}
-	kill(s->vmm, SIGKILL);
-	waitpid(s->vmm, NULL, 0);
-	s->vmm = -1;
+	if (s->vmm > 0)
+		end_vmm(s);
 }
 
 static void handle_rewind(struct supervisor *s, int fd, const cJSON *req)
@@ -720,6 +780,43 @@ static void handle_checkpoint_op(struct supervisor *s, int fd, const char *op, c
 		reply_error(fd, "unknown op");
 }
 
+/* {"op":"stop","grace_ms":N,"wait":true}: with wait, the reply comes once
+ * the VMM has ended and says how (stop_reply); returns 1 when fd is kept
+ * for that. */
+static int handle_stop(struct supervisor *s, int fd, const cJSON *req)
+{
+	const cJSON *g = cJSON_GetObjectItemCaseSensitive(req, "grace_ms");
+	bool wait = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "wait"));
+	uint64_t grace = SUPERVISOR_STOP_GRACE_MS;
+
+	if (g && (!cJSON_IsNumber(g) || g->valuedouble < 0 || g->valuedouble > SUPERVISOR_STOP_GRACE_MAX_MS)) {
+		reply_error(fd, "stop: grace_ms must be 0 to 3600000");
+		return 0;
+	}
+	if (g)
+		grace = (uint64_t)g->valuedouble;
+	request_stop(s, grace);
+	if (!wait || s->nstop_waiters == STOP_WAITERS_MAX || s->vmm <= 0) {
+		reply_ok(fd, NULL, -1);
+		return 0;
+	}
+	s->stop_waiters[s->nstop_waiters++] = fd;
+	return 1;
+}
+
+/* Tells every client waiting on a stop how the VM ended. */
+static void stop_reply(struct supervisor *s, const char *ended)
+{
+	for (int i = 0; i < s->nstop_waiters; i++) {
+		cJSON *r = cJSON_CreateObject();
+		cJSON_AddStringToObject(r, "ended", ended);
+		cJSON_AddBoolToObject(r, "forced", s->forced);
+		reply_ok(s->stop_waiters[i], r, -1);
+		close(s->stop_waiters[i]);
+	}
+	s->nstop_waiters = 0;
+}
+
 static void handle_client(struct supervisor *s, int fd)
 {
 	cJSON *req = NULL;
@@ -746,8 +843,8 @@ static void handle_client(struct supervisor *s, int fd)
 	} else if (!strcmp(op->valuestring, "agent")) {
 		handle_agent(s, fd, req);
 	} else if (!strcmp(op->valuestring, "stop")) {
-		request_stop(s);
-		reply_ok(fd, NULL, -1);
+		if (handle_stop(s, fd, req))
+			fd = -1; /* answered when the VMM has ended */
 	} else if (!strncmp(op->valuestring, "checkpoint", 10) ||
 		   !strcmp(op->valuestring, "rewind")) {
 		handle_checkpoint_op(s, fd, op->valuestring, req);
@@ -758,7 +855,8 @@ static void handle_client(struct supervisor *s, int fd)
 	}
 out:
 	cJSON_Delete(req);
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 }
 
 static void say_ready(int ready_fd, const char *err)
@@ -812,6 +910,58 @@ static int setup(struct supervisor *s, const char *name, const char **why)
 	return 0;
 }
 
+/* How the VM ended, for the audit record and a waiting `kosa8 stop`. */
+static const char *stop_kind(const struct supervisor *s, int status)
+{
+	if (s->forced)
+		return "forced";
+	if (WIFEXITED(status) && WEXITSTATUS(status) == VM_EXIT_POWEROFF)
+		return s->stopping ? "guest_shutdown" : "guest_poweroff";
+	return "vmm_exit";
+}
+
+static void vmm_gone(struct supervisor *s, int status)
+{
+	cJSON *d = cJSON_CreateObject();
+	const char *ended = stop_kind(s, status);
+	char what[160];
+
+	vmm_ended(status, "while running", what, sizeof(what));
+	cJSON_AddStringToObject(d, "ended", ended);
+	if (s->stopping)
+		cJSON_AddNumberToObject(d, "stop_ms", (double)(mono_ms() - s->stop_ms));
+	cJSON_AddNumberToObject(d, "vmm_exit", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	if (WIFSIGNALED(status))
+		cJSON_AddNumberToObject(d, "vmm_signal", WTERMSIG(status));
+	cJSON_AddStringToObject(d, "vmm_status", what);
+	report_seccomp(s, status, d);
+	audit(s, "supervisor", "sandbox.stop", d);
+	s->vmm = -1;
+	stop_reply(s, ended);
+}
+
+/* The guest had its chance: the host ends the VM (never the guest's
+ * choice, issue 23 item 6). */
+static void force_end(struct supervisor *s)
+{
+	bool refused = atomic_load(&s->agent_refused);
+
+	s->forced = true;
+	log_warn("stop: %s; ending the VM from the host",
+		 refused ? "the guest agent did not take the request" :
+			   "the guest did not power off within the grace period");
+	vmm_gone(s, end_vmm(s));
+}
+
+static int poll_timeout(const struct supervisor *s)
+{
+	uint64_t now = mono_ms();
+
+	if (!s->stopping)
+		return 1000;
+	return s->stop_deadline <= now ? 0 : (int)(s->stop_deadline - now < 1000 ? s->stop_deadline - now : 1000);
+}
+
 static void event_loop(struct supervisor *s)
 {
 	int status = 0;
@@ -820,22 +970,17 @@ static void event_loop(struct supervisor *s)
 	while (s->vmm > 0) {
 		struct pollfd p[2] = {{.fd = s->listen_fd, .events = POLLIN},
 				      {.fd = s->sigchld_pipe[0], .events = POLLIN}};
-		if (poll(p, 2, 1000) < 0 && errno != EINTR)
+		if (poll(p, 2, poll_timeout(s)) < 0 && errno != EINTR)
 			break;
 		if (p[1].revents & POLLIN)
 			while (read(s->sigchld_pipe[0], buf, sizeof(buf)) > 0)
 				;
 		if (waitpid(s->vmm, &status, WNOHANG) == s->vmm) {
-			cJSON *d = cJSON_CreateObject();
-			char what[160];
-			vmm_ended(status, "while running", what, sizeof(what));
-			cJSON_AddNumberToObject(d, "vmm_exit", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-			if (WIFSIGNALED(status))
-				cJSON_AddNumberToObject(d, "vmm_signal", WTERMSIG(status));
-			cJSON_AddStringToObject(d, "vmm_status", what);
-			report_seccomp(s, status, d);
-			audit(s, "supervisor", "sandbox.stop", d);
-			s->vmm = -1;
+			vmm_gone(s, status);
+			break;
+		}
+		if (s->stopping && (mono_ms() >= s->stop_deadline || atomic_load(&s->agent_refused))) {
+			force_end(s);
 			break;
 		}
 		if (p[0].revents & POLLIN) {
@@ -975,6 +1120,7 @@ fail:
 		cJSON_AddStringToObject(d, "error", why);
 		audit(&s, "supervisor", "sandbox.start_failed", d);
 	}
+	stop_reply(&s, "vmm_exit");
 	/* After the VMM: no guest connection is left to start. */
 	vmm_cgroup_remove(&s.cgroup);
 	sup_egress_stop(s.egress);

@@ -13,6 +13,15 @@
 #define SUPERVISOR_BOOT_TIMEOUT_MS supervisor_boot_timeout_ms()
 int supervisor_boot_timeout_ms(void);
 
+/* A stop gives the guest this long to power off (`kosa8 stop --time`),
+ * then the host ends the VM: VMM control "stop", then SIGKILL.  No stop
+ * waits on the guest's cooperation. */
+#define SUPERVISOR_STOP_GRACE_MS (10 * 1000)
+#define SUPERVISOR_STOP_GRACE_MAX_MS (3600 * 1000)
+/* The most a stop takes on the host's side after the grace period:
+ * VMM_CTL_STOP_MS + VMM_EXIT_WAIT_MS in supervisor.c, and a margin. */
+#define SUPERVISOR_STOP_END_MS (15 * 1000)
+
 /* Runs the supervisor for sandbox `name` in this process until the guest
  * stops.  ready_fd (or -1) gets one line when start-up ends: "ok\n" or
  * "error: <reason>\n".  self is the kosa8 binary (to run `kosa8 vm`).
