@@ -26,6 +26,7 @@
 #include "proxy/policy.h"
 #include "proxy/secrets.h"
 #include "supervisor/ckpt_ops.h"
+#include "supervisor/console_log.h"
 #include "supervisor/control.h"
 #include "supervisor/sandbox.h"
 #include "supervisor/supervisor.h"
@@ -503,21 +504,36 @@ int cmd_ps(int argc, char **argv)
 	return 0;
 }
 
+static int print_file(const char *path)
+{
+	char buf[65536];
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		write_all(1, buf, (size_t)n);
+	close(fd);
+	return 0;
+}
+
+/* The console log is kept bounded (console_log.h): the older part, if
+ * any, first. */
 int cmd_logs(int argc, char **argv)
 {
-	char dir[PATH_MAX], path[PATH_MAX], buf[65536];
-	ssize_t n;
-	int fd;
+	char dir[PATH_MAX], path[PATH_MAX], old[PATH_MAX + 8];
+	int err;
 
 	if (argc != 2)
 		return cli_fail("logs", "%s", "usage: kosa8 logs NAME"), 2;
 	if (sandbox_state_dir(argv[1], dir, sizeof(dir)) < 0 ||
-	    sandbox_path(path, sizeof(path), dir, "console.log") < 0 ||
-	    (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+	    sandbox_path(path, sizeof(path), dir, "console.log") < 0)
+		return cli_fail("logs", "no sandbox named '%s'", argv[1]);
+	snprintf(old, sizeof(old), "%s" CONSOLE_LOG_OLD_SUFFIX, path);
+	err = print_file(old);
+	if (print_file(path) < 0 && err < 0)
 		return cli_fail("logs", "no console log for '%s' (no such sandbox, or never started)", argv[1]);
-	while ((n = read(fd, buf, sizeof(buf))) > 0)
-		write_all(1, buf, (size_t)n);
-	close(fd);
 	return 0;
 }
 

@@ -23,6 +23,7 @@
 #include "proxy/names.h"
 #include "proxy/secrets.h"
 #include "supervisor/approvals.h"
+#include "supervisor/audit_limit.h"
 
 #define STOP_WAIT_MS 3000
 #define REFUSED_LOG_MS 10000   /* at most one "refused" line this often */
@@ -54,6 +55,7 @@ struct sup_egress {
 	char sandbox[64];
 	void (*audit)(void *arg, const char *type, cJSON *details);
 	void *audit_arg;
+	struct audit_limit *limit;  /* what the guest's traffic records */
 };
 
 static const char *const no_env[] = {NULL};
@@ -290,14 +292,19 @@ static void deny_waiters(struct sup_egress *e, uint64_t deadline)
 	}
 }
 
+/* Approvals records pass as they are: a person's answers are never
+ * folded into a count, and the queue bounds how many requests a guest
+ * makes.  Everything else here is the guest's traffic: coalesced. */
 static void audit_hook(void *arg, const char *type, cJSON *details)
 {
 	struct sup_egress *e = arg;
 
-	if (e->audit)
-		e->audit(e->audit_arg, type, details);
-	else
+	if (!e->audit)
 		cJSON_Delete(details);
+	else if (e->limit && strncmp(type, "approval.", 9))
+		audit_limit_event(e->limit, type, details);
+	else
+		e->audit(e->audit_arg, type, details);
 }
 
 /* ---- start / stop ---- */
@@ -392,6 +399,14 @@ int sup_egress_start(const struct sup_egress_opts *o, struct sup_egress **out, c
 		snprintf(why, whylen, "cannot set up the egress tables: %s", strerror(-err));
 		goto fail;
 	}
+	if (e->audit) {
+		struct audit_limit_opts lo = {.emit = e->audit, .emit_arg = e->audit_arg,
+					      .now_ms = o->now_ms, .clock_arg = o->clock_arg};
+		if ((err = audit_limit_new(&lo, &e->limit))) {
+			snprintf(why, whylen, "cannot set up the audit coalescing: %s", strerror(-err));
+			goto fail;
+		}
+	}
 	approvals_set_audit(e->approvals, audit_hook, e);
 	/* "allow always" outlives this run: it goes into the sandbox's policy. */
 	{
@@ -437,6 +452,7 @@ void sup_egress_stop(struct sup_egress *e)
 	log_refused(e, 0, true);
 	if (e->approvals)
 		deny_waiters(e, deadline);
+	audit_limit_flush(e->limit);
 	pthread_mutex_lock(&e->lock);
 	bool idle = e->asking == 0;
 	pthread_mutex_unlock(&e->lock);
@@ -455,12 +471,19 @@ void sup_egress_stop(struct sup_egress *e)
 		log_err("egress: %d connection(s) still open at stop", atomic_load(&e->active));
 		return;
 	}
+	audit_limit_free(e->limit);
 	names_free(e->names);
 	policy_free(e->policy);
 	secret_set_free(e->secrets);
 	egress_ca_free(e->ca);
 	pthread_mutex_destroy(&e->lock);
 	free(e);
+}
+
+void sup_egress_tick(struct sup_egress *e)
+{
+	if (e)
+		audit_limit_tick(e->limit);
 }
 
 struct approvals *sup_egress_approvals(struct sup_egress *e)

@@ -14,6 +14,7 @@
 #define KOSA8_SUPERVISOR_EGRESS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cjson/cJSON.h>
 
@@ -35,9 +36,15 @@ struct sup_egress_opts {
 	size_t nallow;
 	const char *const *secrets;        /* --secret names */
 	size_t nsecrets;
-	/* Where records go (takes ownership of details). */
+	/* Where records go (takes ownership of details).  What the guest's
+	 * traffic causes is coalesced first (audit_limit.h); approvals records
+	 * are not (a person's answers; their number is bounded by the queue,
+	 * APPROVALS_MAX_WAITING per approval timeout). */
 	void (*audit)(void *arg, const char *type, cJSON *details);
 	void *audit_arg;
+	/* The coalescing's clock (tests); NULL: mono_ms. */
+	uint64_t (*now_ms)(void *arg);
+	void *clock_arg;
 };
 
 /* Builds the policy described above.  On an error, why gets one line
@@ -52,6 +59,10 @@ int sup_egress_start(const struct sup_egress_opts *o, struct sup_egress **out, c
 /* Stops listening, wakes approval waiters, waits briefly for connection
  * threads, frees.  NULL is fine. */
 void sup_egress_stop(struct sup_egress *e);
+
+/* Ends the audit coalescing's interval when its time is up: call about
+ * once a second.  NULL is fine. */
+void sup_egress_tick(struct sup_egress *e);
 
 /* The approvals queue, for the control socket. */
 struct approvals *sup_egress_approvals(struct sup_egress *e);

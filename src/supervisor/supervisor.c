@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "supervisor/cgroup.h"
+#include "supervisor/console_log.h"
 #include "supervisor/ckpt_ops.h"
 #include "supervisor/control.h"
 #include "supervisor/egress.h"
@@ -49,6 +50,7 @@ struct supervisor {
 	const char *self;          /* the kosa8 binary */
 	struct audit_log *audit;
 	struct sup_egress *egress;
+	struct console_log *console; /* the running VMM's output (console_log.h) */
 	struct vmm_cgroup cgroup;  /* the VMM's limits (cgroup.h) */
 	char cgroup_why[PATH_MAX + 128]; /* limits missing, for status and log */
 	char why[512];             /* a start-up failure, for `kosa8 start` */
@@ -205,6 +207,13 @@ static int vmm_argv(struct supervisor *s, const char *restore, const char *top, 
 	return 0;
 }
 
+/* After the VMM has exited: everything it wrote is in console.log. */
+static void console_done(struct supervisor *s)
+{
+	console_log_stop(s->console);
+	s->console = NULL;
+}
+
 /* As root: what the VMM will write becomes its uid's (vmm_files.h). */
 static int hand_over_files(struct supervisor *s, const char *top)
 {
@@ -232,12 +241,14 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 	if ((rc = vmm_argv(s, restore, top, argv, buf)) || (rc = hand_over_files(s, top ? top : buf[0])))
 		return rc;
 	sandbox_path(console, sizeof(console), s->state_dir, "console.log");
-	out = open(console, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	if (out < 0)
-		return -errno;
+	console_done(s);
+	if ((rc = console_log_start(console, 0, &s->console, &out)))
+		return rc;
 	if (pipe2(gate, O_CLOEXEC) < 0) {
+		rc = -errno;
 		close(out);
-		return -errno;
+		console_done(s);
+		return rc;
 	}
 	/* A VMM killed hard leaves its sockets behind; the next one binds them. */
 	unlink(s->vm_ctl);
@@ -248,6 +259,7 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 		close(out);
 		close(gate[0]);
 		close(gate[1]);
+		console_done(s);
 		return rc;
 	}
 	if (s->vmm == 0) {
@@ -275,6 +287,7 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 		kill(s->vmm, SIGKILL);
 		waitpid(s->vmm, NULL, 0);
 		s->vmm = -1;
+		console_done(s);
 		return rc;
 	}
 	if ((rc = vmm_cgroup_add(&s->cgroup, s->vmm)))
@@ -335,6 +348,7 @@ static int wait_for_agent(struct supervisor *s)
 
 		if (waitpid(s->vmm, &status, WNOHANG) == s->vmm) {
 			char what[160];
+			console_done(s);
 			vmm_ended(status, "while booting", what, sizeof(what));
 			report_seccomp(s, status, NULL);
 			snprintf(s->why, sizeof(s->why), "the VM stopped while booting (%s; see 'kosa8 logs')",
@@ -640,6 +654,7 @@ static int end_vmm(struct supervisor *s)
 		;
 out:
 	s->vmm = -1;
+	console_done(s);
 	return status;
 }
 
@@ -732,6 +747,7 @@ static void handle_rewind(struct supervisor *s, int fd, const cJSON *req)
 			waitpid(s->vmm, NULL, 0);
 		}
 		s->vmm = -1; /* the sandbox has stopped */
+		console_done(s);
 		return;
 	}
 	t_running = mono_ms();
@@ -926,6 +942,7 @@ static void vmm_gone(struct supervisor *s, int status)
 	const char *ended = stop_kind(s, status);
 	char what[160];
 
+	console_done(s);
 	vmm_ended(status, "while running", what, sizeof(what));
 	cJSON_AddStringToObject(d, "ended", ended);
 	if (s->stopping)
@@ -988,6 +1005,7 @@ static void event_loop(struct supervisor *s)
 			if (fd >= 0)
 				handle_client(s, fd);
 		}
+		sup_egress_tick(s->egress);
 		if (s->audit)
 			audit_log_tick(s->audit);
 	}
@@ -1116,6 +1134,7 @@ fail:
 			kill(s.vmm, SIGKILL);
 			waitpid(s.vmm, NULL, 0);
 		}
+		console_done(&s);
 		cJSON *d = cJSON_CreateObject();
 		cJSON_AddStringToObject(d, "error", why);
 		audit(&s, "supervisor", "sandbox.start_failed", d);

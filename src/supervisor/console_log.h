@@ -1,0 +1,26 @@
+/* The guest's console, bounded on the host (issue 23 item 4): the VMM
+ * writes its serial port and its own messages into a pipe, and a thread of
+ * the supervisor copies them into console.log.  At CONSOLE_LOG_MAX bytes
+ * the file becomes console.log.1 (the one before is dropped) and a new
+ * console.log begins: a guest printing without pause holds at most twice
+ * that on the host.  `kosa8 logs` prints both, oldest first. */
+#ifndef KOSA8_CONSOLE_LOG_H
+#define KOSA8_CONSOLE_LOG_H
+
+#include <stdint.h>
+
+#define CONSOLE_LOG_MAX (1024 * 1024)
+#define CONSOLE_LOG_OLD_SUFFIX ".1"
+
+struct console_log;
+
+/* Opens (appends to) path and starts the copying thread; *wfd gets the
+ * pipe's write end for the VMM (close-on-exec: dup2 it onto the child's
+ * stdout and stderr, and close it in the parent once the child runs).
+ * max 0: CONSOLE_LOG_MAX. */
+int console_log_start(const char *path, uint64_t max, struct console_log **out, int *wfd);
+/* Waits until every writer has closed the pipe (the VMM has exited) and
+ * everything is in the file, then frees.  NULL is fine. */
+void console_log_stop(struct console_log *c);
+
+#endif
