@@ -143,6 +143,8 @@ int audit_key_load_or_create(const char *dir, EVP_PKEY **key)
 	n = snprintf(path, sizeof(path), "%s/%s", d, AUDIT_KEY_FILE);
 	if (n < 0 || (size_t)n >= sizeof(path))
 		return -ENAMETOOLONG;
+	if ((err = process_hold_secrets()))
+		return err;
 	err = load_private(path, key);
 	if (err != -ENOENT)
 		return err;

@@ -10,6 +10,7 @@
 #include <openssl/crypto.h>
 
 #include "cli/commands.h"
+#include "common/util.h"
 #include "proxy/secrets.h"
 
 static const char secret_usage[] =
@@ -209,8 +210,9 @@ int cmd_secret(int argc, char **argv)
 		fputs(secret_usage, argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
+	/* add reads a value from stdin: not dumpable before it is read. */
 	if (!strcmp(argv[1], "add"))
-		return secret_add_cmd(argc, argv);
+		return process_hold_secrets() ? 1 : secret_add_cmd(argc, argv);
 	if (!strcmp(argv[1], "ls") && argc == 2)
 		return secret_ls_cmd();
 	if (!strcmp(argv[1], "rm") && argc == 3) {

@@ -63,6 +63,13 @@ int run_for_last_line(const char *const argv[], char *buf, size_t len);
 uint64_t mono_ns(void);
 uint64_t mono_ms(void);
 
+/* Marks this process as holding secrets (secret values, the audit key, a
+ * CA key): not dumpable (PR_SET_DUMPABLE 0), so a crash writes no core
+ * file and processes of the same user cannot ptrace it or read its memory
+ * through /proc.  Every loader of such a key calls it, before the key is
+ * in memory; execve() ends it for the program that follows.  0 or -errno. */
+int process_hold_secrets(void);
+
 /* mkdir -p with the given mode for each created component. */
 int mkdir_p(const char *path, mode_t mode);
 

@@ -176,6 +176,10 @@ int egress_ca_open(const char *state_dir, const char *sandbox, struct egress_ca 
 	*out = NULL;
 	if (!ca)
 		return -ENOMEM;
+	if ((err = process_hold_secrets())) {
+		free(ca);
+		return err;
+	}
 	pthread_mutex_init(&ca->lock, NULL);
 	if (!(err = ca_files(ca, state_dir, sandbox)) && !(err = ca_pem(ca)))
 		err = (ca->leaf_key = EVP_EC_gen("P-256")) ? 0 : -EIO;

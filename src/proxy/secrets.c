@@ -200,7 +200,7 @@ int secret_store(const struct secret *s, const char *value, size_t value_len, bo
 	cJSON *o = NULL;
 	int err;
 
-	if ((err = secret_def_valid(s)))
+	if ((err = secret_def_valid(s)) || (err = process_hold_secrets()))
 		return err;
 	if (!s->from_env[0] && (!value || !secret_value_valid(value, value_len)))
 		return -EINVAL;
@@ -270,7 +270,8 @@ int secret_read(const char *name, bool with_value, struct secret *s)
 	int err;
 
 	memset(s, 0, sizeof(*s));
-	if ((err = secret_path(name, path, sizeof(path), false)) ||
+	if ((with_value && (err = process_hold_secrets())) ||
+	    (err = secret_path(name, path, sizeof(path), false)) ||
 	    (err = read_file(path, SECRET_FILE_MAX, &buf, &len)))
 		return err;
 	if (!(o = cJSON_ParseWithLength((const char *)buf, len)))
@@ -490,9 +491,9 @@ int secret_set_load(const char *const *names, size_t n, const char *state_dir,
 	int err = 0;
 
 	*out = NULL;
-	if (n > SECRET_SET_MAX) {
+	if (n > SECRET_SET_MAX || (err = process_hold_secrets())) {
 		free(set);
-		return -E2BIG;
+		return err ? err : -E2BIG;
 	}
 	if (!set || (n && !(set->items = calloc(n, sizeof(*set->items))))) {
 		free(set);

@@ -1054,6 +1054,9 @@ int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
 	struct sigaction sa;
 	int err;
 
+	/* Secrets, the audit key and the CA key live here: before any is read. */
+	if ((err = process_hold_secrets()))
+		return err;
 	memset(&s, 0, sizeof(s));
 	s.listen_fd = -1;
 	s.vmm = -1;

@@ -5,11 +5,34 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/log.h"
 #include "common/util.h"
+
+/* The supervisor is not dumpable (process_hold_secrets), and a child
+ * starts as its parent is: but /proc/PID files of a process that is not
+ * dumpable belong to root, and the user could not write the child's
+ * uid_map (vmm_clone_map_user).  So the child is made dumpable, the
+ * supervisor only for the instant of the clone; the child holds a copy of
+ * the supervisor's memory only until its execve. */
+static long clone_dumpable(unsigned long flags)
+{
+	int was = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+	long pid;
+	int e;
+
+	if (was == 0)
+		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+	pid = syscall(SYS_clone, flags, NULL, NULL, NULL, 0);
+	e = errno;
+	if (pid != 0 && was == 0)
+		prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	errno = e;
+	return pid;
+}
 
 /* A raw clone, not glibc's fork: the child only sets up descriptors and
  * execs, touching no lock or cache that fork would have reset. */
@@ -21,7 +44,7 @@ pid_t vmm_clone(bool *userns)
 	*userns = geteuid() != 0;
 	if (*userns)
 		flags |= CLONE_NEWUSER;
-	pid = syscall(SYS_clone, flags, NULL, NULL, NULL, 0);
+	pid = clone_dumpable(flags);
 	if (pid >= 0)
 		return (pid_t)pid;
 	if (errno != EINVAL && errno != EPERM && errno != ENOSPC && errno != EUSERS)

@@ -8,6 +8,7 @@
 #include <grp.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,52 @@ static void test_clone_as_invoker(void **state)
 	assert_int_equal(!!(r & OWN_NS), geteuid() != 0);
 }
 
+/* As nobody; dumpable: what the process is when the clone happens. */
+static int clone_as_nobody(bool dumpable, int *parent_dumpable)
+{
+	int p[2], r[2] = {-1, -1}, status;
+	pid_t pid;
+
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		if (setgroups(0, NULL) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534))
+			_exit(2);
+		/* A user's process is dumpable; one that changed uids is not. */
+		prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
+		r[0] = clone_report();
+		r[1] = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+		(void)!write(p[1], r, sizeof(r));
+		_exit(0);
+	}
+	close(p[1]);
+	if (read(p[0], r, sizeof(r)) != sizeof(r))
+		r[0] = -1;
+	close(p[0]);
+	waitpid(pid, &status, 0);
+	*parent_dumpable = r[1];
+	return r[0];
+}
+
+/* A supervisor holding secrets is not dumpable (process_hold_secrets),
+ * which would make its child's /proc maps root's: the clone must still
+ * map the user, and leave the supervisor as it was. */
+static void test_clone_holding_secrets(void **state)
+{
+	int dumpable = -1, r;
+
+	if (geteuid() != 0)
+		skip(); /* needs to become another user */
+	r = clone_as_nobody(false, &dumpable);
+	assert_true(r >= 0);
+	assert_true(r & USERNS);
+	assert_true(r & SAME_IDS);
+	assert_true(r & JAILED);
+	assert_int_equal(dumpable, 0);
+}
+
 /* As root, the same as an unprivileged user: the user's path for real. */
 static void test_clone_as_user(void **state)
 {
@@ -137,6 +184,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_clone_as_invoker),
 		cmocka_unit_test(test_clone_as_user),
+		cmocka_unit_test(test_clone_holding_secrets),
 	};
 	int rc;
 
