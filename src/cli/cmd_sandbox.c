@@ -214,7 +214,7 @@ static void random_name(char *buf, size_t len)
 static int create_sandbox(const char *cmd, const struct create_opts *o, char *name, size_t nlen)
 {
 	struct sandbox_cfg cfg;
-	char dir[PATH_MAX], disk[PATH_MAX], err_msg[DISK_ERR_LEN];
+	char dir[PATH_MAX], disk[PATH_MAX], err_msg[DISK_ERR_LEN], why[PATH_MAX + 128];
 	struct stat st;
 
 	memset(&cfg, 0, sizeof(cfg));
@@ -253,7 +253,9 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 	cfg.cpus = o->cpus;
 	cfg.cid = sandbox_cid_pick();
 	cfg.created = (int64_t)time(NULL);
-	if (mkdir_p(dir, 0700) < 0 || sandbox_path(disk, sizeof(disk), dir, "disk.k8d") < 0)
+	if (sandbox_state_dir_private(name, true, dir, sizeof(dir), why, sizeof(why)) < 0)
+		return cli_fail(cmd, "%s", why);
+	if (sandbox_path(disk, sizeof(disk), dir, "disk.k8d") < 0)
 		return cli_fail(cmd, "cannot create %s", dir);
 	if (disk_create(disk, cfg.image, NULL, err_msg, sizeof(err_msg)) < 0 ||
 	    sandbox_cfg_save(dir, &cfg) < 0) {
@@ -287,12 +289,15 @@ int cmd_create(int argc, char **argv)
 
 int cli_start_sandbox(const char *cmd, const char *name, int memfd)
 {
-	char self[PATH_MAX], line[512], dir[PATH_MAX], memstr[16];
+	char self[PATH_MAX], line[512], dir[PATH_MAX], memstr[16], why[PATH_MAX + 128];
 	struct sandbox_cfg cfg;
-	int p[2], n = 0;
+	int p[2], n = 0, err;
 	pid_t pid;
 
-	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
+	/* The supervisor's log is opened here, in the state directory. */
+	if ((err = sandbox_state_dir_private(name, false, dir, sizeof(dir), why, sizeof(why))) && err != -ENOENT)
+		return cli_fail(cmd, "%s", why);
+	if (err || sandbox_cfg_load(dir, &cfg) < 0)
 		return cli_fail(cmd, "no sandbox named '%s' (see 'kosa8 ps')", name);
 	if (sandbox_running(name))
 		return cli_fail(cmd, "sandbox '%s' is already running", name);
@@ -307,7 +312,7 @@ int cli_start_sandbox(const char *cmd, const char *name, int memfd)
 		close(p[0]);
 		setsid();
 		snprintf(log, sizeof(log), "%s/supervisor.log", dir);
-		int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		int out = open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
 		int null = open("/dev/null", O_RDONLY);
 		dup2(null, 0);
 		if (out >= 0) {

@@ -212,6 +212,27 @@ int process_hold_secrets(void)
 	return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ? -errno : 0;
 }
 
+int private_dir(const char *path, bool create, char *why, size_t len)
+{
+	struct stat st;
+
+	if (create && mkdir(path, 0700) < 0 && errno != EEXIST)
+		return snprintf(why, len, "cannot create %s: %s", path, strerror(errno)), -errno;
+	if (lstat(path, &st) < 0)
+		return snprintf(why, len, "%s: %s", path, strerror(errno)), -errno;
+	if (S_ISLNK(st.st_mode))
+		return snprintf(why, len, "%s is a symbolic link: kosa8 uses only a real directory there", path), -ELOOP;
+	if (!S_ISDIR(st.st_mode))
+		return snprintf(why, len, "%s is not a directory", path), -ENOTDIR;
+	if (st.st_uid != geteuid())
+		return snprintf(why, len, "%s belongs to uid %u, not to you (uid %u): another user may have made it; remove it",
+				path, (unsigned)st.st_uid, (unsigned)geteuid()), -EPERM;
+	if (st.st_mode & 077)
+		return snprintf(why, len, "%s is open to other users (mode %03o): chmod 700 it", path,
+				(unsigned)(st.st_mode & 0777)), -EPERM;
+	return 0;
+}
+
 int mkdir_p(const char *path, mode_t mode)
 {
 	char tmp[PATH_MAX];

@@ -7,6 +7,7 @@
 #ifndef KOSA8_UTIL_H
 #define KOSA8_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -69,6 +70,13 @@ uint64_t mono_ms(void);
  * through /proc.  Every loader of such a key calls it, before the key is
  * in memory; execve() ends it for the program that follows.  0 or -errno. */
 int process_hold_secrets(void);
+
+/* A directory of kosa8's that only this user may use (run and state
+ * directories, issue 23 item 8): with create, made 0700 when missing; then
+ * it must be a directory, not a symbolic link, owned by the effective uid,
+ * with no access for group or others.  0, or -errno with why (for the
+ * user: which directory, what is wrong, what to do). */
+int private_dir(const char *path, bool create, char *why, size_t len);
 
 /* mkdir -p with the given mode for each created component. */
 int mkdir_p(const char *path, mode_t mode);

@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/util.h"
 #include "supervisor/approvals.h"
 
@@ -52,7 +53,7 @@ int control_accept(int listen_fd)
 
 	if (fd < 0)
 		return -errno;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != getuid()) {
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != geteuid()) {
 		close(fd);
 		return -EPERM;
 	}
@@ -189,6 +190,23 @@ static int recv_reply(int fd, cJSON **reply, int *fd_out, int timeout_ms)
 	return err;
 }
 
+/* The client's side of the check control_accept makes: a socket served by
+ * another user (one who made the run directory first, or swapped the
+ * socket) is refused, loudly, before a request or a descriptor goes. */
+static int peer_is_me(int fd, const char *path)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -errno;
+	if (cred.uid == geteuid())
+		return 0;
+	log_err("%s is served by uid %u, not by you (uid %u): refusing to talk to it", path,
+		(unsigned)cred.uid, (unsigned)geteuid());
+	return -EPERM;
+}
+
 int control_call(const char *path, const cJSON *req, cJSON **reply, int *fd_out, int timeout_ms)
 {
 	struct sockaddr_un a;
@@ -205,6 +223,8 @@ int control_call(const char *path, const cJSON *req, cJSON **reply, int *fd_out,
 		err = -errno;
 		goto out;
 	}
+	if ((err = peer_is_me(fd, path)))
+		goto out;
 	if ((err = control_send(fd, req, -1)))
 		goto out;
 	err = recv_reply(fd, reply, fd_out, timeout_ms);

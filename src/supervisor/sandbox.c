@@ -65,6 +65,53 @@ int sandbox_run_dir(const char *name, char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
+int sandbox_run_dir_private(const char *name, bool create, char *buf, size_t len, char *why,
+			    size_t wlen)
+{
+	char base[PATH_MAX];
+	int err;
+
+	if ((err = sandbox_run_dir(name, buf, len)))
+		return snprintf(why, wlen, "bad sandbox name or run directory path"), err;
+	snprintf(base, sizeof(base), "%s", buf);
+	*strrchr(base, '/') = '\0';
+	if ((err = private_dir(base, create, why, wlen)))
+		return err;
+	return private_dir(buf, create, why, wlen);
+}
+
+/* The state root: the user's, nobody else may write into it. */
+static int state_root_ok(const char *root, bool create, char *why, size_t wlen)
+{
+	struct stat st;
+	int err;
+
+	if (create && (err = mkdir_p(root, 0700)))
+		return snprintf(why, wlen, "cannot create %s: %s", root, strerror(-err)), err;
+	if (stat(root, &st) < 0)
+		return snprintf(why, wlen, "%s: %s", root, strerror(errno)), -errno;
+	if (!S_ISDIR(st.st_mode))
+		return snprintf(why, wlen, "%s is not a directory", root), -ENOTDIR;
+	if (st.st_uid != geteuid() || (st.st_mode & 022))
+		return snprintf(why, wlen, "%s belongs to uid %u (mode %03o): it must be yours and writable by you alone",
+				root, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777)), -EPERM;
+	return 0;
+}
+
+int sandbox_state_dir_private(const char *name, bool create, char *buf, size_t len, char *why,
+			      size_t wlen)
+{
+	char root[PATH_MAX], sub[PATH_MAX + 16];
+	int err;
+
+	if ((err = sandbox_state_dir(name, buf, len)) || (err = kosa8_state_dir(root, sizeof(root))))
+		return snprintf(why, wlen, "bad sandbox name or state directory path"), err;
+	snprintf(sub, sizeof(sub), "%s/sandboxes", root);
+	if ((err = state_root_ok(root, create, why, wlen)) || (err = private_dir(sub, create, why, wlen)))
+		return err;
+	return private_dir(buf, create, why, wlen);
+}
+
 static void put_str(cJSON *o, const char *k, const char *v) { cJSON_AddStringToObject(o, k, v); }
 
 /* A list of strings kept as n fixed-size rows of `stride` bytes. */

@@ -52,6 +52,16 @@ bool sandbox_name_valid(const char *name);
 
 int sandbox_state_dir(const char *name, char *buf, size_t len);
 int sandbox_run_dir(const char *name, char *buf, size_t len);
+/* The same, checked (common/util.h private_dir) level by level, made 0700
+ * as needed with create: the run directory's base ($XDG_RUNTIME_DIR/kosa8
+ * or /tmp/kosa8-UID, which another user could make first) and NAME; the
+ * state's sandboxes/ and NAME.  The state root itself may be the user's
+ * own choice ($KOSA8_STATE_DIR, a link): it must be the user's and not
+ * writable by others.  0, or -errno and why says which and what to do. */
+int sandbox_run_dir_private(const char *name, bool create, char *buf, size_t len, char *why,
+			    size_t wlen);
+int sandbox_state_dir_private(const char *name, bool create, char *buf, size_t len, char *why,
+			      size_t wlen);
 /* <dir>/<file> into buf; -ENAMETOOLONG if it does not fit. */
 int sandbox_path(char *buf, size_t len, const char *dir, const char *file);
 

@@ -891,14 +891,23 @@ static int setup(struct supervisor *s, const char *name, const char **why)
 	struct audit_opts ao = {0};
 	int err;
 
-	if ((err = sandbox_state_dir(name, s->state_dir, sizeof(s->state_dir))) ||
-	    (err = sandbox_cfg_load(s->state_dir, &s->cfg))) {
+	/* Another user must not have made or opened any of these. */
+	if ((err = sandbox_state_dir_private(name, false, s->state_dir, sizeof(s->state_dir), s->why,
+					     sizeof(s->why)))) {
+		*why = err == -ENOENT ? "no such sandbox (see 'kosa8 ps')" : s->why;
+		return err;
+	}
+	if ((err = sandbox_cfg_load(s->state_dir, &s->cfg))) {
 		*why = "no such sandbox (see 'kosa8 ps')";
 		return err;
 	}
-	if ((err = sandbox_run_dir(name, s->run_dir, sizeof(s->run_dir))) ||
-	    (err = mkdir_p(s->run_dir, 0700)) ||
-	    (err = sandbox_path(s->vm_dir, sizeof(s->vm_dir), s->run_dir, "vm")) ||
+	if ((err = sandbox_run_dir_private(name, true, s->run_dir, sizeof(s->run_dir), s->why,
+					   sizeof(s->why)))) {
+		*why = s->why;
+		return err;
+	}
+	/* vm/ and checkpoints/ live inside those: the VMM's own (vmm_files.h). */
+	if ((err = sandbox_path(s->vm_dir, sizeof(s->vm_dir), s->run_dir, "vm")) ||
 	    (err = mkdir_p(s->vm_dir, 0700)) ||
 	    (err = sandbox_path(s->vsock_path, sizeof(s->vsock_path), s->vm_dir, "vsock.sock")) ||
 	    (err = sandbox_path(s->vm_ctl, sizeof(s->vm_ctl), s->vm_dir, "ctl.sock")) ||
