@@ -147,30 +147,11 @@ static void test_clone_holding_secrets(void **state)
 /* As root, the same as an unprivileged user: the user's path for real. */
 static void test_clone_as_user(void **state)
 {
-	int p[2], r = -1, status;
-	pid_t pid;
+	int dumpable = -1, r;
 
 	if (geteuid() != 0)
 		skip(); /* test_clone_as_invoker took the user's path */
-	assert_int_equal(pipe(p), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		close(p[0]);
-		if (setgroups(0, NULL) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534))
-			_exit(2);
-		/* A user's process is dumpable; one that changed uids is not,
-		 * and then its child's /proc maps would be root's to write. */
-		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
-		r = clone_report();
-		(void)!write(p[1], &r, sizeof(r));
-		_exit(0);
-	}
-	close(p[1]);
-	if (read(p[0], &r, sizeof(r)) != sizeof(r))
-		r = -1;
-	close(p[0]);
-	waitpid(pid, &status, 0);
+	r = clone_as_nobody(true, &dumpable);
 	assert_true(r >= 0);
 	assert_true(r & USERNS);
 	assert_true(r & OWN_NS);
