@@ -63,7 +63,6 @@ struct supervisor {
 	 * once the agent is known not to answer) the host ends the VM. */
 	bool stopping, forced;
 	uint64_t stop_ms, stop_deadline;
-	atomic_bool agent_refused;
 	int stop_waiters[STOP_WAITERS_MAX]; /* clients told how it ended */
 	int nstop_waiters;
 	/* Where the start went, in ms since the supervisor began (status's
@@ -74,6 +73,9 @@ struct supervisor {
 };
 
 static int sigchld_wfd = -1;
+/* Set by the thread that asks the agent to power off when it could not
+ * (not in struct supervisor: that thread may outlive supervisor_main). */
+static atomic_bool agent_refused;
 
 static void on_sigchld(int sig)
 {
@@ -581,7 +583,6 @@ static void handle_agent(struct supervisor *s, int fd, cJSON *req)
 
 struct stop_ask {
 	char vsock_path[PATH_MAX];
-	atomic_bool *refused;
 };
 
 /* Asks the guest to power off cleanly (it syncs its disks first).  On a
@@ -594,7 +595,7 @@ static void *stop_ask_thread(void *arg)
 
 	if (agent_client_connect_vsock_uds(a->vsock_path, AGENT_VSOCK_PORT, &c) != 0 ||
 	    agent_shutdown(c) != 0)
-		atomic_store(a->refused, true);
+		atomic_store(&agent_refused, true);
 	if (c)
 		agent_client_close(c);
 	free(a);
@@ -622,16 +623,15 @@ static void request_stop(struct supervisor *s, uint64_t grace_ms)
 	s->stop_ms = now;
 	s->stop_deadline = now + grace_ms;
 	if (!grace_ms || !(a = calloc(1, sizeof(*a)))) {
-		atomic_store(&s->agent_refused, true);
+		atomic_store(&agent_refused, true);
 		return;
 	}
 	snprintf(a->vsock_path, sizeof(a->vsock_path), "%s", s->vsock_path);
-	a->refused = &s->agent_refused;
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 	if (pthread_create(&t, &at, stop_ask_thread, a) != 0) {
 		free(a);
-		atomic_store(&s->agent_refused, true);
+		atomic_store(&agent_refused, true);
 	}
 	pthread_attr_destroy(&at);
 }
@@ -970,7 +970,7 @@ static void vmm_gone(struct supervisor *s, int status)
  * choice, issue 23 item 6). */
 static void force_end(struct supervisor *s)
 {
-	bool refused = atomic_load(&s->agent_refused);
+	bool refused = atomic_load(&agent_refused);
 
 	s->forced = true;
 	log_warn("stop: %s; ending the VM from the host",
@@ -1005,7 +1005,7 @@ static void event_loop(struct supervisor *s)
 			vmm_gone(s, status);
 			break;
 		}
-		if (s->stopping && (mono_ms() >= s->stop_deadline || atomic_load(&s->agent_refused))) {
+		if (s->stopping && (mono_ms() >= s->stop_deadline || atomic_load(&agent_refused))) {
 			force_end(s);
 			break;
 		}
