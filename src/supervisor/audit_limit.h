@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define AUDIT_LIMIT_INTERVAL_MS (10 * 1000)
-#define AUDIT_LIMIT_MAX_KINDS 32
+#define AUDIT_LIMIT_MAX_KINDS 64
 
 struct audit_limit_opts {
 	uint64_t interval_ms;  /* 0: AUDIT_LIMIT_INTERVAL_MS */

@@ -307,7 +307,7 @@ static void test_flood_ten_minutes(void **state)
 	print_message("%llu queries in %llu ms (simulated 600 s): %llu records, log + heads %lld bytes\n",
 		      (unsigned long long)sent, (unsigned long long)(mono_ms() - t0),
 		      (unsigned long long)atomic_load(&s.records), (long long)total);
-	/* The bound: 2 * 32 + 1 records an interval, whatever the guest does. */
+	/* The bound: 2 * max kinds + 1 records an interval, whatever the guest does. */
 	assert_true(atomic_load(&s.records) <= (FLOOD_INTERVALS + 1) * (2 * AUDIT_LIMIT_MAX_KINDS + 1));
 	assert_true(total < 3 * (off_t)MiB);
 	/* Nothing lost: every query is a record, a repeat or an overflow count. */
