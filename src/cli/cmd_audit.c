@@ -21,14 +21,17 @@
 #include "audit/verify.h"
 #include "cli/commands.h"
 #include "common/log.h"
+#include "common/termsafe.h"
 #include "common/util.h"
 
 static const char audit_usage[] =
 	"usage: kosa8 audit COMMAND [--log PATH] [OPTIONS]\n"
 	"\n"
 	"  show [--sandbox S] [--type T] [--since TIME] [--until TIME] [--follow] [--json]\n"
-	"                      print records (TIME: 2026-12-02T09:00:00Z, @UNIXSECONDS,\n"
-	"                      or an age such as 30s, 15m, 2h, 7d)\n"
+	"       [--raw]        print records (TIME: 2026-12-02T09:00:00Z, @UNIXSECONDS,\n"
+	"                      or an age such as 30s, 15m, 2h, 7d); --type net matches\n"
+	"                      net and net.*; control characters, bidi overrides and\n"
+	"                      invalid UTF-8 are escaped unless --raw\n"
 	"  verify [--pubkey K] [--bundle FILE]\n"
 	"                      recompute the chain and the Merkle tree, check every signed\n"
 	"                      head; on failure name the first bad record and what happened\n"
@@ -127,16 +130,16 @@ static int parse_time(const char *s, uint64_t *ns)
 	return -EINVAL;
 }
 
-/* Prints untrusted bytes with control characters escaped. */
+/* Untrusted bytes from a record, escaped for the terminal (common/termsafe.h)
+ * unless --raw. */
+static bool raw_out;
+
 static void put_clean(FILE *f, const char *s, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c < 0x20 || c == 0x7f)
-			fprintf(f, "\\x%02x", c);
-		else
-			fputc(c, f);
-	}
+	if (raw_out)
+		fwrite(s, 1, n, f);
+	else
+		term_write(f, s, n, TERM_FINAL);
 }
 
 /* The trusted public key: --pubkey, else the one next to our signing key. */
@@ -198,12 +201,22 @@ static void head_line(const struct audit_head *h, char *buf, size_t len)
 
 /* ---- show ---- */
 
+/* --type net matches "net" and every "net.*" type: a family by its prefix. */
+static bool type_matches(const char *want, const struct audit_record *r)
+{
+	size_t n = strlen(want);
+
+	if (n > r->type_len || memcmp(want, r->type, n))
+		return false;
+	return n == r->type_len || r->type[n] == '.';
+}
+
 static bool matches(const struct aopts *o, const struct audit_record *r)
 {
 	if (o->sandbox && (strlen(o->sandbox) != r->sandbox_len ||
 			   memcmp(o->sandbox, r->sandbox, r->sandbox_len)))
 		return false;
-	if (o->type && (strlen(o->type) != r->type_len || memcmp(o->type, r->type, r->type_len)))
+	if (o->type && !type_matches(o->type, r))
 		return false;
 	return r->time_ns >= o->since && r->time_ns <= o->until;
 }
@@ -226,8 +239,12 @@ static void print_json(const struct audit_record *r)
 	else
 		cJSON_AddNullToObject(j, "details");
 	s = cJSON_PrintUnformatted(j);
-	if (s)
+	if (s && raw_out)
 		puts(s);
+	else if (s) {
+		term_write(stdout, s, strlen(s), TERM_JSON | TERM_FINAL);
+		putchar('\n');
+	}
 	free(s);
 	free(sb);
 	free(ac);
@@ -955,6 +972,7 @@ static int parse_args(int argc, char **argv, struct aopts *o)
 		{"json", no_argument, NULL, 'j'},         {"pubkey", required_argument, NULL, 'k'},
 		{"bundle", required_argument, NULL, 'b'}, {"output", required_argument, NULL, 'o'},
 		{"size", required_argument, NULL, 'n'},   {"help", no_argument, NULL, 'h'},
+		{"raw", no_argument, NULL, 'r'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *log = NULL;
@@ -982,6 +1000,7 @@ static int parse_args(int argc, char **argv, struct aopts *o)
 		case 'd': o->details = optarg; break;
 		case 'f': o->follow = true; break;
 		case 'j': o->json = true; break;
+		case 'r': raw_out = true; break;
 		case 'k': o->pubkey = optarg; break;
 		case 'b': o->bundle = optarg; break;
 		case 'o': o->out = optarg; break;

@@ -210,6 +210,35 @@ static void test_consistency(void **state)
 	assert_int_equal(run("$K audit consistency 999 latest --log $LOG"), 2);
 }
 
+/* Item 12: what a record or a guest holds reaches the terminal escaped:
+ * C1 controls, bidi overrides, escape sequences, invalid UTF-8. */
+static void test_show_escapes(void **state)
+{
+	assert_int_equal(run("printf '{\"a\":\"x\\342\\200\\256y\\302\\233z\"}' > $D/det && "
+			     "$K audit append --log $D/e.log --type exec --details \"$(cat $D/det)\""),
+			 0);
+	assert_int_equal(run("$K audit show --log $D/e.log"), 0);
+	assert_non_null(strstr(out, "x\\u202ey\\u009bz"));
+	assert_null(strstr(out, "\xe2\x80\xae"));
+	assert_null(strstr(out, "\xc2\x9b"));
+	assert_int_equal(run("$K audit show --log $D/e.log --json"), 0);
+	assert_non_null(strstr(out, "x\\u202ey\\u009bz"));
+	assert_int_equal(run("$K audit show --log $D/e.log --raw"), 0);
+	assert_non_null(strstr(out, "x\xe2\x80\xaey\xc2\x9bz"));
+}
+
+static void test_logs_escapes(void **state)
+{
+#define LOGS_CMD "export KOSA8_STATE_DIR=$D/st; mkdir -p $D/st/sandboxes/esc && " \
+		"printf 'boot ok\\r\\n\\033]0;pwned\\007\\033[2J\\302\\233x \\342\\200\\256rtl\\377\\n' " \
+		"> $D/st/sandboxes/esc/console.log && $K logs %s"
+
+	assert_int_equal(run(LOGS_CMD, "esc"), 0);
+	assert_string_equal(out, "boot ok\n\\x1b]0;pwned\\x07\\x1b[2J\\u009bx \\u202ertl\\xff\n");
+	assert_int_equal(run(LOGS_CMD, "--raw esc"), 0);
+	assert_non_null(strstr(out, "\033]0;pwned\007\033[2J"));
+}
+
 static bool have_python(void)
 {
 	return system("command -v python3 >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1") == 0;
@@ -245,6 +274,8 @@ int main(void)
 		cmocka_unit_test(test_export_bundle),
 		cmocka_unit_test(test_consistency),
 		cmocka_unit_test(test_independent_verifier),
+		cmocka_unit_test(test_show_escapes),
+		cmocka_unit_test(test_logs_escapes),
 	};
 	return cmocka_run_group_tests_name("audit_cli", tests, setup, teardown);
 }
