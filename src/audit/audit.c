@@ -51,6 +51,8 @@ struct audit_log {
 	uint64_t head_ns;
 	bool sync;
 	bool broken; /* open failed: close must not write */
+	bool created; /* this handle created the log */
+	bool lazy_close; /* close signs only a head that is due */
 	EVP_PKEY *key;
 	struct audit_header hdr;
 
@@ -147,42 +149,60 @@ static void sync_dir_of(const char *path)
 	}
 }
 
-/* Under the lock: a new (or torn-at-birth) file gets its header. */
-static int init_header(struct audit_log *l)
+/* Under the lock: reads the header.  A log is created whole (create_log),
+ * so a file shorter than its header was cut or wiped: that is evidence,
+ * never rewritten. */
+static int read_header(struct audit_log *l)
 {
 	uint8_t buf[AUDIT_HDR_LEN];
-	struct stat st;
+	ssize_t n = pread(l->fd, buf, sizeof(buf), 0);
 	int err;
 
-	if (fstat(l->fd, &st) < 0)
+	if (n < 0)
 		return -errno;
-	if (st.st_size > 0) {
-		ssize_t n = pread(l->fd, buf, sizeof(buf), 0);
-		if (n < 0)
-			return -errno;
-		err = audit_header_parse(buf, (size_t)n, &l->hdr);
-		if (err != -EAGAIN)
-			goto done;
-		/* A crash while creating the log left part of a header: no
-		 * record can follow it, start again. */
-		if (ftruncate(l->fd, 0) < 0)
-			return -errno;
+	err = audit_header_parse(buf, (size_t)n, &l->hdr);
+	if (err == -EAGAIN) {
+		log_err("audit: %s holds %zd bytes, less than its header: it was cut or wiped; "
+			"refusing to write to it (it is kept as it is)", l->path, n);
+		return -EBADMSG;
 	}
-	if (RAND_bytes(l->hdr.log_id, sizeof(l->hdr.log_id)) != 1)
-		return -EIO;
+	l->end = AUDIT_HDR_LEN;
+	l->last_time = l->hdr.created_ns; /* record times start there */
+	return err;
+}
+
+/* A new log appears whole, with its header, or not at all: written to a
+ * temporary file and linked into place (link() fails if another writer
+ * created it first, whose log is then used). */
+static int create_log(struct audit_log *l)
+{
+	char dir[PATH_MAX], tmp[PATH_MAX];
+	uint8_t buf[AUDIT_HDR_LEN];
+	int fd, err, n;
+
+	snprintf(dir, sizeof(dir), "%s", l->path);
+	n = snprintf(tmp, sizeof(tmp), "%s/.audit-new-XXXXXX", dirname(dir));
+	if (n < 0 || (size_t)n >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = mkstemp(tmp); /* mode 0600 */
+	if (fd < 0)
+		return -errno;
+	if (RAND_bytes(l->hdr.log_id, sizeof(l->hdr.log_id)) != 1) {
+		err = -EIO;
+		goto out;
+	}
 	l->hdr.created_ns = now_ns();
 	audit_header_encode(&l->hdr, buf);
-	err = write_all(l->fd, buf, sizeof(buf));
-	if (!err && fdatasync(l->fd) < 0)
+	err = write_all(fd, buf, sizeof(buf));
+	if (!err && fsync(fd) < 0)
 		err = -errno;
-	if (err) {
-		if (ftruncate(l->fd, 0) < 0)
-			log_warn("audit: could not undo a failed header write on %s", l->path);
-		return err;
-	}
-	sync_dir_of(l->path);
-done:
-	l->end = AUDIT_HDR_LEN;
+	if (!err && link(tmp, l->path) < 0 && errno != EEXIST)
+		err = -errno;
+	if (!err)
+		sync_dir_of(l->path);
+out:
+	unlink(tmp);
+	close(fd);
 	return err;
 }
 
@@ -267,7 +287,8 @@ static int take_heads(struct audit_log *l, const char *buf, size_t len, size_t *
 		if (n == -EAGAIN)
 			break;
 		if (n < 0 || memcmp(h.log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN) ||
-		    (l->have_head && h.size < l->head.size)) {
+		    h.created_ns != l->hdr.created_ns ||
+		    (l->have_head && (h.size < l->head.size || h.index != l->head.index + 1))) {
 			log_err("audit: %s: damaged head line at offset %llu", l->heads_path,
 				(unsigned long long)(l->hend + off));
 			return -EBADMSG;
@@ -278,6 +299,26 @@ static int take_heads(struct audit_log *l, const char *buf, size_t len, size_t *
 	}
 	*used = off;
 	return 0;
+}
+
+/* Where the last whole head line starts, read from the file's tail: a
+ * writer needs only the newest head (verify checks them all), so opening
+ * a log costs the same however many heads it has.  0 (read it all) when
+ * the tail holds no whole line after a line break. */
+static uint64_t last_line_start(int fd, uint64_t size)
+{
+	char buf[2 * AUDIT_HEAD_LINE_MAX];
+	uint64_t base = size > sizeof(buf) ? size - sizeof(buf) : 0;
+	ssize_t n = pread(fd, buf, (size_t)(size - base), (off_t)base);
+	char *end, *start;
+
+	if (n <= 0 || base == 0)
+		return 0;
+	end = memrchr(buf, '\n', (size_t)n);
+	if (!end)
+		return 0;
+	start = end > buf ? memrchr(buf, '\n', (size_t)(end - buf)) : NULL;
+	return start ? base + (uint64_t)(start - buf) + 1 : 0;
 }
 
 static int catch_up_heads(struct audit_log *l)
@@ -296,6 +337,8 @@ static int catch_up_heads(struct audit_log *l)
 		return -EBADMSG;
 	if (size == l->hend)
 		return 0;
+	if (l->hend == 0)
+		l->hend = last_line_start(l->hfd, size);
 	buf = malloc(size - l->hend);
 	if (!buf)
 		return -ENOMEM;
@@ -329,6 +372,8 @@ static int catch_up(struct audit_log *l)
 	return err;
 }
 
+static uint64_t signed_time(const struct audit_log *l);
+
 /* Signs a head over the tree as it stands, to be written after the records. */
 static int add_head(struct audit_log *l, uint64_t t)
 {
@@ -343,8 +388,22 @@ static int add_head(struct audit_log *l, uint64_t t)
 		l->fresh_cap = cap;
 	}
 	h = &l->fresh[l->nfresh];
+	memset(h, 0, sizeof(*h));
 	memcpy(h->log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN);
+	h->created_ns = l->hdr.created_ns;
+	/* Each head names the one before it: none can go missing unseen. */
+	if (l->nfresh || l->have_head) {
+		const struct audit_head *before = l->nfresh ? &l->fresh[l->nfresh - 1] : &l->head;
+		h->index = before->index + 1;
+		audit_head_digest(before, h->prev);
+	}
 	h->size = l->count;
+	/* times never go backwards, the clock may: a head is no older than
+	 * the records it covers or the head before it */
+	if (t < l->last_time)
+		t = l->last_time;
+	if (t < signed_time(l))
+		t = signed_time(l);
 	h->time_ns = t;
 	merkle_frontier_root(&l->tree, h->root);
 	if (audit_head_sign(l->key, h))
@@ -697,7 +756,13 @@ static int open_files(struct audit_log *l)
 	err = mkdir_p(dirname(dir), 0700);
 	if (err)
 		return err;
-	l->fd = open(l->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	l->fd = open(l->path, O_RDWR | O_APPEND | O_CLOEXEC);
+	if (l->fd < 0 && errno == ENOENT) {
+		if ((err = create_log(l)))
+			return err;
+		l->created = true;
+		l->fd = open(l->path, O_RDWR | O_APPEND | O_CLOEXEC);
+	}
 	if (l->fd < 0)
 		return -errno;
 	l->hfd = open(l->heads_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -706,15 +771,36 @@ static int open_files(struct audit_log *l)
 	return 0;
 }
 
+/* Under the lock, after catch_up: the first head (size 0) signs the header
+ * of a new log, so a log is never without heads.  Records and no head: the
+ * heads were removed, and a writer must not cover that up. */
+static int first_head(struct audit_log *l)
+{
+	int err;
+
+	if (l->have_head)
+		return 0;
+	if (l->count) {
+		log_err("audit: %s holds %llu records but %s holds no signed head: the heads were "
+			"removed; refusing to write (run 'kosa8 audit verify')", l->path,
+			(unsigned long long)l->count, l->heads_path);
+		return -EBADMSG;
+	}
+	err = add_head(l, now_ns());
+	return err ? err : write_heads(l);
+}
+
 static int init_log(struct audit_log *l)
 {
 	int err = lock_file(l);
 
 	if (err)
 		return err;
-	err = init_header(l);
+	err = read_header(l);
 	if (!err)
 		err = catch_up(l);
+	if (!err)
+		err = first_head(l);
 	unlock_file(l);
 	return err;
 }
@@ -733,6 +819,7 @@ int audit_log_open(const struct audit_opts *o, struct audit_log **out)
 	l->head_every = o && o->head_every ? o->head_every : AUDIT_HEAD_EVERY_DEFAULT;
 	l->head_ns = (o && o->head_secs ? o->head_secs : AUDIT_HEAD_SECS_DEFAULT) * 1000000000ULL;
 	l->sync = !(o && o->no_sync);
+	l->lazy_close = o && o->lazy_close;
 	merkle_frontier_init(&l->tree);
 	if (o && o->path) {
 		n = snprintf(l->path, sizeof(l->path), "%s", o->path);
@@ -762,7 +849,7 @@ void audit_log_close(struct audit_log *l)
 	if (!l)
 		return;
 	if (!l->broken && l->count > signed_size(l) &&
-	    audit_log_sign_head(l, NULL))
+	    (l->lazy_close ? audit_log_tick(l) : audit_log_sign_head(l, NULL)))
 		log_warn("audit: %s: could not sign the final head", l->path);
 	if (l->fd >= 0)
 		close(l->fd);
@@ -784,6 +871,11 @@ uint64_t audit_log_count(struct audit_log *l)
 	n = l->count;
 	leader_leave(l);
 	return n;
+}
+
+bool audit_log_created(const struct audit_log *l)
+{
+	return l->created;
 }
 
 const char *audit_log_path(const struct audit_log *l)
