@@ -242,6 +242,98 @@ static void test_logs_escapes(void **state)
 	assert_non_null(strstr(out, "\033]0;pwned\007\033[2J"));
 }
 
+
+/* Item 13: a forged log re-signed under another key, with that key's
+ * .pub.pem put beside the real key, does not pass; verify says which key
+ * it trusted and whether anything pinned it. */
+static void test_forgery_with_swapped_pub_pem(void **state)
+{
+	assert_int_equal(run("rm -rf $D/forge && mkdir $D/forge && "
+			     "KOSA8_CONFIG_DIR=$D/forge/cfg $K audit append --log $D/forge/f.log "
+			     "--type exec --details '{\"forged\":1}' >/dev/null 2>&1 && "
+			     "KOSA8_CONFIG_DIR=$D/forge/cfg $K audit sign --log $D/forge/f.log >/dev/null && "
+			     "cp -r $D/cfg $D/forge/victim && "
+			     "cp $D/forge/cfg/audit/audit-ed25519.pub.pem $D/forge/victim/audit/ && "
+			     "KOSA8_CONFIG_DIR=$D/forge/victim $K audit verify --log $D/forge/f.log"),
+			 1);
+	assert_non_null(strstr(out, "head signature invalid"));
+	assert_int_equal(run("$K audit verify --log $D/forge/f.log --pubkey $D/pub.pem"), 1);
+	/* pinned by hex, by file; a trusted-keys file */
+	assert_int_equal(run("$K audit verify --log $LOG --pubkey $(openssl pkey -pubin -in $D/pub.pem "
+			     "-outform DER | tail -c 32 | od -An -tx1 | tr -d ' \\n')"),
+			 0);
+	assert_non_null(strstr(out, "pinned by --pubkey"));
+	assert_int_equal(run("$K audit verify --log $LOG"), 0);
+	assert_non_null(strstr(out, "NOT pinned"));
+	assert_non_null(strstr(out, "integrity only"));
+	assert_int_equal(run("umask 022; openssl pkey -pubin -in $D/pub.pem -outform DER | tail -c 32 | "
+			     "od -An -tx1 | tr -d ' \\n' > $D/tk && echo >> $D/tk && "
+			     "$K audit verify --log $LOG --trusted-keys $D/tk"),
+			 0);
+	assert_non_null(strstr(out, "pinned in"));
+	assert_int_equal(run("$K audit verify --log $D/forge/f.log --trusted-keys $D/tk"), 1);
+	assert_int_equal(run("chmod 666 $D/tk && $K audit verify --log $LOG --trusted-keys $D/tk"), 2);
+	assert_non_null(strstr(out, "may be written by others"));
+	/* the log's creation printed the key to pin */
+	assert_int_equal(run("$K audit append --log $D/new.log --type x"), 0);
+	assert_non_null(strstr(out, "created"));
+	assert_non_null(strstr(out, "--pubkey "));
+}
+
+/* Item 18: an auditor's saved head pins the log: cutting the tail of the
+ * log and of the heads together, or replacing the log, is then caught. */
+static void test_verify_pinned_head(void **state)
+{
+	assert_int_equal(run("cp $LOG $D/h.log && cp $LOG.heads $D/h.log.heads && "
+			     "$K audit head --log $D/h.log > $D/pin.head && "
+			     "$K audit verify --log $D/h.log --head $D/pin.head"),
+			 0);
+	assert_non_null(strstr(out, "pinned: head #3 (size 6)"));
+	/* cut the last two records and the last head: plain verify cannot tell */
+	assert_int_equal(run("head -n 3 $LOG.heads > $D/h.log.heads && "
+			     "head -c $(( $(stat -c %%s $LOG) - 140 )) $LOG > $D/h.log && "
+			     "$K audit verify --log $D/h.log"),
+			 0);
+	assert_int_equal(run("$K audit verify --log $D/h.log --head $D/pin.head"), 1);
+	assert_non_null(strstr(out, "truncated"));
+	/* another log altogether */
+	assert_int_equal(run("$K audit verify --log $D/new.log --head $D/pin.head"), 1);
+	assert_non_null(strstr(out, "another log"));
+}
+
+/* Item 19: what export and prove write is private like the log. */
+static void test_outputs_private(void **state)
+{
+	assert_int_equal(run("umask 022; rm -f $D/o.bundle $D/o.json; "
+			     "$K audit export --log $LOG -o $D/o.bundle && "
+			     "$K audit prove 1 --log $LOG -o $D/o.json && "
+			     "stat -c %%a $D/o.bundle $D/o.json"),
+			 0);
+	assert_string_equal(out + strlen(out) - 8, "600\n600\n");
+	assert_int_equal(run("$K audit check-proof $D/o.json --pubkey $D/pub.pem"), 0);
+	assert_int_equal(run("$K audit show --log $LOG --type net"), 0);
+	assert_int_equal(lines(out), 1);
+	assert_non_null(strstr(out, "net.allow"));
+	assert_int_equal(run("$K audit show --log $LOG --type ne"), 0);
+	assert_int_equal(lines(out), 0);
+	assert_int_equal(run("$K audit prove 5 --size 4 --log $LOG"), 1);
+	assert_non_null(strstr(out, "covers records 0..3, not record 5"));
+	assert_int_equal(run("$K audit prove 1 --size 3 --log $LOG"), 1);
+	assert_non_null(strstr(out, "no signed head has size 3"));
+}
+
+/* Item 16: appends from a script do not each sign a head. */
+static void test_append_heads_per_interval(void **state)
+{
+	assert_int_equal(run("for i in $(seq 40); do $K audit append --log $D/many.log --type t "
+			     ">/dev/null 2>&1 || exit 1; done; wc -l < $D/many.log.heads"),
+			 0);
+	assert_true(atoi(out) <= 2);
+	assert_int_equal(run("$K audit verify --log $D/many.log"), 0);
+	assert_non_null(strstr(out, "40 records"));
+	assert_non_null(strstr(out, "not yet covered by a signed head"));
+}
+
 static bool have_python(void)
 {
 	return system("command -v python3 >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1") == 0;
@@ -279,6 +371,10 @@ int main(void)
 		cmocka_unit_test(test_independent_verifier),
 		cmocka_unit_test(test_show_escapes),
 		cmocka_unit_test(test_logs_escapes),
+		cmocka_unit_test(test_forgery_with_swapped_pub_pem),
+		cmocka_unit_test(test_verify_pinned_head),
+		cmocka_unit_test(test_outputs_private),
+		cmocka_unit_test(test_append_heads_per_interval),
 	};
 	return cmocka_run_group_tests_name("audit_cli", tests, setup, teardown);
 }
