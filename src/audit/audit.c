@@ -46,18 +46,19 @@ struct pending {
 struct audit_log {
 	char path[PATH_MAX];
 	char heads_path[PATH_MAX];
-	int fd, hfd;
+	int fd, hfd, sfd; /* log, heads, the writer's state cache (-1: none) */
 	unsigned head_every;
 	uint64_t head_ns;
 	bool sync;
 	bool broken; /* open failed: close must not write */
 	bool created; /* this handle created the log */
+	bool from_state; /* the records were taken from PATH.state, not read */
 	bool lazy_close; /* close signs only a head that is due */
 	EVP_PKEY *key;
 	struct audit_header hdr;
 
 	/* The files as this handle last saw them while holding the lock. */
-	uint64_t end, hend, count, last_time;
+	uint64_t end, hend, count, last_time, last_off;
 	merkle_hash last_hash;
 	struct merkle_frontier tree;
 	bool have_head;
@@ -241,6 +242,7 @@ static int scan_records(struct audit_log *l, const uint8_t *m, uint64_t size, ui
 		memcpy(l->last_hash, h, AUDIT_HASH_LEN);
 		l->count++;
 		l->last_time = r.time_ns;
+		l->last_off = off;
 		off += (uint64_t)n;
 		l->end = off;
 	}
@@ -497,6 +499,7 @@ static int encode_batch(struct audit_log *l, struct pending *batch, uint64_t t, 
 		merkle_frontier_add(&l->tree, h);
 		memcpy(l->last_hash, h, AUDIT_HASH_LEN);
 		p->seq = l->count++;
+		l->last_off = l->end + off;
 		off += (size_t)n;
 		if (l->count - signed_size(l) >= l->head_every && (err = add_head(l, t)))
 			return err;
@@ -507,8 +510,93 @@ static int encode_batch(struct audit_log *l, struct pending *batch, uint64_t t, 
 	return err;
 }
 
+/* The writer's state cache, PATH.state: where the records end, the last
+ * record's hash and time, and the tree's right edge, as of the last batch.
+ * With it a writer that opens the log reads only what was appended since
+ * (and the last head line), so `kosa8 audit append` costs the same at the
+ * millionth record as at the first.  It is a cache, not evidence: verify
+ * never reads it; a writer uses it only when it matches the log (log id,
+ * the last record it names is there and hashes to what it says, and the
+ * tree equals the newest head's when they cover the same records), else
+ * it reads the whole log as before.  A wrong cache could only make the
+ * writer sign a head that verify then finds wrong. */
+struct state_file {
+	char magic[4]; /* "K8AS" */
+	uint8_t log_id[AUDIT_LOG_ID_LEN];
+	uint64_t count, end, last_off, last_time;
+	merkle_hash last_hash;
+	struct merkle_frontier tree;
+};
+
+static void state_save(struct audit_log *l)
+{
+	struct state_file st = {.magic = "K8AS"};
+
+	if (l->sfd < 0)
+		return;
+	memcpy(st.log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN);
+	st.count = l->count;
+	st.end = l->end;
+	st.last_off = l->last_off;
+	st.last_time = l->last_time;
+	memcpy(st.last_hash, l->last_hash, AUDIT_HASH_LEN);
+	st.tree = l->tree;
+	if (pwrite(l->sfd, &st, sizeof(st), 0) != (ssize_t)sizeof(st))
+		log_debug("audit: %s.state not written; the next writer reads the whole log", l->path);
+}
+
+/* Under the lock, right after the header: takes the cache if it matches. */
+static void state_load(struct audit_log *l)
+{
+	struct state_file st;
+	struct audit_record r;
+	struct stat fs;
+	merkle_hash h;
+	uint8_t *rec;
+	uint64_t len;
+	bool ok;
+
+	if (l->sfd < 0 || pread(l->sfd, &st, sizeof(st), 0) != (ssize_t)sizeof(st) ||
+	    memcmp(st.magic, "K8AS", 4) || memcmp(st.log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN) ||
+	    fstat(l->fd, &fs) < 0 || st.end > (uint64_t)fs.st_size || st.tree.size != st.count ||
+	    st.count == 0 || st.last_off < AUDIT_HDR_LEN || st.last_off >= st.end ||
+	    st.end - st.last_off > AUDIT_REC_MAX)
+		return;
+	len = st.end - st.last_off;
+	rec = malloc(len);
+	ok = rec && pread(l->fd, rec, len, (off_t)st.last_off) == (ssize_t)len &&
+	     audit_record_parse(rec, len, &r) == (int)len && r.seq == st.count - 1 &&
+	     r.time_ns == st.last_time;
+	if (ok) {
+		merkle_leaf_hash(rec, len, h);
+		ok = !memcmp(h, st.last_hash, AUDIT_HASH_LEN);
+	}
+	free(rec);
+	if (!ok)
+		return;
+	l->count = st.count;
+	l->end = st.end;
+	l->last_off = st.last_off;
+	l->last_time = st.last_time;
+	memcpy(l->last_hash, st.last_hash, AUDIT_HASH_LEN);
+	l->tree = st.tree;
+	l->from_state = true;
+}
+
+/* After catch_up: a cached tree that disagrees with a head over the same
+ * records is dropped, and the log read from its start. */
+static bool state_agrees(struct audit_log *l)
+{
+	merkle_hash root;
+
+	if (!l->from_state || !l->have_head || l->head.size != l->count)
+		return true;
+	merkle_frontier_root(&l->tree, root);
+	return !memcmp(root, l->head.root, AUDIT_HASH_LEN);
+}
+
 struct saved {
-	uint64_t end, count, last_time;
+	uint64_t end, count, last_time, last_off;
 	merkle_hash last_hash;
 	struct merkle_frontier tree;
 };
@@ -518,6 +606,7 @@ static void save(const struct audit_log *l, struct saved *s)
 	s->end = l->end;
 	s->count = l->count;
 	s->last_time = l->last_time;
+	s->last_off = l->last_off;
 	memcpy(s->last_hash, l->last_hash, AUDIT_HASH_LEN);
 	s->tree = l->tree;
 }
@@ -527,6 +616,7 @@ static void restore(struct audit_log *l, const struct saved *s)
 	l->end = s->end;
 	l->count = s->count;
 	l->last_time = s->last_time;
+	l->last_off = s->last_off;
 	memcpy(l->last_hash, s->last_hash, AUDIT_HASH_LEN);
 	l->tree = s->tree;
 	l->nfresh = 0;
@@ -567,6 +657,7 @@ static int write_batch(struct audit_log *l, struct pending *batch)
 	l->end += len;
 	l->last_time = t;
 	write_heads(l);
+	state_save(l);
 out:
 	unlock_file(l);
 	return err;
@@ -768,6 +859,8 @@ static int open_files(struct audit_log *l)
 	l->hfd = open(l->heads_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (l->hfd < 0)
 		return -errno;
+	if (snprintf(dir, sizeof(dir), "%s.state", l->path) < (int)sizeof(dir))
+		l->sfd = open(dir, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	return 0;
 }
 
@@ -797,10 +890,24 @@ static int init_log(struct audit_log *l)
 	if (err)
 		return err;
 	err = read_header(l);
-	if (!err)
+	if (!err) {
+		state_load(l);
 		err = catch_up(l);
+	}
+	if (!err && !state_agrees(l)) {
+		/* start again from the header, without the cache */
+		l->count = l->last_off = 0;
+		l->end = AUDIT_HDR_LEN;
+		l->last_time = l->hdr.created_ns;
+		memset(l->last_hash, 0, AUDIT_HASH_LEN);
+		merkle_frontier_init(&l->tree);
+		l->from_state = false;
+		err = catch_up(l);
+	}
 	if (!err)
 		err = first_head(l);
+	if (!err)
+		state_save(l);
 	unlock_file(l);
 	return err;
 }
@@ -812,7 +919,7 @@ int audit_log_open(const struct audit_opts *o, struct audit_log **out)
 
 	if (!l)
 		return -ENOMEM;
-	l->fd = l->hfd = -1;
+	l->fd = l->hfd = l->sfd = -1;
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
 	l->qtail = &l->qhead;
@@ -855,6 +962,8 @@ void audit_log_close(struct audit_log *l)
 		close(l->fd);
 	if (l->hfd >= 0)
 		close(l->hfd);
+	if (l->sfd >= 0)
+		close(l->sfd);
 	EVP_PKEY_free(l->key);
 	free(l->buf);
 	free(l->fresh);

@@ -632,6 +632,45 @@ static void test_writer_rejects_raw_bytes(void **state)
 	assert_int_equal(audit_event_check(&ev), -EINVAL);
 }
 
+/* PATH.state lets a writer skip reading the log; a wrong or stale one must
+ * never make it sign a wrong tree: each kind of damage, then verify. */
+static void test_state_cache_damage(void **state)
+{
+	struct fx f;
+	struct audit_log *l;
+	struct audit_verify_result res;
+	char sp[PATH_MAX + 8];
+	uint8_t *st;
+	size_t stlen;
+
+	fx_init(&f);
+	snprintf(sp, sizeof(sp), "%s.state", f.log);
+	l = fx_open(&f, 1000);
+	append_n(l, 10, "s");
+	audit_log_close(l); /* signs a head over all 10 */
+	assert_int_equal(read_file(sp, 1 << 20, &st, &stlen), 0);
+	for (size_t at = 0; at < stlen; at += 97) {
+		st[at] ^= 0x10;
+		assert_int_equal(write_bytes(sp, st, stlen), 0);
+		l = fx_open(&f, 1000);
+		append_n(l, 1, "t");
+		audit_log_close(l);
+		assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+		st[at] ^= 0x10;
+		/* the state now reflects the last append: take it again */
+		free(st);
+		assert_int_equal(read_file(sp, 1 << 20, &st, &stlen), 0);
+	}
+	assert_int_equal(unlink(sp), 0);
+	l = fx_open(&f, 1000);
+	append_n(l, 1, "u");
+	audit_log_close(l);
+	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+	assert_true(res.records > 10);
+	free(st);
+	fx_done(&f);
+}
+
 
 /* A writer must not extend a chain it cannot continue. */
 static void test_writer_refuses_tampered(void **state)
@@ -1175,6 +1214,7 @@ int main(void)
 		cmocka_unit_test(test_last_prev_flipped),
 		cmocka_unit_test(test_writer_keeps_cut_log),
 		cmocka_unit_test(test_writer_rejects_raw_bytes),
+		cmocka_unit_test(test_state_cache_damage),
 		cmocka_unit_test(test_writer_refuses_tampered),
 		cmocka_unit_test(test_torn_every_offset),
 		cmocka_unit_test(test_concurrent_threads),
