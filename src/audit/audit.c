@@ -912,6 +912,21 @@ static int init_log(struct audit_log *l)
 	return err;
 }
 
+/* A new log: say which key signs it, once, for the user to keep elsewhere:
+ * a key pinned outside the writer's reach is what makes the log evidence. */
+static void announce_key(struct audit_log *l)
+{
+	uint8_t pub[AUDIT_PUBKEY_LEN];
+	char hex[2 * AUDIT_PUBKEY_LEN + 1];
+
+	if (audit_key_public(l->key, pub))
+		return;
+	audit_hex(pub, sizeof(pub), hex);
+	log_warn("audit: created the log %s; its heads are signed by key ed25519 %s: keep this "
+		 "key where the log's writer cannot change it, then 'kosa8 audit verify --pubkey %s' "
+		 "shows who signed", l->path, hex, hex);
+}
+
 int audit_log_open(const struct audit_opts *o, struct audit_log **out)
 {
 	struct audit_log *l = calloc(1, sizeof(*l));
@@ -947,6 +962,8 @@ int audit_log_open(const struct audit_opts *o, struct audit_log **out)
 		audit_log_close(l);
 		return err;
 	}
+	if (l->created)
+		announce_key(l);
 	*out = l;
 	return 0;
 }
@@ -980,11 +997,6 @@ uint64_t audit_log_count(struct audit_log *l)
 	n = l->count;
 	leader_leave(l);
 	return n;
-}
-
-bool audit_log_created(const struct audit_log *l)
-{
-	return l->created;
 }
 
 const char *audit_log_path(const struct audit_log *l)

@@ -90,9 +90,6 @@ void audit_log_close(struct audit_log *l);
 /* Records in the log as of this handle's last batch. */
 uint64_t audit_log_count(struct audit_log *l);
 const char *audit_log_path(const struct audit_log *l);
-/* True when audit_log_open() created the log (then the caller may print its
- * key fingerprint, for the user to pin). */
-bool audit_log_created(const struct audit_log *l);
 int audit_log_public_key(struct audit_log *l, uint8_t pub[AUDIT_PUBKEY_LEN]);
 
 /* A message for errors from this API ("no space left on device: nothing was

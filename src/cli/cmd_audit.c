@@ -1085,21 +1085,11 @@ static int do_export(struct aopts *o)
 static int open_writer(const struct aopts *o, bool lazy, struct audit_log **l)
 {
 	struct audit_opts ao = {.path = o->log, .lazy_close = lazy};
-	uint8_t pub[AUDIT_PUBKEY_LEN];
-	char hex[2 * AUDIT_PUBKEY_LEN + 1];
-	int err = audit_log_open(&ao, l);
+	int err = audit_log_open(&ao, l); /* a new log's key is announced there */
 
-	if (err) {
+	if (err)
 		fprintf(stderr, "kosa8 audit: cannot open %s: %s\n", o->log, audit_strerror(err));
-		return err;
-	}
-	if (audit_log_created(*l) && !audit_log_public_key(*l, pub)) {
-		audit_hex(pub, sizeof(pub), hex);
-		fprintf(stderr, "kosa8 audit: created %s, signed by key ed25519 %s\n"
-				"  keep this key elsewhere: 'kosa8 audit verify --pubkey %s' then shows "
-				"who signed\n", o->log, hex, hex);
-	}
-	return 0;
+	return err;
 }
 
 static int do_append(struct aopts *o)
