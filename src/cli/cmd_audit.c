@@ -501,9 +501,11 @@ static void print_ok(const struct audit_verify_result *r, const char *what)
 		       (unsigned long long)r->last_head.size, t);
 	}
 	if (r->unsigned_records)
-		printf("  note: the last %llu records are not yet covered by a signed head "
-		       "(only the chain protects them; 'kosa8 audit sign' signs one)\n",
-		       (unsigned long long)r->unsigned_records);
+		printf("  NOT signed: records %llu..%llu: the last %llu records are not yet covered "
+		       "by a signed head: only the chain protects them, so whoever can write the log "
+		       "could have written them ('kosa8 audit sign' signs one)\n",
+		       (unsigned long long)(r->records - r->unsigned_records),
+		       (unsigned long long)r->records - 1, (unsigned long long)r->unsigned_records);
 	if (r->torn_tail)
 		printf("  note: an incomplete last record at offset %llu (an interrupted write, "
 		       "never acknowledged; the next writer cuts it)\n",
