@@ -36,7 +36,15 @@ static void check_record(const uint8_t *data, size_t size)
 	again = malloc((size_t)n);
 	{
 		struct audit_event ev = {sb, ac, ty, det};
-		if (audit_event_check(&ev) != n)
+		int c = audit_event_check(&ev);
+		/* the writer is stricter than the parser (UTF-8, no raw
+		 * controls in details); what it takes must be this record */
+		if (c < 0) {
+			free(again);
+			free(det);
+			return;
+		}
+		if (c != n)
 			abort();
 		m = audit_record_encode(again, (size_t)n, r.seq, r.time_ns, r.prev, &ev);
 		if (m != n || memcmp(again, data, (size_t)n))

@@ -46,16 +46,19 @@ struct pending {
 struct audit_log {
 	char path[PATH_MAX];
 	char heads_path[PATH_MAX];
-	int fd, hfd;
+	int fd, hfd, sfd; /* log, heads, the writer's state cache (-1: none) */
 	unsigned head_every;
 	uint64_t head_ns;
 	bool sync;
 	bool broken; /* open failed: close must not write */
+	bool created; /* this handle created the log */
+	bool from_state; /* the records were taken from PATH.state, not read */
+	bool lazy_close; /* close signs only a head that is due */
 	EVP_PKEY *key;
 	struct audit_header hdr;
 
 	/* The files as this handle last saw them while holding the lock. */
-	uint64_t end, hend, count, last_time;
+	uint64_t end, hend, count, last_time, last_off;
 	merkle_hash last_hash;
 	struct merkle_frontier tree;
 	bool have_head;
@@ -147,42 +150,60 @@ static void sync_dir_of(const char *path)
 	}
 }
 
-/* Under the lock: a new (or torn-at-birth) file gets its header. */
-static int init_header(struct audit_log *l)
+/* Under the lock: reads the header.  A log is created whole (create_log),
+ * so a file shorter than its header was cut or wiped: that is evidence,
+ * never rewritten. */
+static int read_header(struct audit_log *l)
 {
 	uint8_t buf[AUDIT_HDR_LEN];
-	struct stat st;
+	ssize_t n = pread(l->fd, buf, sizeof(buf), 0);
 	int err;
 
-	if (fstat(l->fd, &st) < 0)
+	if (n < 0)
 		return -errno;
-	if (st.st_size > 0) {
-		ssize_t n = pread(l->fd, buf, sizeof(buf), 0);
-		if (n < 0)
-			return -errno;
-		err = audit_header_parse(buf, (size_t)n, &l->hdr);
-		if (err != -EAGAIN)
-			goto done;
-		/* A crash while creating the log left part of a header: no
-		 * record can follow it, start again. */
-		if (ftruncate(l->fd, 0) < 0)
-			return -errno;
+	err = audit_header_parse(buf, (size_t)n, &l->hdr);
+	if (err == -EAGAIN) {
+		log_err("audit: %s holds %zd bytes, less than its header: it was cut or wiped; "
+			"refusing to write to it (it is kept as it is)", l->path, n);
+		return -EBADMSG;
 	}
-	if (RAND_bytes(l->hdr.log_id, sizeof(l->hdr.log_id)) != 1)
-		return -EIO;
+	l->end = AUDIT_HDR_LEN;
+	l->last_time = l->hdr.created_ns; /* record times start there */
+	return err;
+}
+
+/* A new log appears whole, with its header, or not at all: written to a
+ * temporary file and linked into place (link() fails if another writer
+ * created it first, whose log is then used). */
+static int create_log(struct audit_log *l)
+{
+	char dir[PATH_MAX], tmp[PATH_MAX];
+	uint8_t buf[AUDIT_HDR_LEN];
+	int fd, err, n;
+
+	snprintf(dir, sizeof(dir), "%s", l->path);
+	n = snprintf(tmp, sizeof(tmp), "%s/.audit-new-XXXXXX", dirname(dir));
+	if (n < 0 || (size_t)n >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = mkstemp(tmp); /* mode 0600 */
+	if (fd < 0)
+		return -errno;
+	if (RAND_bytes(l->hdr.log_id, sizeof(l->hdr.log_id)) != 1) {
+		err = -EIO;
+		goto out;
+	}
 	l->hdr.created_ns = now_ns();
 	audit_header_encode(&l->hdr, buf);
-	err = write_all(l->fd, buf, sizeof(buf));
-	if (!err && fdatasync(l->fd) < 0)
+	err = write_all(fd, buf, sizeof(buf));
+	if (!err && fsync(fd) < 0)
 		err = -errno;
-	if (err) {
-		if (ftruncate(l->fd, 0) < 0)
-			log_warn("audit: could not undo a failed header write on %s", l->path);
-		return err;
-	}
-	sync_dir_of(l->path);
-done:
-	l->end = AUDIT_HDR_LEN;
+	if (!err && link(tmp, l->path) < 0 && errno != EEXIST)
+		err = -errno;
+	if (!err)
+		sync_dir_of(l->path);
+out:
+	unlink(tmp);
+	close(fd);
 	return err;
 }
 
@@ -221,6 +242,7 @@ static int scan_records(struct audit_log *l, const uint8_t *m, uint64_t size, ui
 		memcpy(l->last_hash, h, AUDIT_HASH_LEN);
 		l->count++;
 		l->last_time = r.time_ns;
+		l->last_off = off;
 		off += (uint64_t)n;
 		l->end = off;
 	}
@@ -267,7 +289,8 @@ static int take_heads(struct audit_log *l, const char *buf, size_t len, size_t *
 		if (n == -EAGAIN)
 			break;
 		if (n < 0 || memcmp(h.log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN) ||
-		    (l->have_head && h.size < l->head.size)) {
+		    h.created_ns != l->hdr.created_ns ||
+		    (l->have_head && (h.size < l->head.size || h.index != l->head.index + 1))) {
 			log_err("audit: %s: damaged head line at offset %llu", l->heads_path,
 				(unsigned long long)(l->hend + off));
 			return -EBADMSG;
@@ -278,6 +301,26 @@ static int take_heads(struct audit_log *l, const char *buf, size_t len, size_t *
 	}
 	*used = off;
 	return 0;
+}
+
+/* Where the last whole head line starts, read from the file's tail: a
+ * writer needs only the newest head (verify checks them all), so opening
+ * a log costs the same however many heads it has.  0 (read it all) when
+ * the tail holds no whole line after a line break. */
+static uint64_t last_line_start(int fd, uint64_t size)
+{
+	char buf[2 * AUDIT_HEAD_LINE_MAX];
+	uint64_t base = size > sizeof(buf) ? size - sizeof(buf) : 0;
+	ssize_t n = pread(fd, buf, (size_t)(size - base), (off_t)base);
+	char *end, *start;
+
+	if (n <= 0 || base == 0)
+		return 0;
+	end = memrchr(buf, '\n', (size_t)n);
+	if (!end)
+		return 0;
+	start = end > buf ? memrchr(buf, '\n', (size_t)(end - buf)) : NULL;
+	return start ? base + (uint64_t)(start - buf) + 1 : 0;
 }
 
 static int catch_up_heads(struct audit_log *l)
@@ -296,6 +339,8 @@ static int catch_up_heads(struct audit_log *l)
 		return -EBADMSG;
 	if (size == l->hend)
 		return 0;
+	if (l->hend == 0)
+		l->hend = last_line_start(l->hfd, size);
 	buf = malloc(size - l->hend);
 	if (!buf)
 		return -ENOMEM;
@@ -329,6 +374,8 @@ static int catch_up(struct audit_log *l)
 	return err;
 }
 
+static uint64_t signed_time(const struct audit_log *l);
+
 /* Signs a head over the tree as it stands, to be written after the records. */
 static int add_head(struct audit_log *l, uint64_t t)
 {
@@ -343,8 +390,22 @@ static int add_head(struct audit_log *l, uint64_t t)
 		l->fresh_cap = cap;
 	}
 	h = &l->fresh[l->nfresh];
+	memset(h, 0, sizeof(*h));
 	memcpy(h->log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN);
+	h->created_ns = l->hdr.created_ns;
+	/* Each head names the one before it: none can go missing unseen. */
+	if (l->nfresh || l->have_head) {
+		const struct audit_head *before = l->nfresh ? &l->fresh[l->nfresh - 1] : &l->head;
+		h->index = before->index + 1;
+		audit_head_digest(before, h->prev);
+	}
 	h->size = l->count;
+	/* times never go backwards, the clock may: a head is no older than
+	 * the records it covers or the head before it */
+	if (t < l->last_time)
+		t = l->last_time;
+	if (t < signed_time(l))
+		t = signed_time(l);
 	h->time_ns = t;
 	merkle_frontier_root(&l->tree, h->root);
 	if (audit_head_sign(l->key, h))
@@ -438,6 +499,7 @@ static int encode_batch(struct audit_log *l, struct pending *batch, uint64_t t, 
 		merkle_frontier_add(&l->tree, h);
 		memcpy(l->last_hash, h, AUDIT_HASH_LEN);
 		p->seq = l->count++;
+		l->last_off = l->end + off;
 		off += (size_t)n;
 		if (l->count - signed_size(l) >= l->head_every && (err = add_head(l, t)))
 			return err;
@@ -448,8 +510,93 @@ static int encode_batch(struct audit_log *l, struct pending *batch, uint64_t t, 
 	return err;
 }
 
+/* The writer's state cache, PATH.state: where the records end, the last
+ * record's hash and time, and the tree's right edge, as of the last batch.
+ * With it a writer that opens the log reads only what was appended since
+ * (and the last head line), so `kosa8 audit append` costs the same at the
+ * millionth record as at the first.  It is a cache, not evidence: verify
+ * never reads it; a writer uses it only when it matches the log (log id,
+ * the last record it names is there and hashes to what it says, and the
+ * tree equals the newest head's when they cover the same records), else
+ * it reads the whole log as before.  A wrong cache could only make the
+ * writer sign a head that verify then finds wrong. */
+struct state_file {
+	char magic[4]; /* "K8AS" */
+	uint8_t log_id[AUDIT_LOG_ID_LEN];
+	uint64_t count, end, last_off, last_time;
+	merkle_hash last_hash;
+	struct merkle_frontier tree;
+};
+
+static void state_save(struct audit_log *l)
+{
+	struct state_file st = {.magic = "K8AS"};
+
+	if (l->sfd < 0)
+		return;
+	memcpy(st.log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN);
+	st.count = l->count;
+	st.end = l->end;
+	st.last_off = l->last_off;
+	st.last_time = l->last_time;
+	memcpy(st.last_hash, l->last_hash, AUDIT_HASH_LEN);
+	st.tree = l->tree;
+	if (pwrite(l->sfd, &st, sizeof(st), 0) != (ssize_t)sizeof(st))
+		log_debug("audit: %s.state not written; the next writer reads the whole log", l->path);
+}
+
+/* Under the lock, right after the header: takes the cache if it matches. */
+static void state_load(struct audit_log *l)
+{
+	struct state_file st;
+	struct audit_record r;
+	struct stat fs;
+	merkle_hash h;
+	uint8_t *rec;
+	uint64_t len;
+	bool ok;
+
+	if (l->sfd < 0 || pread(l->sfd, &st, sizeof(st), 0) != (ssize_t)sizeof(st) ||
+	    memcmp(st.magic, "K8AS", 4) || memcmp(st.log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN) ||
+	    fstat(l->fd, &fs) < 0 || st.end > (uint64_t)fs.st_size || st.tree.size != st.count ||
+	    st.count == 0 || st.last_off < AUDIT_HDR_LEN || st.last_off >= st.end ||
+	    st.end - st.last_off > AUDIT_REC_MAX)
+		return;
+	len = st.end - st.last_off;
+	rec = malloc(len);
+	ok = rec && pread(l->fd, rec, len, (off_t)st.last_off) == (ssize_t)len &&
+	     audit_record_parse(rec, len, &r) == (int)len && r.seq == st.count - 1 &&
+	     r.time_ns == st.last_time;
+	if (ok) {
+		merkle_leaf_hash(rec, len, h);
+		ok = !memcmp(h, st.last_hash, AUDIT_HASH_LEN);
+	}
+	free(rec);
+	if (!ok)
+		return;
+	l->count = st.count;
+	l->end = st.end;
+	l->last_off = st.last_off;
+	l->last_time = st.last_time;
+	memcpy(l->last_hash, st.last_hash, AUDIT_HASH_LEN);
+	l->tree = st.tree;
+	l->from_state = true;
+}
+
+/* After catch_up: a cached tree that disagrees with a head over the same
+ * records is dropped, and the log read from its start. */
+static bool state_agrees(struct audit_log *l)
+{
+	merkle_hash root;
+
+	if (!l->from_state || !l->have_head || l->head.size != l->count)
+		return true;
+	merkle_frontier_root(&l->tree, root);
+	return !memcmp(root, l->head.root, AUDIT_HASH_LEN);
+}
+
 struct saved {
-	uint64_t end, count, last_time;
+	uint64_t end, count, last_time, last_off;
 	merkle_hash last_hash;
 	struct merkle_frontier tree;
 };
@@ -459,6 +606,7 @@ static void save(const struct audit_log *l, struct saved *s)
 	s->end = l->end;
 	s->count = l->count;
 	s->last_time = l->last_time;
+	s->last_off = l->last_off;
 	memcpy(s->last_hash, l->last_hash, AUDIT_HASH_LEN);
 	s->tree = l->tree;
 }
@@ -468,6 +616,7 @@ static void restore(struct audit_log *l, const struct saved *s)
 	l->end = s->end;
 	l->count = s->count;
 	l->last_time = s->last_time;
+	l->last_off = s->last_off;
 	memcpy(l->last_hash, s->last_hash, AUDIT_HASH_LEN);
 	l->tree = s->tree;
 	l->nfresh = 0;
@@ -508,6 +657,7 @@ static int write_batch(struct audit_log *l, struct pending *batch)
 	l->end += len;
 	l->last_time = t;
 	write_heads(l);
+	state_save(l);
 out:
 	unlock_file(l);
 	return err;
@@ -697,13 +847,40 @@ static int open_files(struct audit_log *l)
 	err = mkdir_p(dirname(dir), 0700);
 	if (err)
 		return err;
-	l->fd = open(l->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	l->fd = open(l->path, O_RDWR | O_APPEND | O_CLOEXEC);
+	if (l->fd < 0 && errno == ENOENT) {
+		if ((err = create_log(l)))
+			return err;
+		l->created = true;
+		l->fd = open(l->path, O_RDWR | O_APPEND | O_CLOEXEC);
+	}
 	if (l->fd < 0)
 		return -errno;
 	l->hfd = open(l->heads_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (l->hfd < 0)
 		return -errno;
+	if (snprintf(dir, sizeof(dir), "%s.state", l->path) < (int)sizeof(dir))
+		l->sfd = open(dir, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	return 0;
+}
+
+/* Under the lock, after catch_up: the first head (size 0) signs the header
+ * of a new log, so a log is never without heads.  Records and no head: the
+ * heads were removed, and a writer must not cover that up. */
+static int first_head(struct audit_log *l)
+{
+	int err;
+
+	if (l->have_head)
+		return 0;
+	if (l->count) {
+		log_err("audit: %s holds %llu records but %s holds no signed head: the heads were "
+			"removed; refusing to write (run 'kosa8 audit verify')", l->path,
+			(unsigned long long)l->count, l->heads_path);
+		return -EBADMSG;
+	}
+	err = add_head(l, now_ns());
+	return err ? err : write_heads(l);
 }
 
 static int init_log(struct audit_log *l)
@@ -712,11 +889,42 @@ static int init_log(struct audit_log *l)
 
 	if (err)
 		return err;
-	err = init_header(l);
-	if (!err)
+	err = read_header(l);
+	if (!err) {
+		state_load(l);
 		err = catch_up(l);
+	}
+	if (!err && !state_agrees(l)) {
+		/* start again from the header, without the cache */
+		l->count = l->last_off = 0;
+		l->end = AUDIT_HDR_LEN;
+		l->last_time = l->hdr.created_ns;
+		memset(l->last_hash, 0, AUDIT_HASH_LEN);
+		merkle_frontier_init(&l->tree);
+		l->from_state = false;
+		err = catch_up(l);
+	}
+	if (!err)
+		err = first_head(l);
+	if (!err)
+		state_save(l);
 	unlock_file(l);
 	return err;
+}
+
+/* A new log: say which key signs it, once, for the user to keep elsewhere:
+ * a key pinned outside the writer's reach is what makes the log evidence. */
+static void announce_key(struct audit_log *l)
+{
+	uint8_t pub[AUDIT_PUBKEY_LEN];
+	char hex[2 * AUDIT_PUBKEY_LEN + 1];
+
+	if (audit_key_public(l->key, pub))
+		return;
+	audit_hex(pub, sizeof(pub), hex);
+	log_warn("audit: created the log %s; its heads are signed by key ed25519 %s: keep this "
+		 "key where the log's writer cannot change it, then 'kosa8 audit verify --pubkey %s' "
+		 "shows who signed", l->path, hex, hex);
 }
 
 int audit_log_open(const struct audit_opts *o, struct audit_log **out)
@@ -726,13 +934,14 @@ int audit_log_open(const struct audit_opts *o, struct audit_log **out)
 
 	if (!l)
 		return -ENOMEM;
-	l->fd = l->hfd = -1;
+	l->fd = l->hfd = l->sfd = -1;
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
 	l->qtail = &l->qhead;
 	l->head_every = o && o->head_every ? o->head_every : AUDIT_HEAD_EVERY_DEFAULT;
 	l->head_ns = (o && o->head_secs ? o->head_secs : AUDIT_HEAD_SECS_DEFAULT) * 1000000000ULL;
 	l->sync = !(o && o->no_sync);
+	l->lazy_close = o && o->lazy_close;
 	merkle_frontier_init(&l->tree);
 	if (o && o->path) {
 		n = snprintf(l->path, sizeof(l->path), "%s", o->path);
@@ -753,6 +962,8 @@ int audit_log_open(const struct audit_opts *o, struct audit_log **out)
 		audit_log_close(l);
 		return err;
 	}
+	if (l->created)
+		announce_key(l);
 	*out = l;
 	return 0;
 }
@@ -762,12 +973,14 @@ void audit_log_close(struct audit_log *l)
 	if (!l)
 		return;
 	if (!l->broken && l->count > signed_size(l) &&
-	    audit_log_sign_head(l, NULL))
+	    (l->lazy_close ? audit_log_tick(l) : audit_log_sign_head(l, NULL)))
 		log_warn("audit: %s: could not sign the final head", l->path);
 	if (l->fd >= 0)
 		close(l->fd);
 	if (l->hfd >= 0)
 		close(l->hfd);
+	if (l->sfd >= 0)
+		close(l->sfd);
 	EVP_PKEY_free(l->key);
 	free(l->buf);
 	free(l->fresh);

@@ -40,6 +40,10 @@ struct audit_opts {
 	unsigned head_every; /* a signed head at least every N records; 0: default */
 	unsigned head_secs;  /* and on the first append T seconds after the last; 0: default */
 	bool no_sync;        /* acknowledge before fdatasync: benchmarks only */
+	bool lazy_close;     /* close signs a head only when one is due (head_every,
+			      * head_secs): for short-lived writers such as
+			      * `kosa8 audit append`, so that a script's appends
+			      * cost neither a signature nor a heads sync each */
 };
 
 struct audit_log;
@@ -49,8 +53,10 @@ int audit_default_path(char *buf, size_t len);
 /* PATH.heads */
 int audit_heads_path(const char *log_path, char *buf, size_t len);
 
-/* Opens (creating on first use) the log and the signing key, cutting a torn
- * last record.  -EBADMSG when the log is damaged: a writer refuses to extend
+/* Opens (creating on first use: header and a first head of size 0, which
+ * signs it) the log and the signing key, cutting a torn last record.  A log
+ * shorter than its header, or with records and no head, is never rewritten:
+ * -EBADMSG.  -EBADMSG when the log is damaged: a writer refuses to extend
  * a chain it cannot continue (run `kosa8 audit verify` to see why). */
 int audit_log_open(const struct audit_opts *o, struct audit_log **out);
 

@@ -1,5 +1,7 @@
 #include "audit/format.h"
 
+#include <openssl/evp.h>
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -73,6 +75,40 @@ static bool name_ok(const char *s, size_t len)
 	return true;
 }
 
+/* What the writer accepts in any field (section 3): no byte below 0x20, no
+ * 0x7F, and well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates,
+ * nothing above U+10FFFF).  JSON allows raw tab, CR and LF as whitespace
+ * between tokens; a record does not: details are one line. */
+static bool text_ok(const char *s, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t i = 0;
+
+	while (i < len) {
+		unsigned char c = p[i], lo = 0x80, hi = 0xbf;
+		size_t n;
+
+		if (c < 0x80) {
+			if (c < 0x20 || c == 0x7f)
+				return false;
+			i++;
+			continue;
+		}
+		n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+		if (n == 0 || i + n > len)
+			return false;
+		lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+		hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+		if (p[i + 1] < lo || p[i + 1] > hi)
+			return false;
+		for (size_t k = 2; k < n; k++)
+			if (p[i + k] < 0x80 || p[i + k] > 0xbf)
+				return false;
+		i += n;
+	}
+	return true;
+}
+
 static bool details_ok(const char *d, size_t len)
 {
 	const char *end = NULL;
@@ -101,12 +137,12 @@ int audit_event_check(const struct audit_event *ev)
 		return -EINVAL;
 	if (a > AUDIT_NAME_MAX || b > AUDIT_NAME_MAX || c > AUDIT_NAME_MAX)
 		return -E2BIG;
-	if (!name_ok(ev->sandbox ? ev->sandbox : "", a) || !name_ok(ev->actor, b) ||
-	    !name_ok(ev->type, c))
+	if (!text_ok(ev->sandbox ? ev->sandbox : "", a) || !text_ok(ev->actor, b) ||
+	    !text_ok(ev->type, c))
 		return -EINVAL;
 	if (d > AUDIT_REC_MAX || AUDIT_REC_FIXED + a + b + c + d + 1 > AUDIT_REC_MAX)
 		return -E2BIG;
-	if (!details_ok(det, d))
+	if (!text_ok(det, d) || !details_ok(det, d))
 		return -EINVAL;
 	return (int)(AUDIT_REC_FIXED + a + b + c + d + 1);
 }
@@ -221,9 +257,22 @@ void audit_head_message(const struct audit_head *h, uint8_t msg[AUDIT_HEAD_MSG_L
 	p += AUDIT_HEAD_DOMAIN_LEN;
 	memcpy(p, h->log_id, AUDIT_LOG_ID_LEN);
 	p += AUDIT_LOG_ID_LEN;
+	put64(p, h->created_ns);
+	put64(p + 8, h->index);
+	memcpy(p + 16, h->prev, AUDIT_HASH_LEN);
+	p += 16 + AUDIT_HASH_LEN;
 	put64(p, h->size);
 	put64(p + 8, h->time_ns);
 	memcpy(p + 16, h->root, AUDIT_HASH_LEN);
+	memcpy(p + 16 + AUDIT_HASH_LEN, h->pubkey, AUDIT_PUBKEY_LEN);
+}
+
+void audit_head_digest(const struct audit_head *h, uint8_t out[AUDIT_HASH_LEN])
+{
+	uint8_t msg[AUDIT_HEAD_MSG_LEN];
+
+	audit_head_message(h, msg);
+	EVP_Digest(msg, sizeof(msg), out, NULL, EVP_sha256(), NULL);
 }
 
 void audit_hex(const uint8_t *in, size_t n, char *out)
@@ -263,15 +312,17 @@ int audit_unhex(const char *in, size_t inlen, uint8_t *out, size_t n)
 
 int audit_head_format(const struct audit_head *h, char *buf, size_t cap)
 {
-	char id[2 * AUDIT_LOG_ID_LEN + 1], root[2 * AUDIT_HASH_LEN + 1];
+	char id[2 * AUDIT_LOG_ID_LEN + 1], prev[2 * AUDIT_HASH_LEN + 1], root[2 * AUDIT_HASH_LEN + 1];
 	char pub[2 * AUDIT_PUBKEY_LEN + 1], sig[2 * AUDIT_SIG_LEN + 1];
 	int n;
 
 	audit_hex(h->log_id, sizeof(h->log_id), id);
+	audit_hex(h->prev, sizeof(h->prev), prev);
 	audit_hex(h->root, sizeof(h->root), root);
 	audit_hex(h->pubkey, sizeof(h->pubkey), pub);
 	audit_hex(h->sig, sizeof(h->sig), sig);
-	n = snprintf(buf, cap, AUDIT_HEAD_TAG " %s %llu %llu %s %s %s\n", id,
+	n = snprintf(buf, cap, AUDIT_HEAD_TAG " %s %llu %llu %s %llu %llu %s %s %s\n", id,
+		     (unsigned long long)h->created_ns, (unsigned long long)h->index, prev,
 		     (unsigned long long)h->size, (unsigned long long)h->time_ns, root, pub, sig);
 	if (n < 0 || (size_t)n >= cap)
 		return -ENOSPC;
@@ -343,7 +394,9 @@ int audit_head_parse(const char *buf, size_t len, struct audit_head *h)
 	if (next_field(&c, &f, &flen) < 0 || flen != strlen(AUDIT_HEAD_TAG) ||
 	    memcmp(f, AUDIT_HEAD_TAG, flen))
 		return -EBADMSG;
-	if (hex_field(&c, h->log_id, sizeof(h->log_id)) < 0 || dec_field(&c, &h->size) < 0 ||
+	if (hex_field(&c, h->log_id, sizeof(h->log_id)) < 0 || dec_field(&c, &h->created_ns) < 0 ||
+	    dec_field(&c, &h->index) < 0 || hex_field(&c, h->prev, sizeof(h->prev)) < 0 ||
+	    dec_field(&c, &h->size) < 0 ||
 	    dec_field(&c, &h->time_ns) < 0 || hex_field(&c, h->root, sizeof(h->root)) < 0 ||
 	    hex_field(&c, h->pubkey, sizeof(h->pubkey)) < 0 ||
 	    hex_field(&c, h->sig, sizeof(h->sig)) < 0)

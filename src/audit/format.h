@@ -19,7 +19,7 @@
 /* File header: "K8AL", u32 version, 16-byte log id, u64 creation time (ns). */
 #define AUDIT_HDR_MAGIC "K8AL"
 #define AUDIT_HDR_LEN 32
-#define AUDIT_VERSION 1
+#define AUDIT_VERSION 2
 
 /* Record: "K8AR", u32 total length, u64 seq, u64 time (ns), 32-byte prev,
  * u16 sandbox length, u16 actor length, u16 type length, u32 details length,
@@ -31,15 +31,19 @@
 #define AUDIT_REC_MAX (1u << 20)  /* a whole record, bytes */
 #define AUDIT_NAME_MAX 256        /* sandbox, actor, type: bytes */
 
-/* Head line: "K8AH1 <log id> <size> <time> <root> <public key> <signature>\n",
- * hex in lower case, decimal without leading zeros. */
-#define AUDIT_HEAD_TAG "K8AH1"
-#define AUDIT_HEAD_LINE_MAX 384
-/* The signed message: this 25-byte domain string, then log id, u64 size,
- * u64 time, root. */
-#define AUDIT_HEAD_DOMAIN "KOSA8 AUDIT TREE HEAD V1\n"
+/* Head line: "K8AH2 <log id> <created> <index> <prev> <size> <time> <root>
+ * <public key> <signature>\n", hex in lower case, decimal without leading
+ * zeros. */
+#define AUDIT_HEAD_TAG "K8AH2"
+#define AUDIT_HEAD_LINE_MAX 512
+/* The signed message: this 25-byte domain string, then log id, u64 created,
+ * u64 index, prev (SHA-256 of the previous head's message), u64 size, u64
+ * time, root, public key: every field of the line but the signature. */
+#define AUDIT_HEAD_DOMAIN "KOSA8 AUDIT TREE HEAD V2\n"
 #define AUDIT_HEAD_DOMAIN_LEN 25
-#define AUDIT_HEAD_MSG_LEN (AUDIT_HEAD_DOMAIN_LEN + AUDIT_LOG_ID_LEN + 8 + 8 + AUDIT_HASH_LEN)
+#define AUDIT_HEAD_MSG_LEN                                                                 \
+	(AUDIT_HEAD_DOMAIN_LEN + AUDIT_LOG_ID_LEN + 8 + 8 + AUDIT_HASH_LEN + 8 + 8 +          \
+	 AUDIT_HASH_LEN + AUDIT_PUBKEY_LEN)
 
 struct audit_header {
 	uint8_t log_id[AUDIT_LOG_ID_LEN];
@@ -69,6 +73,9 @@ struct audit_record {
 
 struct audit_head {
 	uint8_t log_id[AUDIT_LOG_ID_LEN];
+	uint64_t created_ns;         /* the log header's creation time */
+	uint64_t index;              /* its line number in PATH.heads, from 0 */
+	uint8_t prev[AUDIT_HASH_LEN]; /* audit_head_digest() of head index-1; zeros for 0 */
 	uint64_t size;
 	uint64_t time_ns;
 	uint8_t root[AUDIT_HASH_LEN];
@@ -81,7 +88,8 @@ void audit_header_encode(const struct audit_header *h, uint8_t out[AUDIT_HDR_LEN
  * -EPROTONOSUPPORT (another version). */
 int audit_header_parse(const uint8_t *buf, size_t len, struct audit_header *h);
 
-/* Checks an event's fields (lengths, no control characters, details a JSON
+/* Checks an event's fields (lengths; no control characters, no DEL and
+ * well-formed UTF-8 in every field, details included; details a JSON
  * object).  Returns the size its record will have, or -EINVAL / -E2BIG. */
 int audit_event_check(const struct audit_event *ev);
 
@@ -106,6 +114,8 @@ bool audit_tail_is_torn(const uint8_t *p, size_t len);
 bool audit_record_details_valid(const struct audit_record *r);
 
 void audit_head_message(const struct audit_head *h, uint8_t msg[AUDIT_HEAD_MSG_LEN]);
+/* SHA-256 of the head's message: the next head's prev field. */
+void audit_head_digest(const struct audit_head *h, uint8_t out[AUDIT_HASH_LEN]);
 /* Formats the head line, '\n' included, into buf; returns its length. */
 int audit_head_format(const struct audit_head *h, char *buf, size_t cap);
 /* Parses the head line at the start of buf.  Returns the bytes consumed

@@ -26,6 +26,7 @@ const char *audit_problem_name(enum audit_problem p)
 	case AUDIT_BAD_SIGNATURE: return "head signature invalid";
 	case AUDIT_ROOT_MISMATCH: return "rewritten (tree does not match a signed head)";
 	case AUDIT_BAD_HEADS: return "heads file damaged";
+	case AUDIT_BAD_TIME: return "edited (time goes backwards)";
 	}
 	return "unknown";
 }
@@ -82,6 +83,8 @@ struct vctx {
 	merkle_hash *leaves;
 	size_t leaves_cap;
 	uint64_t last_good_head_size;
+	uint64_t good_off;  /* offset of the record at last_good_head_size */
+	uint64_t last_time; /* time of the record before the one being checked */
 };
 
 static int fail(struct vctx *c, enum audit_problem p, uint64_t seq, uint64_t off,
@@ -100,6 +103,15 @@ static int fail(struct vctx *c, enum audit_problem p, uint64_t seq, uint64_t off
 	vsnprintf(c->res->what, sizeof(c->res->what), fmt, ap);
 	va_end(ap);
 	return -EBADMSG;
+}
+
+static uint64_t get_time(const uint8_t *rec)
+{
+	uint64_t t = 0;
+
+	for (int i = 16; i < 24; i++)
+		t = t << 8 | rec[i];
+	return t;
 }
 
 /* Scans forward from off for the record numbered seq; its position or -1. */
@@ -140,9 +152,10 @@ static int classify(struct vctx *c, const struct audit_record *r, uint64_t pos, 
 		 * so the next record's link breaks too; an edit of the previous
 		 * record breaks only this link. */
 		merkle_leaf_hash(r->raw, r->len, h);
-		if (off + r->len < c->len &&
-		    audit_record_parse(c->log + off + r->len, c->len - off - r->len, &next) > 0 &&
-		    memcmp(next.prev, h, AUDIT_HASH_LEN))
+		if (off + r->len >= c->len ||
+		    audit_record_parse(c->log + off + r->len, c->len - off - r->len, &next) <= 0)
+			return -EAGAIN; /* no next record: the heads decide (check_window) */
+		if (memcmp(next.prev, h, AUDIT_HASH_LEN))
 			return fail(c, AUDIT_EDITED, pos, off,
 				    "record %llu was edited: its prev field does not match record %llu",
 				    (unsigned long long)pos, (unsigned long long)pos - 1);
@@ -156,9 +169,15 @@ static int classify(struct vctx *c, const struct audit_record *r, uint64_t pos, 
 			return fail(c, AUDIT_REORDERED, pos, off,
 				    "record %llu was moved: found at position %lld, record %llu stands in its place",
 				    (unsigned long long)pos, (long long)q, (unsigned long long)r->seq);
-		fail(c, AUDIT_REMOVED, pos, off, "records %llu..%llu were removed: record %llu follows record %llu",
-		     (unsigned long long)pos, (unsigned long long)r->seq - 1,
-		     (unsigned long long)r->seq, (unsigned long long)pos - 1);
+		if (pos == 0)
+			fail(c, AUDIT_REMOVED, pos, off,
+			     "records 0..%llu were removed: the log starts with record %llu",
+			     (unsigned long long)r->seq - 1, (unsigned long long)r->seq);
+		else
+			fail(c, AUDIT_REMOVED, pos, off,
+			     "records %llu..%llu were removed: record %llu follows record %llu",
+			     (unsigned long long)pos, (unsigned long long)r->seq - 1,
+			     (unsigned long long)r->seq, (unsigned long long)pos - 1);
 		c->res->bad_seq_last = r->seq - 1;
 		return -EBADMSG;
 	}
@@ -171,30 +190,31 @@ static int check_head(struct vctx *c, size_t i, const struct merkle_frontier *f,
 {
 	const struct audit_head *h = &c->heads[i];
 	merkle_hash root;
-	char who[80] = "";
 
 	c->res->bad_head = i;
-	if (prehash_head_sig(c->ph, i)) {
-		if (memcmp(h->pubkey, c->pub, AUDIT_PUBKEY_LEN))
-			snprintf(who, sizeof(who), " (it names another key)");
+	if (prehash_head_sig(c->ph, i))
 		return fail(c, AUDIT_BAD_SIGNATURE, h->size ? h->size - 1 : 0, off,
-			    "signed head #%zu (size %llu) has an invalid signature%s", i,
-			    (unsigned long long)h->size, who);
-	}
+			    "signed head #%zu (size %llu) has an invalid signature", i,
+			    (unsigned long long)h->size);
 	merkle_frontier_root(f, root);
 	if (memcmp(root, h->root, AUDIT_HASH_LEN) && c->last_good_head_size + 1 == h->size)
-		return fail(c, AUDIT_EDITED, h->size - 1, off,
+		return fail(c, AUDIT_EDITED, h->size - 1, c->good_off,
 			    "record %llu was edited: the tree no longer matches signed head #%zu",
 			    (unsigned long long)h->size - 1, i);
 	if (memcmp(root, h->root, AUDIT_HASH_LEN)) {
-		fail(c, AUDIT_ROOT_MISMATCH, c->last_good_head_size, off,
+		fail(c, AUDIT_ROOT_MISMATCH, c->last_good_head_size, c->good_off,
 		     "records %llu..%llu do not match signed head #%zu although their chain is intact: "
 		     "one of them was changed and the chain rewritten after it",
 		     (unsigned long long)c->last_good_head_size, (unsigned long long)h->size - 1, i);
 		c->res->bad_seq_last = h->size - 1;
 		return -EBADMSG;
 	}
+	if (h->size && h->time_ns < c->last_time)
+		return fail(c, AUDIT_BAD_HEADS, h->size - 1, off,
+			    "signed head #%zu was signed before record %llu, which it covers, was written",
+			    i, (unsigned long long)h->size - 1);
 	c->last_good_head_size = h->size;
+	c->good_off = off;
 	c->res->heads++;
 	c->res->have_head = true;
 	c->res->last_head = *h;
@@ -216,31 +236,93 @@ static int keep_leaf(struct vctx *c, uint64_t pos, const merkle_hash h)
 	return 0;
 }
 
+/* A head line that breaks the heads' own order is named by its signature
+ * first: an edited head is "signature invalid", a removed one "missing". */
+static int bad_head(struct vctx *c, size_t i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int bad_head(struct vctx *c, size_t i, const char *fmt, ...)
+{
+	va_list ap;
+	size_t j = i;
+
+	if (!prehash_head_sig(c->ph, i) && i > 0 && prehash_head_sig(c->ph, i - 1))
+		j = i - 1; /* head i is genuine, so the one it names was changed */
+	if (prehash_head_sig(c->ph, j) || j != i) {
+		c->res->bad_head = j;
+		return fail(c, AUDIT_BAD_SIGNATURE, c->heads[j].size ? c->heads[j].size - 1 : 0, 0,
+			    "signed head #%zu (size %llu) has an invalid signature", j,
+			    (unsigned long long)c->heads[j].size);
+	}
+	fail(c, AUDIT_BAD_HEADS, c->heads[i].size, 0, "%s", "");
+	va_start(ap, fmt);
+	vsnprintf(c->res->what, sizeof(c->res->what), fmt, ap);
+	va_end(ap);
+	c->res->bad_head = i;
+	return -EBADMSG;
+}
+
+/* The heads among themselves (section 6): each names this log, the trusted
+ * key, its own line number and the head before it; sizes and times never
+ * decrease.  Roots and signatures of good-looking heads come in the walk. */
+static int check_heads_order(struct vctx *c)
+{
+	const struct audit_head *h, *before;
+	uint8_t d[AUDIT_HASH_LEN];
+
+	if (c->nheads == 0)
+		return fail(c, AUDIT_BAD_HEADS, 0, 0,
+			    "there is no signed head: every kosa8 log has at least its first one "
+			    "(size 0); the heads file was removed or emptied");
+	for (size_t i = 0; i < c->nheads; i++) {
+		h = &c->heads[i];
+		before = i ? &c->heads[i - 1] : NULL;
+		if (memcmp(h->pubkey, c->pub, AUDIT_PUBKEY_LEN)) {
+			c->res->bad_head = i;
+			return fail(c, AUDIT_BAD_SIGNATURE, h->size ? h->size - 1 : 0, 0,
+				    "signed head #%zu names another key than the trusted one", i);
+		}
+		if (memcmp(h->log_id, c->res->header.log_id, AUDIT_LOG_ID_LEN) ||
+		    h->created_ns != c->res->header.created_ns)
+			return bad_head(c, i, "signed head #%zu belongs to another log", i);
+		if (h->index > i)
+			return bad_head(c, i, "signed head #%zu is missing: the next line is head #%llu",
+					i, (unsigned long long)h->index);
+		if (h->index < i)
+			return bad_head(c, i, "signed head #%llu appears again at line #%zu",
+					(unsigned long long)h->index, i);
+		if (before)
+			audit_head_digest(before, d);
+		else
+			memset(d, 0, sizeof(d));
+		if (memcmp(h->prev, d, AUDIT_HASH_LEN))
+			return bad_head(c, i, "signed head #%zu does not follow head #%zu", i, i - 1);
+		if (before && h->size < before->size)
+			return bad_head(c, i, "signed head #%zu (size %llu) is smaller than the head "
+					"before it", i, (unsigned long long)h->size);
+		if (before && h->time_ns < before->time_ns)
+			return bad_head(c, i, "signed head #%zu was signed before the head before it", i);
+	}
+	return 0;
+}
+
 static int check_header(struct vctx *c)
 {
 	int r;
 
 	if (c->len == 0)
-		return 0;
+		return fail(c, AUDIT_BAD_HEADER, 0, 0,
+			    "the log is empty (0 bytes): a kosa8 log always starts with its header; "
+			    "it was wiped");
 	r = audit_header_parse(c->hdr, c->len, &c->res->header);
-	if (r == -EAGAIN) {
-		c->res->torn_tail = true; /* a crash while the log was created */
-		return 0;
-	}
+	if (r == -EAGAIN)
+		return fail(c, AUDIT_BAD_HEADER, 0, 0,
+			    "the log holds %zu bytes, less than its header: it was cut", c->len);
+	if (r == -EPROTONOSUPPORT)
+		return fail(c, AUDIT_BAD_HEADER, 0, 0,
+			    "the log has another format version; this kosa8 reads version %d",
+			    AUDIT_VERSION);
 	if (r < 0)
-		return fail(c, AUDIT_BAD_HEADER, 0, 0, "not a kosa8 audit log (version 1)");
-	for (size_t i = 0; i < c->nheads; i++) {
-		if (memcmp(c->heads[i].log_id, c->res->header.log_id, AUDIT_LOG_ID_LEN)) {
-			c->res->bad_head = i;
-			return fail(c, AUDIT_BAD_HEADS, 0, 0, "signed head #%zu belongs to another log", i);
-		}
-		if (i && c->heads[i].size < c->heads[i - 1].size) {
-			c->res->bad_head = i;
-			return fail(c, AUDIT_BAD_HEADS, c->heads[i].size, 0,
-				    "signed head #%zu (size %llu) is smaller than the head before it",
-				    i, (unsigned long long)c->heads[i].size);
-		}
-	}
+		return fail(c, AUDIT_BAD_HEADER, 0, 0, "not a kosa8 audit log");
 	return 0;
 }
 
@@ -283,11 +365,32 @@ static int check_window(struct vctx *c, const struct prehash_window *w, const st
 			if (!c->log)
 				return -ESTALE;
 			if (audit_record_parse(c->log + off, c->len - off, &r) > 0 &&
-			    (err = classify(c, &r, pos, off, *prev_off, prev)))
+			    (err = classify(c, &r, pos, off, *prev_off, prev)) != -EAGAIN)
 				return err;
+			/* The last record does not link to the one before: a head
+			 * over the records before it that still matches clears
+			 * them, and blames this one. */
+			if ((err = check_heads_at(c, hi, pos, f, w, off)))
+				return err;
+			if (c->last_good_head_size == pos)
+				return fail(c, AUDIT_EDITED, pos, off,
+					    "record %llu was edited: its prev field does not match record %llu",
+					    (unsigned long long)pos, (unsigned long long)pos - 1);
+			fail(c, AUDIT_EDITED, pos - 1, *prev_off,
+			     "record %llu or record %llu was edited: the last record's prev field does "
+			     "not match the record before it", (unsigned long long)pos - 1,
+			     (unsigned long long)pos);
+			c->res->bad_seq_last = pos;
+			return -EBADMSG;
 		}
-		if ((err = check_heads_at(c, hi, pos, f, w, *prev_off)))
+		if ((err = check_heads_at(c, hi, pos, f, w, off)))
 			return err;
+		if (get_time(p) < c->last_time)
+			return fail(c, AUDIT_BAD_TIME, pos, off,
+				    "record %llu is dated before %s: time never goes backwards in a "
+				    "log kosa8 wrote", (unsigned long long)pos,
+				    pos ? "the record before it" : "the log's creation");
+		c->last_time = get_time(p);
 		if (want_leaves && (err = keep_leaf(c, pos, w->leaf[i])))
 			return err;
 		memcpy(prev, w->leaf[i], AUDIT_HASH_LEN);
@@ -384,12 +487,22 @@ static int walk(struct vctx *c, bool want_leaves)
 			    (unsigned long long)pos, (unsigned long long)off);
 	w.n = 0;
 	w.first = pos;
-	if ((err = check_heads_at(c, &hi, pos, &f, &w, prev_off)))
+	if ((err = check_heads_at(c, &hi, pos, &f, &w, off)))
 		return err;
 	merkle_frontier_root(&f, c->res->root);
 	c->res->unsigned_records = pos - c->last_good_head_size;
 	if (hi < c->nheads) {
+		/* A head past the end counts only if it is genuine. */
 		c->res->bad_head = hi;
+		if (prehash_head_sig(c->ph, hi))
+			return fail(c, AUDIT_BAD_SIGNATURE, pos, off,
+				    "signed head #%zu (size %llu) has an invalid signature", hi,
+				    (unsigned long long)c->heads[hi].size);
+		if (c->res->torn_tail)
+			return fail(c, AUDIT_MALFORMED, pos, off,
+				    "record %llu at offset %llu is cut off, and signed head #%zu covers it: "
+				    "it is no longer a well-formed record", (unsigned long long)pos,
+				    (unsigned long long)off, hi);
 		fail(c, AUDIT_TRUNCATED, pos, off,
 		     "the log was truncated: signed head #%zu covers %llu records, the log holds %llu",
 		     hi, (unsigned long long)c->heads[hi].size, (unsigned long long)pos);
@@ -418,14 +531,16 @@ static int run(struct vctx *c, const uint8_t *heads, size_t heads_len, merkle_ha
 		return n;
 	c->nheads = (size_t)n;
 	err = check_header(c);
-	if (!err && c->len >= AUDIT_HDR_LEN) {
+	if (!err) {
+		c->last_time = c->res->header.created_ns;
+		c->good_off = AUDIT_HDR_LEN;
 		err = prehash_start(&c->ph, prehash_threads(c->len), c->heads, c->nheads, c->pub);
+		if (!err)
+			err = check_heads_order(c);
 		if (!err)
 			err = walk(c, leaves != NULL);
 		prehash_stop(c->ph);
 		c->ph = NULL;
-	} else if (!err && c->nheads && c->heads[c->nheads - 1].size > 0) {
-		err = fail(c, AUDIT_TRUNCATED, 0, 0, "the log was truncated: it holds no records");
 	}
 	if (!err && leaves) {
 		*leaves = c->leaves;

@@ -21,7 +21,8 @@ enum audit_problem {
 	AUDIT_TRUNCATED,     /* fewer records than a signed head covers */
 	AUDIT_BAD_SIGNATURE, /* a head's signature does not verify */
 	AUDIT_ROOT_MISMATCH, /* chain intact but the tree differs from a signed head */
-	AUDIT_BAD_HEADS,     /* heads file malformed, out of order, or another log's */
+	AUDIT_BAD_HEADS,     /* heads missing, malformed, out of order, or another log's */
+	AUDIT_BAD_TIME,      /* a record dated before the one before it */
 };
 
 struct audit_verify_result {

@@ -21,18 +21,22 @@
 #include "audit/verify.h"
 #include "cli/commands.h"
 #include "common/log.h"
+#include "common/termsafe.h"
 #include "common/util.h"
 
 static const char audit_usage[] =
 	"usage: kosa8 audit COMMAND [--log PATH] [OPTIONS]\n"
 	"\n"
 	"  show [--sandbox S] [--type T] [--since TIME] [--until TIME] [--follow] [--json]\n"
-	"                      print records (TIME: 2026-12-02T09:00:00Z, @UNIXSECONDS,\n"
-	"                      or an age such as 30s, 15m, 2h, 7d)\n"
-	"  verify [--pubkey K] [--bundle FILE]\n"
+	"       [--raw]        print records (TIME: 2026-12-02T09:00:00Z, @UNIXSECONDS,\n"
+	"                      or an age such as 30s, 15m, 2h, 7d); --type net matches\n"
+	"                      net and net.*; control characters, bidi overrides and\n"
+	"                      invalid UTF-8 are escaped unless --raw\n"
+	"  verify [--pubkey K] [--trusted-keys FILE] [--head FILE] [--bundle FILE]\n"
 	"                      recompute the chain and the Merkle tree, check every signed\n"
-	"                      head; on failure name the first bad record and what happened\n"
-	"  prove SEQ [--size N] [--pubkey K]\n"
+	"                      head; on failure name the first bad record and what happened;\n"
+	"                      --head: the log must still extend a head saved earlier\n"
+	"  prove SEQ [--size N] [--pubkey K] [-o FILE]\n"
 	"                      an inclusion proof (JSON) of record SEQ against the newest\n"
 	"                      signed head, or the one of size N\n"
 	"  check-proof FILE [--pubkey K]\n"
@@ -48,7 +52,10 @@ static const char audit_usage[] =
 	"  pubkey              print the public key that signs heads (PEM)\n"
 	"\n"
 	"The log is --log PATH, else $KOSA8_AUDIT_LOG, else <state dir>/audit.log.\n"
-	"The trusted key for checks is --pubkey (PEM or 64 hex digits), else your own.\n"
+	"The trusted key for checks is --pubkey (a PEM file or 64 hex digits), else the\n"
+	"keys in --trusted-keys FILE ($KOSA8_AUDIT_TRUSTED_KEYS, <config dir>/audit/\n"
+	"trusted-keys), else your own signing key, which pins nothing: verify then says\n"
+	"it checked integrity only.\n"
 	"Exit status: 0 ok, 1 verification failed, 2 usage or system error.\n";
 
 #define MAX_LOG (64 * GiB)
@@ -56,6 +63,7 @@ static const char audit_usage[] =
 struct aopts {
 	char log[PATH_MAX];
 	const char *sandbox, *type, *actor, *details, *pubkey, *bundle, *out, *size;
+	const char *trusted, *pin_head;
 	uint64_t since, until;
 	bool follow, json;
 	char *pos[3];
@@ -127,40 +135,156 @@ static int parse_time(const char *s, uint64_t *ns)
 	return -EINVAL;
 }
 
-/* Prints untrusted bytes with control characters escaped. */
+/* Untrusted bytes from a record, escaped for the terminal (common/termsafe.h)
+ * unless --raw. */
+static bool raw_out;
+
 static void put_clean(FILE *f, const char *s, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c < 0x20 || c == 0x7f)
-			fprintf(f, "\\x%02x", c);
-		else
-			fputc(c, f);
-	}
+	if (raw_out)
+		fwrite(s, 1, n, f);
+	else
+		term_write(f, s, n, TERM_FINAL);
 }
 
-/* The trusted public key: --pubkey, else the one next to our signing key. */
-static int trusted_key(const struct aopts *o, uint8_t pub[AUDIT_PUBKEY_LEN])
+/* The key a check trusts, and why: printed with every verdict, because a
+ * log signed by a key nobody pinned shows integrity, not authorship. */
+struct trust {
+	uint8_t pub[AUDIT_PUBKEY_LEN];
+	bool pinned;
+	char why[PATH_MAX + 64];
+};
+
+/* trusted-keys: one key a line (64 hex digits, then anything), '#'
+ * comments.  Refused when others may write it: a pin anyone can change
+ * pins nothing.  Picks the key `want` names if listed, else the first. */
+static int read_trusted_keys(const char *path, const uint8_t *want, struct trust *t)
+{
+	uint8_t *buf = NULL, k[AUDIT_PUBKEY_LEN];
+	struct stat st;
+	size_t len;
+	int err, found = 0;
+	char *text, *line, *save = NULL;
+
+	if (stat(path, &st) < 0)
+		return -errno;
+	if ((st.st_mode & 022) || (st.st_uid != geteuid() && st.st_uid != 0)) {
+		fprintf(stderr, "kosa8 audit: %s may be written by others: not used as trusted keys\n",
+			path);
+		return -EPERM;
+	}
+	if ((err = read_file(path, 1 * MiB, &buf, &len)))
+		return err;
+	text = strndup((const char *)buf, len);
+	free(buf);
+	if (!text)
+		return -ENOMEM;
+	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		line += strspn(line, " \t");
+		if (*line == '#' || *line == '\0')
+			continue;
+		if (strspn(line, "0123456789abcdefABCDEF") != 2 * AUDIT_PUBKEY_LEN ||
+		    audit_unhex(line, 2 * AUDIT_PUBKEY_LEN, k, sizeof(k)))
+			continue;
+		if (!found || (want && !memcmp(k, want, sizeof(k)))) {
+			memcpy(t->pub, k, sizeof(k));
+			found = 1;
+		}
+	}
+	free(text);
+	if (!found)
+		return -ENOENT;
+	t->pinned = true;
+	snprintf(t->why, sizeof(t->why), "pinned in %s", path);
+	return 0;
+}
+
+/* --pubkey, else a trusted-keys file (--trusted-keys, $KOSA8_AUDIT_TRUSTED_KEYS,
+ * <config dir>/audit/trusted-keys), else the public half of your own
+ * signing key, derived from the private key (never a .pub.pem beside it):
+ * not pinned.  `want` (may be NULL): the key the log's heads name. */
+static int trusted_key(const struct aopts *o, const uint8_t *want, const uint8_t *fallback,
+		       struct trust *t)
 {
 	char dir[PATH_MAX - 64], path[PATH_MAX];
+	const char *tk = o->trusted ? o->trusted : getenv("KOSA8_AUDIT_TRUSTED_KEYS");
+	EVP_PKEY *k = NULL;
 	int err;
 
+	memset(t, 0, sizeof(*t));
 	if (o->pubkey) {
-		err = audit_pubkey_load(o->pubkey, pub);
+		err = audit_pubkey_load(o->pubkey, t->pub);
+		if (err == -ENOENT || err == -EINVAL)
+			err = audit_pubkey_parse((const uint8_t *)o->pubkey, strlen(o->pubkey), t->pub);
 		if (err)
 			fprintf(stderr, "kosa8 audit: cannot read public key %s: %s\n", o->pubkey,
-				err == -EINVAL ? "not an Ed25519 public key" : strerror(-err));
+				err == -EINVAL ? "not an Ed25519 public key (PEM file or 64 hex digits)"
+					       : strerror(-err));
+		t->pinned = true;
+		snprintf(t->why, sizeof(t->why), "pinned by --pubkey");
 		return err;
 	}
 	err = audit_key_dir(dir, sizeof(dir));
-	if (!err) {
-		snprintf(path, sizeof(path), "%s/%s", dir, AUDIT_PUB_FILE);
-		err = audit_pubkey_load(path, pub);
-	}
 	if (err)
-		fprintf(stderr, "kosa8 audit: no public key of your own (%s); pass --pubkey FILE\n",
-			strerror(-err));
-	return err;
+		return err;
+	if (!tk || !*tk) {
+		snprintf(path, sizeof(path), "%s/trusted-keys", dir);
+		tk = path;
+	}
+	err = read_trusted_keys(tk, want, t);
+	if (err != -ENOENT || o->trusted)
+		return err;
+	if (fallback) {
+		memcpy(t->pub, fallback, AUDIT_PUBKEY_LEN);
+		snprintf(t->why, sizeof(t->why), "NOT pinned: the key named inside the bundle");
+		return 0;
+	}
+	err = audit_key_load_or_create(dir, &k);
+	if (!err)
+		err = audit_key_public(k, t->pub);
+	EVP_PKEY_free(k);
+	if (err) {
+		fprintf(stderr, "kosa8 audit: no trusted key: pass --pubkey KEY (%s)\n",
+			audit_strerror(err));
+		return err;
+	}
+	snprintf(t->why, sizeof(t->why), "NOT pinned: your own signing key in %s", dir);
+	return 0;
+}
+
+static void print_trust(const struct trust *t)
+{
+	char hex[2 * AUDIT_PUBKEY_LEN + 1];
+
+	audit_hex(t->pub, AUDIT_PUBKEY_LEN, hex);
+	printf("  trusted key: ed25519 %s (%s)\n", hex, t->why);
+	if (!t->pinned)
+		printf("  note: integrity only: the log is intact and signed by this key, but nothing "
+		       "pinned the key, so whoever can write the key folder and the log could have "
+		       "re-signed both; pin it with --pubkey or a trusted-keys file\n");
+}
+
+/* The key the first head line of a heads file names (a hint for picking
+ * among trusted keys; the check itself never trusts it). */
+static const uint8_t *named_key(const uint8_t *heads, size_t len, struct audit_head *h)
+{
+	return heads && audit_head_parse((const char *)heads, len, h) > 0 ? h->pubkey : NULL;
+}
+
+/* The first head line of the log's heads file: which key it names. */
+static const uint8_t *log_named_key(const char *log, struct audit_head *h)
+{
+	char path[PATH_MAX];
+	uint8_t buf[AUDIT_HEAD_LINE_MAX];
+	ssize_t n = -1;
+	int fd;
+
+	if (audit_heads_path(log, path, sizeof(path)) == 0 &&
+	    (fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+		n = pread(fd, buf, sizeof(buf), 0);
+		close(fd);
+	}
+	return n > 0 ? named_key(buf, (size_t)n, h) : NULL;
 }
 
 /* Mapped logs: if someone truncates the file while we read it (no kosa8
@@ -198,12 +322,22 @@ static void head_line(const struct audit_head *h, char *buf, size_t len)
 
 /* ---- show ---- */
 
+/* --type net matches "net" and every "net.*" type: a family by its prefix. */
+static bool type_matches(const char *want, const struct audit_record *r)
+{
+	size_t n = strlen(want);
+
+	if (n > r->type_len || memcmp(want, r->type, n))
+		return false;
+	return n == r->type_len || r->type[n] == '.';
+}
+
 static bool matches(const struct aopts *o, const struct audit_record *r)
 {
 	if (o->sandbox && (strlen(o->sandbox) != r->sandbox_len ||
 			   memcmp(o->sandbox, r->sandbox, r->sandbox_len)))
 		return false;
-	if (o->type && (strlen(o->type) != r->type_len || memcmp(o->type, r->type, r->type_len)))
+	if (o->type && !type_matches(o->type, r))
 		return false;
 	return r->time_ns >= o->since && r->time_ns <= o->until;
 }
@@ -226,8 +360,12 @@ static void print_json(const struct audit_record *r)
 	else
 		cJSON_AddNullToObject(j, "details");
 	s = cJSON_PrintUnformatted(j);
-	if (s)
+	if (s && raw_out)
 		puts(s);
+	else if (s) {
+		term_write(stdout, s, strlen(s), TERM_JSON | TERM_FINAL);
+		putchar('\n');
+	}
 	free(s);
 	free(sb);
 	free(ac);
@@ -363,9 +501,11 @@ static void print_ok(const struct audit_verify_result *r, const char *what)
 		       (unsigned long long)r->last_head.size, t);
 	}
 	if (r->unsigned_records)
-		printf("  note: the last %llu records are not yet covered by a signed head "
-		       "(only the chain protects them; 'kosa8 audit sign' signs one)\n",
-		       (unsigned long long)r->unsigned_records);
+		printf("  NOT signed: records %llu..%llu: the last %llu records are not yet covered "
+		       "by a signed head: only the chain protects them, so whoever can write the log "
+		       "could have written them ('kosa8 audit sign' signs one)\n",
+		       (unsigned long long)(r->records - r->unsigned_records),
+		       (unsigned long long)r->records - 1, (unsigned long long)r->unsigned_records);
 	if (r->torn_tail)
 		printf("  note: an incomplete last record at offset %llu (an interrupted write, "
 		       "never acknowledged; the next writer cuts it)\n",
@@ -402,67 +542,6 @@ static int verify_report(int err, const struct audit_verify_result *r, const cha
 	return 0;
 }
 
-static int verify_bundle(const struct aopts *o)
-{
-	struct audit_bundle b;
-	struct audit_verify_result r;
-	uint8_t *buf = NULL, pub[AUDIT_PUBKEY_LEN];
-	size_t len;
-	int err = read_file(o->bundle, MAX_LOG, &buf, &len), rc = 2;
-
-	if (err) {
-		fprintf(stderr, "kosa8 audit: cannot read bundle %s: %s\n", o->bundle, strerror(-err));
-		return 2;
-	}
-	if (audit_bundle_parse(buf, len, &b)) {
-		fprintf(stderr, "kosa8 audit: %s is not a kosa8 audit bundle\n", o->bundle);
-		goto out;
-	}
-	if (o->pubkey) {
-		if (trusted_key(o, pub))
-			goto out;
-	} else {
-		fprintf(stderr, "kosa8 audit: warning: no --pubkey: trusting the key inside the "
-				"bundle, which proves only that the bundle is self-consistent\n");
-		memcpy(pub, b.pub, sizeof(pub));
-	}
-	err = audit_verify(b.log, b.log_len, b.heads, b.heads_len, pub, &r, NULL);
-	rc = verify_report(err, &r, o->bundle);
-out:
-	free(buf);
-	return rc;
-}
-
-static int do_verify(struct aopts *o)
-{
-	struct audit_verify_result r;
-	uint8_t pub[AUDIT_PUBKEY_LEN];
-	size_t torn = 0;
-	int err, rc;
-
-	if (o->bundle)
-		return verify_bundle(o);
-	if (trusted_key(o, pub))
-		return 2;
-	/* One pass over the log (audit_log_verify), the snapshot's length
-	 * pass only when the log does not end in a complete record. */
-	signal(SIGBUS, on_sigbus);
-	err = audit_log_verify(o->log, MAX_LOG, pub, &r, &torn);
-	if (err == -ENOENT) {
-		fprintf(stderr, "kosa8 audit: no audit log at %s\n", o->log);
-		return 2;
-	}
-	if (err && err != -EBADMSG && err != -ENOMEM) {
-		fprintf(stderr, "kosa8 audit: cannot read %s: %s\n", o->log, strerror(-err));
-		return 2;
-	}
-	rc = verify_report(err, &r, o->log);
-	if (torn)
-		printf("  note: an incomplete last record (%zu bytes, an interrupted write, never "
-		       "acknowledged) was left out; the next writer cuts it\n", torn);
-	return rc;
-}
-
 /* ---- proofs ---- */
 
 /* A verified snapshot with its leaf hashes and heads, for proofs. */
@@ -482,13 +561,19 @@ static void proved_free(struct proved *p)
 	audit_snapshot_free(&p->s);
 }
 
-static int load_proved(const struct aopts *o, struct proved *p)
+/* t: the trusted key, or NULL to find it (trusted_key). */
+static int load_proved(const struct aopts *o, const struct trust *t, struct proved *p)
 {
+	struct audit_head first;
+	struct trust own;
 	size_t bad;
 	int err, n;
 
 	memset(p, 0, sizeof(*p));
-	if (trusted_key(o, p->pub) || load_snapshot(o, &p->s))
+	if (!t && trusted_key(o, log_named_key(o->log, &first), NULL, &own))
+		return 2;
+	memcpy(p->pub, t ? t->pub : own.pub, AUDIT_PUBKEY_LEN);
+	if (load_snapshot(o, &p->s))
 		return 2;
 	err = audit_snapshot_verify(&p->s, p->pub, &p->r, &p->leaves);
 	if (err == -EBADMSG) {
@@ -503,6 +588,129 @@ static int load_proved(const struct aopts *o, struct proved *p)
 	}
 	p->nheads = (size_t)n;
 	return 0;
+}
+
+/* ---- verify ---- */
+
+static int verify_bundle(const struct aopts *o)
+{
+	struct audit_bundle b;
+	struct audit_verify_result r;
+	struct audit_head first;
+	struct trust t;
+	uint8_t *buf = NULL;
+	size_t len;
+	int err = read_file(o->bundle, MAX_LOG, &buf, &len), rc = 2;
+
+	if (err) {
+		fprintf(stderr, "kosa8 audit: cannot read bundle %s: %s\n", o->bundle, strerror(-err));
+		return 2;
+	}
+	if (audit_bundle_parse(buf, len, &b)) {
+		fprintf(stderr, "kosa8 audit: %s is not a kosa8 audit bundle\n", o->bundle);
+		goto out;
+	}
+	if (trusted_key(o, named_key(b.heads, b.heads_len, &first), b.pub, &t))
+		goto out;
+	err = audit_verify(b.log, b.log_len, b.heads, b.heads_len, t.pub, &r, NULL);
+	rc = verify_report(err, &r, o->bundle);
+	print_trust(&t);
+out:
+	free(buf);
+	return rc;
+}
+
+/* --head FILE: the log must still hold the head an auditor saved, and
+ * extend it (RFC 9162 consistency proof to the newest head). */
+static int check_pinned(const struct aopts *o, const struct proved *p)
+{
+	const struct audit_head *now = p->nheads ? &p->heads[p->nheads - 1] : NULL;
+	merkle_hash path[MERKLE_MAX_PATH];
+	struct audit_head h;
+	uint8_t *buf = NULL;
+	size_t len;
+	int n;
+
+	if (read_file(o->pin_head, 4096, &buf, &len) ||
+	    audit_head_parse((const char *)buf, len, &h) <= 0) {
+		free(buf);
+		fprintf(stderr, "kosa8 audit: %s does not hold a head line\n", o->pin_head);
+		return 2;
+	}
+	free(buf);
+	if (audit_head_verify(p->pub, &h) || memcmp(h.pubkey, p->pub, AUDIT_PUBKEY_LEN)) {
+		printf("FAILED: the pinned head in %s is not signed by the trusted key\n", o->pin_head);
+		return 1;
+	}
+	if (memcmp(h.log_id, p->r.header.log_id, AUDIT_LOG_ID_LEN) ||
+	    h.created_ns != p->r.header.created_ns) {
+		printf("FAILED: the pinned head belongs to another log: this log was replaced\n");
+		return 1;
+	}
+	if (h.index >= p->nheads || h.size > p->r.records) {
+		printf("FAILED: truncated: the pinned head #%llu covers %llu records; the log now has "
+		       "%zu heads and %llu records\n", (unsigned long long)h.index,
+		       (unsigned long long)h.size, p->nheads, (unsigned long long)p->r.records);
+		return 1;
+	}
+	if (memcmp(&p->heads[h.index], &h, sizeof(h))) {
+		printf("FAILED: rewritten: signed head #%llu is not the one pinned\n",
+		       (unsigned long long)h.index);
+		return 1;
+	}
+	n = h.size ? merkle_consistency_proof(p->leaves, now->size, h.size, path) : 0;
+	if (n < 0 || merkle_verify_consistency(h.size, now->size, h.root, now->root, path, (size_t)n)) {
+		printf("FAILED: rewritten: the log no longer extends the pinned head of size %llu\n",
+		       (unsigned long long)h.size);
+		return 1;
+	}
+	printf("  pinned: head #%llu (size %llu) from %s is in the log, and the newest head "
+	       "extends it (consistency proof of %d hashes)\n", (unsigned long long)h.index,
+	       (unsigned long long)h.size, o->pin_head, n);
+	return 0;
+}
+
+static int do_verify(struct aopts *o)
+{
+	struct audit_verify_result r;
+	struct audit_head first;
+	struct proved p;
+	struct trust t;
+	size_t torn = 0;
+	int err, rc;
+
+	if (o->bundle)
+		return verify_bundle(o);
+	if (trusted_key(o, log_named_key(o->log, &first), NULL, &t))
+		return 2;
+	if (o->pin_head) {
+		rc = load_proved(o, &t, &p);
+		if (!rc) {
+			print_ok(&p.r, o->log);
+			rc = check_pinned(o, &p);
+		}
+		print_trust(&t);
+		proved_free(&p);
+		return rc;
+	}
+	/* One pass over the log (audit_log_verify), the snapshot's length
+	 * pass only when the log does not end in a complete record. */
+	signal(SIGBUS, on_sigbus);
+	err = audit_log_verify(o->log, MAX_LOG, t.pub, &r, &torn);
+	if (err == -ENOENT) {
+		fprintf(stderr, "kosa8 audit: no audit log at %s\n", o->log);
+		return 2;
+	}
+	if (err && err != -EBADMSG && err != -ENOMEM) {
+		fprintf(stderr, "kosa8 audit: cannot read %s: %s\n", o->log, strerror(-err));
+		return 2;
+	}
+	rc = verify_report(err, &r, o->log);
+	print_trust(&t);
+	if (torn)
+		printf("  note: an incomplete last record (%zu bytes, an interrupted write, never "
+		       "acknowledged) was left out; the next writer cuts it\n", torn);
+	return rc;
 }
 
 /* A head by tree size ("latest" for the newest), from the verified heads. */
@@ -553,14 +761,22 @@ static cJSON *hex_array(const merkle_hash *path, int n)
 	return a;
 }
 
-static void print_doc(cJSON *j)
+static FILE *create_private(const char *path);
+
+/* Prints a JSON document to -o FILE (created 0600) or stdout. */
+static int print_doc(const struct aopts *o, cJSON *j)
 {
 	char *s = cJSON_Print(j);
+	FILE *f = o->out ? create_private(o->out) : stdout;
+	int err = s && f ? 0 : -EIO;
 
-	if (s)
-		puts(s);
+	if (!err)
+		fprintf(f, "%s\n", s);
+	if (f && f != stdout && fclose(f))
+		err = -EIO;
 	free(s);
 	cJSON_Delete(j);
+	return err;
 }
 
 static int do_prove(struct aopts *o)
@@ -581,14 +797,25 @@ static int do_prove(struct aopts *o)
 		fprintf(stderr, "kosa8 audit prove: SEQ must be a record number\n");
 		return 2;
 	}
-	if ((rc = load_proved(o, &p)))
+	if ((rc = load_proved(o, NULL, &p)))
 		goto out;
 	rc = 1;
 	h = find_head(&p, o->size ? o->size : "latest");
+	if (o->size && !h) {
+		fprintf(stderr, "kosa8 audit prove: no signed head has size %s (the newest has size "
+			"%llu; 'kosa8 audit head' prints it)\n", o->size,
+			p.nheads ? (unsigned long long)p.heads[p.nheads - 1].size : 0ULL);
+		goto out;
+	}
 	if (!h || h->size <= seq) {
-		fprintf(stderr, "kosa8 audit prove: %s signed head covers record %llu%s\n",
-			o->size ? "that" : "no", seq,
-			o->size ? "" : " yet ('kosa8 audit sign' signs one now)");
+		if (o->size)
+			fprintf(stderr, "kosa8 audit prove: the signed head of size %llu covers records "
+				"0..%lld, not record %llu\n", (unsigned long long)h->size,
+				(long long)h->size - 1, seq);
+		else
+			fprintf(stderr, "kosa8 audit prove: no signed head covers record %llu yet "
+				"(the log holds %llu records; 'kosa8 audit sign' signs one now)\n", seq,
+				(unsigned long long)p.r.records);
 		goto out;
 	}
 	n = merkle_inclusion_proof(p.leaves, h->size, seq, path);
@@ -605,8 +832,7 @@ static int do_prove(struct aopts *o)
 	cJSON_AddStringToObject(j, "leaf", hex);
 	cJSON_AddItemToObject(j, "audit_path", hex_array(path, n));
 	free(hex);
-	print_doc(j);
-	rc = 0;
+	rc = print_doc(o, j) ? 2 : 0;
 out:
 	proved_free(&p);
 	return rc;
@@ -683,16 +909,17 @@ static int check_proof_doc(const cJSON *j, const uint8_t *pub, struct audit_head
 
 static int do_check_proof(struct aopts *o)
 {
-	uint8_t pub[AUDIT_PUBKEY_LEN], *buf = NULL, *leaf = NULL;
+	uint8_t *buf = NULL, *leaf = NULL;
 	struct audit_head h;
 	struct audit_record r;
+	struct trust tr;
 	const char *why = "";
 	char t[40];
 	size_t len;
 	cJSON *j = NULL;
 	int err, rc = 2;
 
-	if (trusted_key(o, pub))
+	if (trusted_key(o, NULL, NULL, &tr))
 		return 2;
 	err = read_file(o->pos[0], 64 * MiB, &buf, &len);
 	if (err) {
@@ -700,7 +927,7 @@ static int do_check_proof(struct aopts *o)
 		return 2;
 	}
 	j = cJSON_ParseWithLength((const char *)buf, len);
-	err = j ? check_proof_doc(j, pub, &h, &r, &leaf, &why) : -EINVAL;
+	err = j ? check_proof_doc(j, tr.pub, &h, &r, &leaf, &why) : -EINVAL;
 	if (err == -EINVAL) {
 		fprintf(stderr, "kosa8 audit: %s: %s\n", o->pos[0], why);
 	} else if (err) {
@@ -756,6 +983,7 @@ static int consistency_check(const struct aopts *o, const struct proved *p,
 			     const struct audit_head *a, const struct audit_head *b)
 {
 	merkle_hash path[MERKLE_MAX_PATH];
+	char hex[2 * AUDIT_HASH_LEN + 1];
 	int n;
 	cJSON *j;
 
@@ -781,8 +1009,13 @@ static int consistency_check(const struct aopts *o, const struct proved *p,
 		cJSON_AddStringToObject(j, "type", "kosa8-audit-consistency-proof-v1");
 		cJSON_AddNumberToObject(j, "old_size", (double)a->size);
 		cJSON_AddNumberToObject(j, "new_size", (double)b->size);
+		audit_hex(a->root, AUDIT_HASH_LEN, hex);
+		cJSON_AddStringToObject(j, "old_root", hex);
+		audit_hex(b->root, AUDIT_HASH_LEN, hex);
+		cJSON_AddStringToObject(j, "new_root", hex);
 		cJSON_AddItemToObject(j, "proof", hex_array(path, n));
-		print_doc(j);
+		if (print_doc(o, j))
+			return 2;
 	} else {
 		printf("OK: the signed head of size %llu is a prefix of the signed head of size %llu "
 		       "(consistency proof of %d hashes checked)\n", (unsigned long long)a->size,
@@ -795,7 +1028,7 @@ static int do_consistency(struct aopts *o)
 {
 	struct proved p;
 	struct audit_head a, b;
-	int rc = load_proved(o, &p);
+	int rc = load_proved(o, NULL, &p);
 
 	if (!rc) {
 		rc = 2;
@@ -808,21 +1041,36 @@ static int do_consistency(struct aopts *o)
 
 /* ---- export, append, sign, head, pubkey ---- */
 
+/* Output files hold the log's content: mode 0600 like the log, never over
+ * an existing file. */
+static FILE *create_private(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
+
+	if (!f) {
+		fprintf(stderr, "kosa8 audit: cannot create %s: %s\n", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+	}
+	return f;
+}
+
 static int do_export(struct aopts *o)
 {
 	struct audit_snapshot s;
-	uint8_t pub[AUDIT_PUBKEY_LEN];
+	struct audit_head first;
+	struct trust t;
 	FILE *f = stdout;
 	int err;
 
-	if (trusted_key(o, pub) || load_snapshot(o, &s))
+	if (trusted_key(o, log_named_key(o->log, &first), NULL, &t) || load_snapshot(o, &s))
 		return 2;
-	if (o->out && !(f = fopen(o->out, "wbx"))) {
-		fprintf(stderr, "kosa8 audit: cannot create %s: %s\n", o->out, strerror(errno));
+	if (o->out && !(f = create_private(o->out))) {
 		audit_snapshot_free(&s);
 		return 2;
 	}
-	err = audit_bundle_write(f, &s, pub);
+	err = audit_bundle_write(f, &s, t.pub);
 	if (f != stdout && fclose(f))
 		err = -EIO;
 	if (err)
@@ -835,10 +1083,11 @@ static int do_export(struct aopts *o)
 	return err ? 2 : 0;
 }
 
-static int open_writer(const struct aopts *o, struct audit_log **l)
+/* lazy: sign on close only when a head is due (append); sign signs anyway. */
+static int open_writer(const struct aopts *o, bool lazy, struct audit_log **l)
 {
-	struct audit_opts ao = {.path = o->log};
-	int err = audit_log_open(&ao, l);
+	struct audit_opts ao = {.path = o->log, .lazy_close = lazy};
+	int err = audit_log_open(&ao, l); /* a new log's key is announced there */
 
 	if (err)
 		fprintf(stderr, "kosa8 audit: cannot open %s: %s\n", o->log, audit_strerror(err));
@@ -867,7 +1116,7 @@ static int do_append(struct aopts *o)
 		fprintf(stderr, "kosa8 audit append: %s\n", audit_strerror(err));
 		return 2;
 	}
-	if (open_writer(o, &l))
+	if (open_writer(o, true, &l))
 		return 2;
 	err = audit_log_append(l, &ev, &seq);
 	audit_log_close(l);
@@ -886,7 +1135,7 @@ static int do_sign(struct aopts *o)
 	char line[AUDIT_HEAD_LINE_MAX];
 	int err;
 
-	if (open_writer(o, &l))
+	if (open_writer(o, false, &l))
 		return 2;
 	err = audit_log_sign_head(l, &h);
 	audit_log_close(l);
@@ -955,6 +1204,8 @@ static int parse_args(int argc, char **argv, struct aopts *o)
 		{"json", no_argument, NULL, 'j'},         {"pubkey", required_argument, NULL, 'k'},
 		{"bundle", required_argument, NULL, 'b'}, {"output", required_argument, NULL, 'o'},
 		{"size", required_argument, NULL, 'n'},   {"help", no_argument, NULL, 'h'},
+		{"raw", no_argument, NULL, 'r'},         {"head", required_argument, NULL, 'H'},
+		{"trusted-keys", required_argument, NULL, 'T'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *log = NULL;
@@ -982,6 +1233,9 @@ static int parse_args(int argc, char **argv, struct aopts *o)
 		case 'd': o->details = optarg; break;
 		case 'f': o->follow = true; break;
 		case 'j': o->json = true; break;
+		case 'r': raw_out = true; break;
+		case 'H': o->pin_head = optarg; break;
+		case 'T': o->trusted = optarg; break;
 		case 'k': o->pubkey = optarg; break;
 		case 'b': o->bundle = optarg; break;
 		case 'o': o->out = optarg; break;

@@ -21,6 +21,7 @@
 
 #include "agentproto/client.h"
 #include "cli/commands.h"
+#include "common/termsafe.h"
 #include "common/util.h"
 #include "disk/disk.h"
 #include "proxy/policy.h"
@@ -509,16 +510,32 @@ int cmd_ps(int argc, char **argv)
 	return 0;
 }
 
-static int print_file(const char *path)
+/* Prints one console log file.  The guest wrote every byte: escaped for
+ * the terminal unless RAW; a UTF-8 sequence cut by a read waits for the
+ * next one. */
+static int print_file(const char *path, bool raw)
 {
-	char buf[65536];
+	uint8_t buf[65536];
+	size_t have = 0, used;
 	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 
 	if (fd < 0)
 		return -errno;
-	while ((n = read(fd, buf, sizeof(buf))) > 0)
-		write_all(1, buf, (size_t)n);
+	while ((n = read(fd, buf + have, sizeof(buf) - have)) > 0) {
+		have += (size_t)n;
+		if (raw) {
+			write_all(1, buf, have);
+			have = 0;
+			continue;
+		}
+		used = term_write(stdout, buf, have, TERM_KEEP_LINES);
+		memmove(buf, buf + used, have - used);
+		have -= used;
+	}
+	if (have)
+		term_write(stdout, buf, have, TERM_KEEP_LINES | TERM_FINAL);
+	fflush(stdout);
 	close(fd);
 	return 0;
 }
@@ -528,17 +545,19 @@ static int print_file(const char *path)
 int cmd_logs(int argc, char **argv)
 {
 	char dir[PATH_MAX], path[PATH_MAX], old[PATH_MAX + 8];
+	bool raw = argc == 3 && (!strcmp(argv[1], "--raw") || !strcmp(argv[2], "--raw"));
+	const char *name = raw && !strcmp(argv[2], "--raw") ? argv[1] : argv[argc - 1];
 	int err;
 
-	if (argc != 2)
-		return cli_fail("logs", "%s", "usage: kosa8 logs NAME"), 2;
-	if (sandbox_state_dir(argv[1], dir, sizeof(dir)) < 0 ||
+	if (argc != 2 && !raw)
+		return cli_fail("logs", "%s", "usage: kosa8 logs [--raw] NAME"), 2;
+	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 ||
 	    sandbox_path(path, sizeof(path), dir, "console.log") < 0)
-		return cli_fail("logs", "no sandbox named '%s'", argv[1]);
+		return cli_fail("logs", "no sandbox named '%s'", name);
 	snprintf(old, sizeof(old), "%s" CONSOLE_LOG_OLD_SUFFIX, path);
-	err = print_file(old);
-	if (print_file(path) < 0 && err < 0)
-		return cli_fail("logs", "no console log for '%s' (no such sandbox, or never started)", argv[1]);
+	err = print_file(old, raw);
+	if (print_file(path, raw) < 0 && err < 0)
+		return cli_fail("logs", "no console log for '%s' (no such sandbox, or never started)", name);
 	return 0;
 }
 

@@ -7,7 +7,8 @@ show that the document is enough and that kosa8 follows it.
     verify_log.py log LOG PUBKEY_PEM        chain, tree, every signed head
     verify_log.py proof PROOF.json PUBKEY_PEM   an inclusion proof
 
-Prints "OK <records> <heads>" or "BAD <reason>", exits 0 or 1.
+Prints "OK <records> <heads> <unsigned records>" or "BAD <reason>", exits 0
+or 1.
 """
 import hashlib
 import json
@@ -53,11 +54,18 @@ def ed25519_ok(pub_pem, msg, sig):
         return r.returncode == 0
 
 
+def raw_pub(pub_pem):
+    """The 32 raw bytes of an Ed25519 SubjectPublicKeyInfo PEM (its DER ends with them)."""
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-in", pub_pem, "-outform", "DER"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True).stdout
+    return der[-32:]
+
+
 def parse_record(b, off):
-    """Section 3.  Returns (length, seq, prev) or raises ValueError."""
+    """Section 3.  Returns (length, seq, prev, time) or raises ValueError."""
     if b[off:off + 4] != b"K8AR" or len(b) - off < 66:
         raise ValueError("no record at %d" % off)
-    L, seq, _t = struct.unpack(">IQQ", b[off + 4:off + 24])
+    L, seq, t = struct.unpack(">IQQ", b[off + 4:off + 24])
     prev = b[off + 24:off + 56]
     a, bb, c, d = struct.unpack(">HHHI", b[off + 56:off + 66])
     if L != 67 + a + bb + c + d or not 71 <= L <= 1048576 or off + L > len(b):
@@ -70,57 +78,77 @@ def parse_record(b, off):
     det = b[off + 66 + a + bb + c:off + L - 1]
     if det[:1] != b"{" or det[-1:] != b"}" or b[off + L - 1] != 0x0A:
         raise ValueError("bad details or end at %d" % off)
-    return L, seq, prev
+    return L, seq, prev, t
 
 
 def parse_head(line):
     f = line.split(" ")
-    if len(f) != 7 or f[0] != "K8AH1":
+    if len(f) != 10 or f[0] != "K8AH2":
         raise ValueError("bad head line")
-    return {"id": bytes.fromhex(f[1]), "size": int(f[2]), "time": int(f[3]),
-            "root": bytes.fromhex(f[4]), "pub": bytes.fromhex(f[5]), "sig": bytes.fromhex(f[6])}
+    return {"id": bytes.fromhex(f[1]), "created": int(f[2]), "index": int(f[3]),
+            "prev": bytes.fromhex(f[4]), "size": int(f[5]), "time": int(f[6]),
+            "root": bytes.fromhex(f[7]), "pub": bytes.fromhex(f[8]), "sig": bytes.fromhex(f[9])}
 
 
 def head_msg(h):
-    return (b"KOSA8 AUDIT TREE HEAD V1\n" + h["id"] + struct.pack(">QQ", h["size"], h["time"])
-            + h["root"])
+    """Section 5: every field of the line but the signature."""
+    return (b"KOSA8 AUDIT TREE HEAD V2\n" + h["id"] + struct.pack(">QQ", h["created"], h["index"])
+            + h["prev"] + struct.pack(">QQ", h["size"], h["time"]) + h["root"] + h["pub"])
 
 
 def verify_log(path, pub):
     b = open(path, "rb").read()
-    if b[:4] != b"K8AL" or struct.unpack(">I", b[4:8])[0] != 1:
+    if len(b) < 32:
+        return "BAD header: %d bytes (wiped or cut)" % len(b)
+    if b[:4] != b"K8AL" or struct.unpack(">I", b[4:8])[0] != 2:
         return "BAD header"
-    log_id = b[8:24]
-    leaves, off, prev = [], 32, bytes(32)
+    log_id, created = b[8:24], struct.unpack(">Q", b[24:32])[0]
+    leaves, times, off, prev, last_t = [], [], 32, bytes(32), created
+    torn = False
     while off < len(b):
         try:
-            L, seq, p = parse_record(b, off)
+            L, seq, p, t = parse_record(b, off)
         except ValueError as e:
-            if b[off:].strip(b"\x00") == b"" or off + 8 > len(b):
-                break  # torn tail
+            if b[off:].strip(b"\x00") == b"" or off + 8 > len(b) or (
+                    b[off:off + 4] == b"K8AR" and off + struct.unpack(">I", b[off + 4:off + 8])[0] > len(b)):
+                torn = True
+                break  # torn tail: a note, unless a head covers it
             return "BAD malformed record %d (%s)" % (len(leaves), e)
         if seq != len(leaves) or p != prev:
             return "BAD chain at record %d" % len(leaves)
+        if t < last_t:
+            return "BAD time goes backwards at record %d" % len(leaves)
         h = leaf_hash(b[off:off + L])
         leaves.append(h)
-        prev, off = h, off + L
+        times.append(t)
+        prev, off, last_t = h, off + L, t
     heads = []
     hp = path + ".heads"
     if os.path.exists(hp):
         for line in open(hp).read().split("\n")[:-1]:
             heads.append(parse_head(line))
-    last = 0
+    if not heads:
+        return "BAD no signed head"
+    trusted = raw_pub(pub)
     for i, h in enumerate(heads):
-        if h["id"] != log_id or h["size"] < last:
-            return "BAD head %d order or log id" % i
-        last = h["size"]
-        if not ed25519_ok(pub, head_msg(h), h["sig"]):
+        if not ed25519_ok(pub, head_msg(h), h["sig"]) or h["pub"] != trusted:
             return "BAD head %d signature" % i
+        if h["id"] != log_id or h["created"] != created:
+            return "BAD head %d belongs to another log" % i
+        if h["index"] != i:
+            return "BAD head %d missing" % i
+        if h["prev"] != (sha(head_msg(heads[i - 1])) if i else bytes(32)):
+            return "BAD head %d does not follow head %d" % (i, i - 1)
+        if i and (h["size"] < heads[i - 1]["size"] or h["time"] < heads[i - 1]["time"]):
+            return "BAD head %d order" % i
         if h["size"] > len(leaves):
-            return "BAD truncated: head %d covers %d records" % (i, h["size"])
+            return "BAD %s: head %d covers %d records" % ("malformed" if torn else "truncated",
+                                                         i, h["size"])
         if mth(leaves[:h["size"]]) != h["root"]:
             return "BAD head %d root" % i
-    return "OK %d %d" % (len(leaves), len(heads))
+        if h["size"] and h["time"] < times[h["size"] - 1]:
+            return "BAD head %d older than its records" % i
+    return "OK %d %d %d" % (len(leaves), len(heads), len(leaves) - heads[-1]["size"])
 
 
 def verify_inclusion(idx, size, lh, path, root):
@@ -148,10 +176,10 @@ def verify_proof(path, pub):
     if d.get("type") != "kosa8-audit-inclusion-proof-v1":
         return "BAD type"
     h = parse_head(d["head"])
-    if not ed25519_ok(pub, head_msg(h), h["sig"]):
+    if not ed25519_ok(pub, head_msg(h), h["sig"]) or h["pub"] != raw_pub(pub):
         return "BAD head signature"
     leaf = bytes.fromhex(d["leaf"])
-    L, seq, _ = parse_record(leaf, 0)
+    L, seq, _, _ = parse_record(leaf, 0)
     if L != len(leaf) or seq != d["leaf_index"] or h["size"] != d["tree_size"]:
         return "BAD leaf or size"
     ap = [bytes.fromhex(x) for x in d["audit_path"]]

@@ -295,8 +295,8 @@ static void test_tamper_at_window_edges(void **state)
 	struct fx f = {0};
 	struct audit_verify_result r;
 	struct audit_record rec;
-	uint8_t *log;
-	size_t len;
+	uint8_t *log, *heads;
+	size_t len, hlen;
 	FILE *out;
 
 	fx_open(&f);
@@ -307,6 +307,7 @@ static void test_tamper_at_window_edges(void **state)
 	for (size_t v = 0; v < ARRAY_SIZE(victims); v++) {
 		size_t off = AUDIT_HDR_LEN;
 		assert_int_equal(read_file(f.log, 1u << 30, &log, &len), 0);
+		assert_int_equal(read_file(f.heads, 1u << 30, &heads, &hlen), 0);
 		for (uint64_t i = 0; i < victims[v]; i++)
 			off += (size_t)audit_record_parse(log + off, len - off, &rec);
 		log[off + 70] ^= 0x01; /* in the names: the chain breaks after it */
@@ -319,7 +320,7 @@ static void test_tamper_at_window_edges(void **state)
 			assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &r, NULL), -EBADMSG);
 			assert_int_equal(r.problem, AUDIT_EDITED);
 			assert_int_equal(r.bad_seq, victims[v]);
-			assert_int_equal(audit_verify(log, len, NULL, 0, f.pub, &r, NULL), -EBADMSG);
+			assert_int_equal(audit_verify(log, len, heads, hlen, f.pub, &r, NULL), -EBADMSG);
 			assert_int_equal(r.bad_seq, victims[v]);
 		}
 		log[off + 70] ^= 0x01;
@@ -328,6 +329,7 @@ static void test_tamper_at_window_edges(void **state)
 		assert_int_equal(fwrite(log, 1, len, out), len);
 		assert_int_equal(fclose(out), 0);
 		free(log);
+		free(heads);
 	}
 	unsetenv("KOSA8_VERIFY_THREADS");
 	fx_done(&f);

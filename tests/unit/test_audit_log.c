@@ -354,6 +354,8 @@ static void test_chain_rewritten(void **state)
 	/* A rewritten chain can only be placed between two signed heads. */
 	assert_true(res.bad_seq <= 12 && 12 <= res.bad_seq_last);
 	assert_true(res.bad_seq_last - res.bad_seq < 5);
+	/* the offset named is that of the first record of the range */
+	assert_int_equal(res.bad_offset, Goff[res.bad_seq]);
 	free(b);
 }
 
@@ -383,8 +385,290 @@ static void test_heads_reordered(void **state)
 	memcpy(h + l1 + l2, Gheads + l1 + l2, Gheads_len - l1 - l2);
 	assert_int_equal(audit_verify(Glog, Glog_len, h, Gheads_len, G.pub, &res, NULL), -EBADMSG);
 	assert_int_equal(res.problem, AUDIT_BAD_HEADS);
-	assert_int_equal(res.bad_head, 1);
+	assert_int_equal(res.bad_head, 0); /* line 0 holds head #1: head #0 is not there */
 	free(h);
+}
+
+/* ---- issue 23: the log as evidence (format 2) ---- */
+
+/* The heads file as lines: line i starts at hoff[i]; returns the count. */
+static size_t head_lines(size_t hoff[64])
+{
+	size_t n = 0, off = 0;
+
+	while (off < Gheads_len && n < 63) {
+		hoff[n++] = off;
+		off = (size_t)((uint8_t *)memchr(Gheads + off, '\n', Gheads_len - off) - Gheads) + 1;
+	}
+	hoff[n] = Gheads_len;
+	return n;
+}
+
+static void test_heads_missing_or_emptied(void **state)
+{
+	expect(Glog, Glog_len, NULL, 0, G.pub, AUDIT_BAD_HEADS, 0);
+	expect(Glog, Glog_len, (const uint8_t *)"", 0, G.pub, AUDIT_BAD_HEADS, 0);
+}
+
+static void test_head_removed_from_middle(void **state)
+{
+	size_t hoff[64], n = head_lines(hoff);
+	uint8_t *h = malloc(Gheads_len);
+	struct audit_verify_result res;
+
+	assert_true(n >= 4);
+	for (size_t k = 0; k + 1 < n; k++) { /* every head but the last */
+		memcpy(h, Gheads, hoff[k]);
+		memcpy(h + hoff[k], Gheads + hoff[k + 1], Gheads_len - hoff[k + 1]);
+		assert_int_equal(audit_verify(Glog, Glog_len, h, Gheads_len - (hoff[k + 1] - hoff[k]),
+					      G.pub, &res, NULL), -EBADMSG);
+		assert_int_equal(res.problem, AUDIT_BAD_HEADS);
+		assert_int_equal(res.bad_head, k);
+		assert_non_null(strstr(res.what, "missing"));
+	}
+	free(h);
+}
+
+/* Any field of any head line changed: caught, and named as that head. */
+static void test_head_fields_signed(void **state)
+{
+	size_t hoff[64], n = head_lines(hoff);
+	uint8_t *h = malloc(Gheads_len);
+	struct audit_verify_result res;
+
+	for (size_t k = 0; k < n; k++)
+		for (size_t i = hoff[k] + 6; i + 1 < hoff[k + 1]; i++) {
+			if (Gheads[i] == ' ')
+				continue;
+			memcpy(h, Gheads, Gheads_len);
+			/* another digit of the same kind keeps the line well-formed */
+			h[i] = h[i] == '1' ? '2' : '1';
+			if (audit_verify(Glog, Glog_len, h, Gheads_len, G.pub, &res, NULL) != -EBADMSG)
+				fail_msg("head %zu byte %zu changed: verify passed", k, i - hoff[k]);
+			assert_true(res.problem == AUDIT_BAD_SIGNATURE || res.problem == AUDIT_BAD_HEADS);
+		}
+	free(h);
+}
+
+static void test_head_names_another_key(void **state)
+{
+	size_t hoff[64], n = head_lines(hoff);
+	uint8_t *h = malloc(Gheads_len);
+	struct audit_verify_result res;
+	/* the public key field is the 9th: after 8 spaces */
+	size_t at = hoff[n - 1];
+
+	memcpy(h, Gheads, Gheads_len);
+	for (int sp = 0; sp < 8; at++)
+		sp += h[at] == ' ';
+	h[at] = h[at] == 'a' ? 'b' : 'a';
+	assert_int_equal(audit_verify(Glog, Glog_len, h, Gheads_len, G.pub, &res, NULL), -EBADMSG);
+	assert_int_equal(res.problem, AUDIT_BAD_SIGNATURE);
+	assert_int_equal(res.bad_head, n - 1);
+	free(h);
+}
+
+/* An unsigned record with an earlier time after the last head: no key
+ * needed to write it, so verify must see the time. */
+static void test_time_goes_backwards(void **state)
+{
+	struct audit_event ev = {"sb", "agent", "exec", "{}"};
+	struct audit_record last;
+	merkle_hash h;
+	size_t len;
+	uint8_t *b = copy_log(&len);
+	int n;
+
+	audit_record_parse(b + Goff[N - 1], len - Goff[N - 1], &last);
+	merkle_leaf_hash(last.raw, last.len, h);
+	n = audit_record_encode(b + len, 4096, N, last.time_ns - 1, h, &ev);
+	assert_true(n > 0);
+	expect(b, len + (size_t)n, Gheads, Gheads_len, G.pub, AUDIT_BAD_TIME, N);
+	/* the same record with the same time as the one before is fine */
+	audit_record_encode(b + len, 4096, N, last.time_ns, h, &ev);
+	expect(b, len + (size_t)n, Gheads, Gheads_len, G.pub, AUDIT_OK, 0);
+	free(b);
+}
+
+static void test_wiped_or_cut_header(void **state)
+{
+	struct audit_verify_result res;
+	size_t len;
+	uint8_t *b = copy_log(&len);
+
+	expect(NULL, 0, NULL, 0, G.pub, AUDIT_BAD_HEADER, 0);
+	expect(NULL, 0, Gheads, Gheads_len, G.pub, AUDIT_BAD_HEADER, 0);
+	expect(Glog, 20, Gheads, Gheads_len, G.pub, AUDIT_BAD_HEADER, 0);
+	/* the creation time is signed: changed, the heads name another log */
+	b[30] ^= 1;
+	assert_int_equal(audit_verify(b, len, Gheads, Gheads_len, G.pub, &res, NULL), -EBADMSG);
+	assert_int_equal(res.problem, AUDIT_BAD_HEADS);
+	assert_non_null(strstr(res.what, "another log"));
+	free(b);
+}
+
+/* A head whose size was raised past the end is a forgery, not a sign of
+ * truncation: its signature is checked first. */
+static void test_forged_head_size(void **state)
+{
+	size_t hoff[64], n = head_lines(hoff);
+	uint8_t *h = malloc(Gheads_len + 8);
+	struct audit_verify_result res;
+	size_t at = hoff[n - 1], k;
+
+	for (int sp = 0; sp < 5; at++)
+		sp += Gheads[at] == ' ';
+	assert_int_equal(memcmp(Gheads + at, "20 ", 3), 0);
+	memcpy(h, Gheads, at);
+	memcpy(h + at, "21", 2);
+	k = Gheads_len - at - 2;
+	memcpy(h + at + 2, Gheads + at + 2, k);
+	assert_int_equal(audit_verify(Glog, Glog_len, h, Gheads_len, G.pub, &res, NULL), -EBADMSG);
+	assert_int_equal(res.problem, AUDIT_BAD_SIGNATURE);
+	assert_int_equal(res.bad_head, n - 1);
+	free(h);
+}
+
+/* A record cut off at the end, under a signed head: malformed (section 6). */
+static void test_cut_record_under_head(void **state)
+{
+	struct audit_verify_result res;
+
+	assert_int_equal(audit_verify(Glog, Goff[N] - 10, Gheads, Gheads_len, G.pub, &res, NULL),
+			 -EBADMSG);
+	assert_int_equal(res.problem, AUDIT_MALFORMED);
+	assert_int_equal(res.bad_seq, N - 1);
+	assert_int_equal(res.bad_offset, Goff[N - 1]);
+}
+
+static void test_first_records_removed(void **state)
+{
+	struct audit_verify_result res;
+	size_t len = Glog_len - (Goff[2] - Goff[0]);
+	uint8_t *b = malloc(len);
+
+	memcpy(b, Glog, AUDIT_HDR_LEN);
+	memcpy(b + AUDIT_HDR_LEN, Glog + Goff[2], Glog_len - Goff[2]);
+	assert_int_equal(audit_verify(b, len, Gheads, Gheads_len, G.pub, &res, NULL), -EBADMSG);
+	assert_int_equal(res.problem, AUDIT_REMOVED);
+	assert_null(strstr(res.what, "18446744073709551615"));
+	assert_non_null(strstr(res.what, "records 0..1 were removed"));
+	free(b);
+}
+
+/* The last record's own prev edited: a head over the records before it
+ * clears them, so the last record is the one named. */
+static void test_last_prev_flipped(void **state)
+{
+	struct fx f;
+	struct audit_log *l;
+	struct audit_record r;
+	uint8_t *b, *h;
+	size_t len, hlen, off = AUDIT_HDR_LEN;
+
+	fx_init(&f);
+	l = fx_open(&f, 1000);
+	append_n(l, 3, "p");
+	assert_int_equal(audit_log_sign_head(l, NULL), 0);
+	append_n(l, 1, "q");
+	audit_log_close(l);
+	assert_int_equal(read_file(f.log, 1 << 20, &b, &len), 0);
+	assert_int_equal(read_file(f.heads, 1 << 20, &h, &hlen), 0);
+	for (int i = 0; i < 3; i++)
+		off += (size_t)audit_record_parse(b + off, len - off, &r);
+	b[off + AUDIT_REC_PREV_OFF + 5] ^= 0x40;
+	expect(b, len, h, hlen, f.pub, AUDIT_EDITED, 3);
+	free(b);
+	free(h);
+	fx_done(&f);
+}
+
+/* A log cut below its header, or with its heads removed: a writer refuses
+ * and keeps the file as it is (the log id is evidence). */
+static void test_writer_keeps_cut_log(void **state)
+{
+	struct fx f;
+	struct audit_opts o = {0};
+	struct audit_log *l = NULL;
+	struct stat st;
+
+	fx_init(&f);
+	o.path = f.log;
+	o.key_dir = G.keys;
+	for (size_t cut = 0; cut < AUDIT_HDR_LEN; cut += 7) {
+		assert_int_equal(write_bytes(f.log, Glog, cut), 0);
+		assert_int_equal(write_bytes(f.heads, Gheads, Gheads_len), 0);
+		assert_int_equal(audit_log_open(&o, &l), -EBADMSG);
+		assert_int_equal(stat(f.log, &st), 0);
+		assert_int_equal(st.st_size, cut);
+	}
+	/* records, no heads */
+	assert_int_equal(write_bytes(f.log, Glog, Glog_len), 0);
+	assert_int_equal(write_bytes(f.heads, Gheads, 0), 0);
+	assert_int_equal(audit_log_open(&o, &l), -EBADMSG);
+	assert_int_equal(stat(f.heads, &st), 0);
+	assert_int_equal(st.st_size, 0);
+	fx_done(&f);
+}
+
+/* Section 3: no control byte and only well-formed UTF-8, in details too. */
+static void test_writer_rejects_raw_bytes(void **state)
+{
+	static const char *const bad[] = {
+		"{\"a\":\"x\ty\"}", "{\"a\":\"\x1b[2J\"}", "{\"a\":\"\x7f\"}", "{\n\"a\":1}",
+		"{\"a\":\"\xff\"}", "{\"a\":\"\xc0\xaf\"}", "{\"a\":\"\xed\xa0\x80\"}",
+		"{\"a\":\"\xe2\x80\"}", "{\"a\":\"\xf4\x90\x80\x80\"}",
+	};
+	struct audit_event ev = {"sb", "agent", "exec", NULL};
+
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		ev.details = bad[i];
+		assert_int_equal(audit_event_check(&ev), -EINVAL);
+	}
+	ev.details = "{\"a\":\"caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80 \\u001b\"}";
+	assert_true(audit_event_check(&ev) > 0);
+	ev.details = "{}";
+	ev.sandbox = "sb-\xff";
+	assert_int_equal(audit_event_check(&ev), -EINVAL);
+}
+
+/* PATH.state lets a writer skip reading the log; a wrong or stale one must
+ * never make it sign a wrong tree: each kind of damage, then verify. */
+static void test_state_cache_damage(void **state)
+{
+	struct fx f;
+	struct audit_log *l;
+	struct audit_verify_result res;
+	char sp[PATH_MAX + 8];
+	uint8_t *st;
+	size_t stlen;
+
+	fx_init(&f);
+	snprintf(sp, sizeof(sp), "%s.state", f.log);
+	l = fx_open(&f, 1000);
+	append_n(l, 10, "s");
+	audit_log_close(l); /* signs a head over all 10 */
+	assert_int_equal(read_file(sp, 1 << 20, &st, &stlen), 0);
+	for (size_t at = 0; at < stlen; at += 97) {
+		st[at] ^= 0x10;
+		assert_int_equal(write_bytes(sp, st, stlen), 0);
+		l = fx_open(&f, 1000);
+		append_n(l, 1, "t");
+		audit_log_close(l);
+		assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+		st[at] ^= 0x10;
+		/* the state now reflects the last append: take it again */
+		free(st);
+		assert_int_equal(read_file(sp, 1 << 20, &st, &stlen), 0);
+	}
+	assert_int_equal(unlink(sp), 0);
+	l = fx_open(&f, 1000);
+	append_n(l, 1, "u");
+	audit_log_close(l);
+	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+	assert_true(res.records > 10);
+	free(st);
+	fx_done(&f);
 }
 
 
@@ -880,11 +1164,11 @@ static void test_head_every_t_seconds(void **state)
 	o.key_dir = f.keys;
 	assert_int_equal(audit_log_open(&o, &l), 0);
 	assert_int_equal(audit_log_public_key(l, f.pub), 0);
-	append_n(l, 2, "t"); /* the first append of a new log signs at once */
+	append_n(l, 2, "t"); /* a new log has its head of size 0: T has not passed */
 	assert_int_equal(audit_log_tick(l), 0);
 	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
 	assert_int_equal(res.heads, 1);
-	assert_int_equal(res.unsigned_records, 1);
+	assert_int_equal(res.unsigned_records, 2);
 	usleep(1100 * 1000);
 	assert_int_equal(audit_log_tick(l), 0);
 	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
@@ -918,6 +1202,19 @@ int main(void)
 		cmocka_unit_test(test_chain_rewritten),
 		cmocka_unit_test(test_last_record_edited),
 		cmocka_unit_test(test_heads_reordered),
+		cmocka_unit_test(test_heads_missing_or_emptied),
+		cmocka_unit_test(test_head_removed_from_middle),
+		cmocka_unit_test(test_head_fields_signed),
+		cmocka_unit_test(test_head_names_another_key),
+		cmocka_unit_test(test_time_goes_backwards),
+		cmocka_unit_test(test_wiped_or_cut_header),
+		cmocka_unit_test(test_forged_head_size),
+		cmocka_unit_test(test_cut_record_under_head),
+		cmocka_unit_test(test_first_records_removed),
+		cmocka_unit_test(test_last_prev_flipped),
+		cmocka_unit_test(test_writer_keeps_cut_log),
+		cmocka_unit_test(test_writer_rejects_raw_bytes),
+		cmocka_unit_test(test_state_cache_damage),
 		cmocka_unit_test(test_writer_refuses_tampered),
 		cmocka_unit_test(test_torn_every_offset),
 		cmocka_unit_test(test_concurrent_threads),

@@ -1,0 +1,113 @@
+/* The one escaping function for untrusted bytes on a terminal (kosa8 logs,
+ * kosa8 audit show): every class it must catch, chunked input, JSON mode. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/termsafe.h"
+
+static char got[4096];
+
+/* Escapes in with flags; returns bytes consumed, output in got. */
+static size_t esc(const char *in, size_t n, unsigned flags)
+{
+	FILE *f = fmemopen(got, sizeof(got), "w");
+	size_t used;
+
+	assert_non_null(f);
+	used = term_write(f, in, n, flags);
+	fclose(f);
+	return used;
+}
+
+#define ESC(lit, flags) esc(lit, sizeof(lit) - 1, flags)
+
+static void test_c0_del_escaped(void **state)
+{
+	ESC("a\x1b[2Jb\x07\x7f\r\x00z", TERM_FINAL);
+	assert_string_equal(got, "a\\x1b[2Jb\\x07\\x7f\\x0d\\x00z");
+	ESC("l1\nl2\tx\x1b]0;t\x07", TERM_FINAL);
+	assert_string_equal(got, "l1\\x0al2\\x09x\\x1b]0;t\\x07");
+	ESC("l1\nl2\tx\x1b", TERM_KEEP_LINES | TERM_FINAL);
+	assert_string_equal(got, "l1\nl2\tx\\x1b");
+}
+
+static void test_cr(void **state)
+{
+	/* \r\n is a console's line end; a lone \r rewrites the line */
+	ESC("ok\r\nfake\rreal\n", TERM_KEEP_LINES | TERM_FINAL);
+	assert_string_equal(got, "ok\nfake\\x0dreal\n");
+	/* a \r at a chunk's end waits for the next byte */
+	assert_int_equal(ESC("ab\r", TERM_KEEP_LINES), 2);
+	assert_string_equal(got, "ab");
+	ESC("ab\r", TERM_KEEP_LINES | TERM_FINAL);
+	assert_string_equal(got, "ab\\x0d");
+}
+
+static void test_c1_and_bidi(void **state)
+{
+	/* U+009B (CSI as C1), U+0085, U+202E, U+2066, U+2069, U+200F, U+061C, U+2028 */
+	ESC("x\xc2\x9b" "2J\xc2\x85 \xe2\x80\xae evil \xe2\x81\xa6\xe2\x81\xa9\xe2\x80\x8f\xd8\x9c\xe2\x80\xa8",
+	    TERM_FINAL);
+	assert_string_equal(got, "x\\u009b2J\\u0085 \\u202e evil \\u2066\\u2069\\u200f\\u061c\\u2028");
+	/* ordinary UTF-8 passes: e-acute, CJK, an emoji, U+202F (not bidi) */
+	ESC("\xc3\xa9\xe6\x97\xa5\xf0\x9f\x98\x80\xe2\x80\xaf", TERM_FINAL);
+	assert_string_equal(got, "\xc3\xa9\xe6\x97\xa5\xf0\x9f\x98\x80\xe2\x80\xaf");
+}
+
+static void test_invalid_utf8(void **state)
+{
+	/* lone continuation, overlong '/', surrogate, > U+10FFFF, 0xff, cut sequence */
+	ESC("\x80|\xc0\xaf|\xed\xa0\x80|\xf4\x90\x80\x80|\xff|\xe2\x80", TERM_FINAL);
+	assert_string_equal(got, "\\x80|\\xc0\\xaf|\\xed\\xa0\\x80|\\xf4\\x90\\x80\\x80|\\xff|\\xe2\\x80");
+	/* 0xc2 0x9b split across chunks: not consumed until the rest comes */
+	assert_int_equal(ESC("ab\xc2", 0), 2);
+	assert_int_equal(ESC("ab\xe2\x80", 0), 2);
+	assert_int_equal(ESC("ab\xe2\x41", 0), 4); /* decided: invalid */
+	assert_string_equal(got, "ab\\xe2A");
+}
+
+static void test_json_mode(void **state)
+{
+	ESC("{\"a\":\"\xe2\x80\xae\xc2\x9b\xff\"}", TERM_JSON | TERM_FINAL);
+	assert_string_equal(got, "{\"a\":\"\\u202e\\u009b\\ufffd\"}");
+}
+
+/* Every byte value, alone and after a lead byte: nothing a terminal acts on
+ * ever comes out raw. */
+static void test_no_raw_controls_ever(void **state)
+{
+	char in[3];
+
+	for (int a = 0; a < 256; a++)
+		for (int b = 0; b < 256; b++) {
+			in[0] = (char)a;
+			in[1] = (char)b;
+			in[2] = 'z';
+			esc(in, 3, TERM_FINAL);
+			for (const unsigned char *p = (const unsigned char *)got; *p; p++) {
+				assert_false(*p < 0x20 || *p == 0x7f);
+				if (p[0] == 0xc2)
+					assert_false(p[1] >= 0x80 && p[1] <= 0x9f);
+			}
+			assert_null(strstr(got, "\xe2\x80\xae"));
+		}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_c0_del_escaped),
+		cmocka_unit_test(test_cr),
+		cmocka_unit_test(test_c1_and_bidi),
+		cmocka_unit_test(test_invalid_utf8),
+		cmocka_unit_test(test_json_mode),
+		cmocka_unit_test(test_no_raw_controls_ever),
+	};
+	return cmocka_run_group_tests_name("termsafe", tests, NULL, NULL);
+}
