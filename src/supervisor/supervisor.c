@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
@@ -20,6 +21,7 @@
 #include "audit/audit.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "sandbox/owner.h"
 #include "supervisor/cgroup.h"
 #include "supervisor/ckpt_ops.h"
 #include "supervisor/control.h"
@@ -45,6 +47,7 @@ struct supervisor {
 	char cgroup_why[PATH_MAX + 128]; /* limits missing, for status and log */
 	char why[512];             /* a start-up failure, for `kosa8 start` */
 	pid_t vmm;
+	int owner_fd;              /* the sandbox's lock, held for life (sandbox/owner.h) */
 	/* A live fork's first start: the parent's frozen memory (-1: none). */
 	int restore_memfd;
 	int listen_fd;
@@ -249,6 +252,11 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 			_exit(127);
 		if (restore && s->restore_memfd >= 0)
 			fcntl(s->restore_memfd, F_SETFD, 0);
+		/* The VMM holds the sandbox's lock too: one that outlives us
+		 * keeps the disk owned.  It dies with us (its jail keeps the
+		 * signal across its uid change). */
+		fcntl(s->owner_fd, F_SETFD, 0);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execv(s->self, (char *const *)argv);
 		_exit(127);
 	}
@@ -883,6 +891,21 @@ static int fork_started(struct supervisor *s, const struct ckpt_fork *f)
 	return 0;
 }
 
+/* Before anything of the sandbox is touched: one supervisor per sandbox. */
+static int own_sandbox(struct supervisor *s, const char *name)
+{
+	struct sandbox_owner who;
+	int err = sandbox_state_dir(name, s->state_dir, sizeof(s->state_dir));
+
+	s->owner_fd = err ? err : sandbox_owner_take(s->state_dir, "supervisor", &who);
+	if (s->owner_fd == -EBUSY)
+		sandbox_owner_describe(name, &who, s->why, sizeof(s->why));
+	else if (s->owner_fd < 0)
+		snprintf(s->why, sizeof(s->why), "cannot lock sandbox '%s': %s", name,
+			 s->owner_fd == -ENOENT ? "no such sandbox" : strerror(-s->owner_fd));
+	return s->owner_fd < 0 ? s->owner_fd : 0;
+}
+
 int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
 {
 	struct supervisor s;
@@ -907,6 +930,11 @@ int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
 	sigaction(SIGCHLD, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	if ((err = own_sandbox(&s, name))) {
+		log_err("%s", s.why);
+		say_ready(ready_fd, s.why);
+		return err;
+	}
 	if ((err = setup(&s, name, &why)))
 		goto fail;
 	if ((err = ckpt_fork_load(s.state_dir, &fork)) == 0) {
@@ -989,5 +1017,6 @@ fail:
 	unlink(s.vsock_path);
 	rmdir(s.vm_dir);
 	rmdir(s.run_dir);
+	close(s.owner_fd);
 	return err;
 }
