@@ -352,56 +352,40 @@ static int wait_for_agent(struct supervisor *s)
 
 /* After a run from a checkpoint the guest's clock, RNG and (for a fork)
  * identity are the checkpoint's: two forks would draw the same random
- * numbers and share a host name and machine-id.  The agent runs this as
- * root: host entropy written into the pool and the CRNG reseeded from it
- * (RNDRESEEDCRNG, _IO('R', 7), through perl: Debian's perl-base is
- * essential, so every image has it, and it starts in a fraction of
- * python3's time, which was most of a rewind: 3.7-4.1 s of 4.4-5.4 s in
- * the helper VM), the wall clock set from the host, and for a fork the
- * sandbox's own name and a new machine-id.  Processes keep what they drew
- * before (a userspace RNG seeded earlier stays the same in every fork). */
-static const char fixup_script[] =
-	"printf %s \"$K8_SEED\" >/dev/urandom || exit 1\n"
-	"perl -e 'open(my $f, \">\", \"/dev/urandom\") or exit 1; ioctl($f, 0x5207, 0) or exit 1' || exit 2\n"
-	"date -s \"@$K8_TIME\" >/dev/null || exit 3\n"
-	"[ -z \"$K8_NAME\" ] && exit 0\n"
-	"hostname \"$K8_NAME\" && printf '%s\\n' \"$K8_NAME\" >/etc/hostname &&\n"
-	"printf '%s\\n' \"$K8_MACHINE_ID\" >/etc/machine-id || exit 4\n";
+ * numbers and share a host name and machine-id.  The agent puts them right
+ * in its own code (AP_FIXUP: host entropy credited and the CRNG reseeded,
+ * the clock set from the host's, for a fork the sandbox's name and a new
+ * machine-id), running no guest program: guest root may have replaced
+ * them all.  The call has a deadline: a guest that stalls it fails the
+ * fix-up, never the supervisor.  Processes keep what they drew before (a
+ * userspace RNG seeded earlier stays the same in every fork). */
+#define FIXUP_TIMEOUT_MS 10000
 
 static int guest_fixup(struct supervisor *s, bool new_identity)
 {
-	uint8_t seed[64], mid[16];
-	char env_seed[16 + 2 * sizeof(seed)], env_time[32], env_name[16 + SANDBOX_NAME_MAX],
-		env_mid[32 + 2 * sizeof(mid)];
-	const char *argv[] = {"/bin/sh", "-c", fixup_script, NULL};
-	const char *env[] = {env_seed, env_time, env_name, env_mid, NULL};
-	struct agent_exec_opts o = AGENT_EXEC_OPTS_INIT;
+	struct ap_fixup_req q = {.seed_len = 64, .identity = new_identity};
 	struct agent_client *c = NULL;
-	struct agent_exit x = {0};
+	struct timespec now;
+	uint32_t done = 0;
 	int err;
 
-	if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed) ||
-	    getrandom(mid, sizeof(mid), 0) != (ssize_t)sizeof(mid))
+	clock_gettime(CLOCK_REALTIME, &now);
+	q.time_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+	if (new_identity)
+		snprintf(q.hostname, sizeof(q.hostname), "%s", s->cfg.name);
+	if (getrandom(q.seed, q.seed_len, 0) != (ssize_t)q.seed_len ||
+	    getrandom(q.machine_id, sizeof(q.machine_id), 0) != (ssize_t)sizeof(q.machine_id))
 		return -EIO;
-	memcpy(env_seed, "K8_SEED=", 8);
-	audit_hex(seed, sizeof(seed), env_seed + 8);
-	snprintf(env_time, sizeof(env_time), "K8_TIME=%lld", (long long)time(NULL));
-	snprintf(env_name, sizeof(env_name), "K8_NAME=%s", new_identity ? s->cfg.name : "");
-	memcpy(env_mid, "K8_MACHINE_ID=", 14);
-	audit_hex(mid, sizeof(mid), env_mid + 14);
-	o.argv = argv;
-	o.env = env;
-	o.user = "root";
-	if ((err = agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c)) == 0 &&
-	    (err = agent_exec(c, &o, &x)) == 0 && (x.signaled || x.code))
-		err = -EIO;
+	if ((err = agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c)) == 0) {
+		agent_client_set_timeout(c, FIXUP_TIMEOUT_MS);
+		err = agent_fixup(c, &q, &done);
+	}
 	if (err)
-		log_err("setting the guest's clock, RNG and identity after the restore: %s (status %d)",
-			c ? agent_client_error(c) : strerror(-err), x.code);
+		log_err("setting the guest's clock, RNG and identity after the restore: %s",
+			c ? agent_client_error(c) : strerror(-err));
 	if (c)
 		agent_client_close(c);
-	explicit_bzero(seed, sizeof(seed));
-	explicit_bzero(env_seed, sizeof(env_seed));
+	explicit_bzero(&q, sizeof(q));
 	return err;
 }
 

@@ -106,11 +106,11 @@ static void test_take_probe_release(void **state)
 	assert_int_equal(sandbox_owner_take("/nonexistent/sb", "rm", &who), -ENOENT);
 }
 
-/* An owner killed with SIGKILL leaves no lock behind. */
-static void test_sigkill_releases(void **state)
+/* A process that owns the sandbox as its supervisor would, until killed. */
+static pid_t owner_process(void)
 {
 	struct sandbox_owner who;
-	int p[2], fd;
+	int p[2];
 	char c;
 	pid_t pid;
 
@@ -124,6 +124,18 @@ static void test_sigkill_releases(void **state)
 	}
 	assert_int_equal(read(p[0], &c, 1), 1);
 	assert_int_equal(c, 'y');
+	close(p[0]);
+	close(p[1]);
+	return pid;
+}
+
+/* An owner killed with SIGKILL leaves no lock behind. */
+static void test_sigkill_releases(void **state)
+{
+	struct sandbox_owner who;
+	pid_t pid = owner_process();
+	int fd;
+
 	assert_int_equal(sandbox_owner_probe(sdir, &who), 1);
 	assert_int_equal(who.pid, pid);
 	kill(pid, SIGKILL);
@@ -131,8 +143,6 @@ static void test_sigkill_releases(void **state)
 	assert_int_equal(sandbox_owner_probe(sdir, &who), 0);
 	assert_true((fd = sandbox_owner_take(sdir, "supervisor", &who)) >= 0);
 	close(fd);
-	close(p[0]);
-	close(p[1]);
 }
 
 /* Takers, removers (which unlink the lock file they hold, as `rm` does
@@ -195,22 +205,9 @@ static void test_race_one_owner(void **state)
  * says the owner did not answer; once the owner is gone, rm works. */
 static void test_cli_reads_the_lock(void **state)
 {
-	struct sandbox_owner who;
+	pid_t pid = owner_process();
 	char want[128];
-	int p[2];
-	char c;
-	pid_t pid;
 
-	assert_int_equal(pipe(p), 0);
-	if ((pid = fork()) == 0) {
-		int own = sandbox_owner_take(sdir, "supervisor", &who);
-		if (write(p[1], own >= 0 ? "y" : "n", 1) != 1)
-			_exit(1);
-		pause();
-		_exit(0);
-	}
-	assert_int_equal(read(p[0], &c, 1), 1);
-	assert_int_equal(c, 'y');
 	snprintf(want, sizeof(want), "sandbox 'sb' is running (supervisor pid %d)", (int)pid);
 	assert_int_equal(sh("$K start sb"), 1);
 	assert_non_null(strstr(out, want));
@@ -228,8 +225,6 @@ static void test_cli_reads_the_lock(void **state)
 	assert_int_equal(sh("$K rm sb"), 0);
 	assert_int_equal(access(sdir, F_OK), -1);
 	assert_int_equal(sh("$K create --name sb --image $R/image"), 0);
-	close(p[0]);
-	close(p[1]);
 }
 
 /* Parallel `start`, `rm` and `ps` of one sandbox while it is owned: none
