@@ -45,7 +45,7 @@ static int call_fd(const char *cmd, const char *name, cJSON *req, cJSON **reply,
 	err = control_call(path, req, reply, fd_out, timeout_ms);
 	cJSON_Delete(req);
 	if (err)
-		return cli_fail(cmd, "sandbox '%s' is not running (%s)", name, strerror(-err));
+		return cli_unanswered(cmd, name, err);
 	if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(*reply, "ok"))) {
 		e = cJSON_GetObjectItemCaseSensitive(*reply, "error");
 		cli_fail(cmd, "%s", cJSON_IsString(e) ? e->valuestring : "failed");

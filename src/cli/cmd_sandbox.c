@@ -75,6 +75,16 @@ static bool sandbox_owned(const char *name, char *why, size_t len)
 	return true;
 }
 
+int cli_unanswered(const char *cmd, const char *name, int err)
+{
+	char why[320];
+
+	if (sandbox_owned(name, why, sizeof(why)))
+		return cli_fail(cmd, "%s but did not answer (%s): it is busy, try again", why,
+				strerror(-err));
+	return cli_fail(cmd, "sandbox '%s' is not running (%s)", name, strerror(-err));
+}
+
 /* Whether the owner answers `status` within ms. */
 static bool sandbox_answers(const char *name, int ms)
 {
@@ -617,7 +627,7 @@ static int agent_session_env(const char *cmd, const char *name, cJSON *what, str
 	if (err || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok")) || fd < 0) {
 		const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "error");
 		if (err)
-			cli_fail(cmd, "sandbox '%s' is not running (kosa8 start it)", name);
+			cli_unanswered(cmd, name, err);
 		else
 			cli_fail(cmd, "%s", cJSON_IsString(e) ? e->valuestring : "the supervisor refused");
 		cJSON_Delete(reply);

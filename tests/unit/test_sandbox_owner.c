@@ -201,8 +201,9 @@ static void test_race_one_owner(void **state)
 }
 
 /* A sandbox someone owns, as a supervisor stuck in a long checkpoint
- * would: start and rm refuse and say who, ps says running (busy), rm -f
- * says the owner did not answer; once the owner is gone, rm works. */
+ * would: start and rm refuse and say who, ps says running (busy), rm -f,
+ * exec and checkpoint say the owner did not answer (not "not running");
+ * once the owner is gone, rm works. */
 static void test_cli_reads_the_lock(void **state)
 {
 	pid_t pid = owner_process();
@@ -217,11 +218,17 @@ static void test_cli_reads_the_lock(void **state)
 	assert_non_null(strstr(out, "running (busy)"));
 	assert_int_equal(sh("$K rm -f sb"), 1);
 	assert_non_null(strstr(out, "did not answer the stop"));
+	assert_int_equal(sh("$K exec sb -- true"), 125);
+	assert_non_null(strstr(out, "but did not answer"));
+	assert_int_equal(sh("$K checkpoint sb"), 1);
+	assert_non_null(strstr(out, "but did not answer"));
 	assert_int_equal(access(sdir, F_OK), 0);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	assert_int_equal(sh("$K ps | grep '^sb '"), 0);
 	assert_non_null(strstr(out, "stopped"));
+	assert_int_equal(sh("$K exec sb -- true"), 125);
+	assert_non_null(strstr(out, "sandbox 'sb' is not running"));
 	assert_int_equal(sh("$K rm sb"), 0);
 	assert_int_equal(access(sdir, F_OK), -1);
 	assert_int_equal(sh("$K create --name sb --image $R/image"), 0);
