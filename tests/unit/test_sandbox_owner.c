@@ -149,7 +149,7 @@ static void test_sigkill_releases(void **state)
  * with the whole directory) and probes at once, in processes: never two
  * owners at a time. */
 #define RACERS 6
-#define ROUNDS 300
+#define ROUNDS 1000
 static void racer(int id, volatile int *owners, volatile int *max, volatile int *taken)
 {
 	char path[PATH_MAX + 16];
