@@ -2,7 +2,8 @@
  * input is a byte stream pushed through a socketpair into ap_conn (frame
  * reassembly), and every frame that comes out goes to the decoder for its
  * type: exec requests, path requests, tree entries (with the path and
- * symlink checks, and an exact re-encoding round trip), exit records, and a
+ * symlink checks, and an exact re-encoding round trip), fix-up requests
+ * (bounds, and a re-encoding that decodes the same), exit records, and a
  * generic TLV walk.  Any out-of-bounds read, leak or abort is a bug. */
 #include <errno.h>
 #include <stdint.h>
@@ -29,6 +30,28 @@ static void check_entry(const struct ap_frame *f)
 	ap_entry_encode(&w, &e);
 	if (!ap_wr_status(&w) && (w.len != f->h.len || memcmp(w.p, f->p, w.len)))
 		abort();   /* the format is canonical: decode . encode = id */
+	ap_wr_free(&w);
+}
+
+static void check_fixup(const struct ap_frame *f)
+{
+	struct ap_fixup_req q, again;
+	struct ap_wr w;
+
+	if (ap_fixup_req_decode(f->p, f->h.len, &q))
+		return;
+	if (q.seed_len < AP_FIXUP_SEED_MIN || q.seed_len > AP_FIXUP_SEED_MAX ||
+	    (q.identity && !ap_hostname_valid(q.hostname, strlen(q.hostname))) ||
+	    (!q.identity && q.hostname[0]))
+		abort();
+	ap_wr_init(&w);
+	ap_fixup_req_encode(&w, &q);
+	if (!ap_wr_status(&w) &&
+	    (ap_fixup_req_decode(w.p, w.len, &again) || again.seed_len != q.seed_len ||
+	     memcmp(again.seed, q.seed, q.seed_len) || again.time_ns != q.time_ns ||
+	     again.identity != q.identity || strcmp(again.hostname, q.hostname) ||
+	     memcmp(again.machine_id, q.machine_id, sizeof(q.machine_id))))
+		abort();
 	ap_wr_free(&w);
 }
 
@@ -61,6 +84,9 @@ static void decode(const struct ap_frame *f)
 		break;
 	case AP_EXIT:
 		(void)ap_exit_decode(f->p, f->h.len, &x);
+		break;
+	case AP_FIXUP:
+		check_fixup(f);
 		break;
 	default:
 		ap_rd_init(&r, f->p, f->h.len);

@@ -4,6 +4,7 @@
  * session.c one accepted connection: hello, then one request at a time
  * exec.c    running a command with streamed stdio, pty, signals, exit status
  * user.c    /etc/passwd and /etc/group lookups (no NSS in a static binary)
+ * fixup.c   after a restore: RNG reseed, clock, identity (AP_FIXUP)
  * net.c     the guest's network: netfilter redirect of TCP and DNS, relayed
  *           to the host over vsock (docs/egress.md) */
 #ifndef KOSA8_AGENT_H
@@ -41,6 +42,9 @@ int user_lookup(const char *spec, struct agent_user *u, char *err, size_t errsz)
 /* Runs one AP_EXEC request to completion.  0 when the session can go on
  * (including requests answered with AP_ERROR), -errno when it must close. */
 int exec_run(struct ap_conn *c, uint32_t chan, const uint8_t *p, size_t len);
+
+/* Runs one AP_FIXUP request (fixup.c); return as exec_run. */
+int fixup_run(struct ap_conn *c, uint32_t chan, const uint8_t *p, size_t len);
 
 /* Serves one connection until it closes; owns fd. */
 void session_run(int fd);

@@ -178,6 +178,8 @@ static int dispatch(struct ap_conn *c, const struct ap_frame *f, uint32_t *done_
 	case AP_SHUTDOWN:
 	case AP_REBOOT:
 		return power(c, f);
+	case AP_FIXUP:
+		return f->h.chan ? fixup_run(c, f->h.chan, f->p, f->h.len) : -EBADMSG;
 	default:
 		return -EBADMSG;
 	}

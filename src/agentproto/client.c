@@ -21,6 +21,7 @@
 
 struct agent_client {
 	struct ap_conn *conn;
+	int timeout_ms;        /* longest wait for one reply frame */
 	uint32_t next_chan;
 	char version[64];
 	char err[512];
@@ -83,7 +84,9 @@ static int recv_frame(struct agent_client *c, struct ap_frame *f, int timeout)
 /* Waits for the reply to a request on chan: AP_OK (or `want`), or AP_ERROR. */
 static int expect(struct agent_client *c, uint32_t chan, uint16_t want, struct ap_frame *f)
 {
-	int rc = recv_frame(c, f, REPLY_TIMEOUT_MS);
+	int rc = recv_frame(c, f, c->timeout_ms);
+	if (rc == -ETIMEDOUT)
+		return fail(c, rc, "the agent did not answer within %d ms", c->timeout_ms);
 	if (rc)
 		return rc;
 	if (f->h.chan == chan && f->h.type == AP_ERROR)
@@ -128,6 +131,7 @@ static int client_new(int fd, struct agent_client **out)
 		return -ENOMEM;
 	}
 	c->next_chan = 1;
+	c->timeout_ms = REPLY_TIMEOUT_MS;
 	int rc = ap_conn_open(&c->conn, fd);
 	if (rc) {
 		close(fd);
@@ -256,6 +260,33 @@ static int power(struct agent_client *c, uint16_t type)
 }
 
 int agent_shutdown(struct agent_client *c) { return power(c, AP_SHUTDOWN); }
+
+void agent_client_set_timeout(struct agent_client *c, int ms)
+{
+	c->timeout_ms = ms;
+	c->conn->stall_ms = ms;
+}
+
+int agent_fixup(struct agent_client *c, const struct ap_fixup_req *q, uint32_t *done)
+{
+	struct ap_frame f;
+	struct ap_rd r;
+	struct ap_wr w;
+	uint32_t chan = c->next_chan++;
+	int rc;
+
+	ap_wr_init(&w);
+	ap_fixup_req_encode(&w, q);
+	rc = ap_wr_status(&w) ?: ap_conn_send(c->conn, AP_FIXUP, chan, w.p, w.len);
+	explicit_bzero(w.p, w.len);
+	ap_wr_free(&w);
+	if (rc || (rc = expect(c, chan, AP_OK, &f)))
+		return rc;
+	ap_rd_init(&r, f.p, f.h.len);
+	if (ap_get_u32(&r, done))
+		return fail(c, -EPROTO, "malformed fixup reply from the agent");
+	return 0;
+}
 int agent_reboot(struct agent_client *c) { return power(c, AP_REBOOT); }
 
 /* ---- exec ---- */
@@ -541,7 +572,7 @@ int agent_get_tree(struct agent_client *c, const char *remote_path, const char *
 		return rc;
 	int local = ap_tw_open(&w, local_dir, false, 0, 0);
 	for (;;) {
-		rc = recv_frame(c, &f, REPLY_TIMEOUT_MS);
+		rc = recv_frame(c, &f, c->timeout_ms);
 		if (rc)
 			break;
 		if (f.h.chan != chan) {

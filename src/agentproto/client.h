@@ -94,6 +94,16 @@ int agent_put_tree(struct agent_client *c, const char *local_path, const char *r
 int agent_get_tree(struct agent_client *c, const char *remote_path, const char *local_dir,
 		   struct ap_tree_stats *st);
 
+/* How long any one reply (and a stalled send) may take: REPLY_TIMEOUT_MS
+ * (30 s) unless set.  Past it a call fails with -ETIMEDOUT. */
+void agent_client_set_timeout(struct agent_client *c, int ms);
+
+/* After a run from a checkpoint: the agent reseeds the guest's RNG with
+ * q's seed, sets its clock and, with q->identity, its host name and
+ * machine-id, with no guest program (AP_FIXUP).  *done gets the AP_FIX_*
+ * bits of what it did. */
+int agent_fixup(struct agent_client *c, const struct ap_fixup_req *q, uint32_t *done);
+
 /* Asks the agent to power the guest off / reboot it (a plain agent process
  * exits).  0 once the agent acknowledged. */
 int agent_shutdown(struct agent_client *c);

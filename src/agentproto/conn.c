@@ -21,6 +21,7 @@ int ap_conn_open(struct ap_conn **out, int fd)
 	if (!c)
 		return -ENOMEM;
 	c->fd = fd;
+	c->stall_ms = AP_STALL_MS;
 	*out = c;
 	return 0;
 }
@@ -121,7 +122,10 @@ int ap_conn_flush_all(struct ap_conn *c)
 		if (rc || ap_conn_pending(c) == 0)
 			return rc;
 		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
-		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+		int n = poll(&p, 1, c->stall_ms);
+		if (n == 0)
+			return -ETIMEDOUT;
+		if (n < 0 && errno != EINTR)
 			return -errno;
 	}
 }

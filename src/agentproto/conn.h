@@ -17,7 +17,9 @@ struct ap_conn {
 	uint8_t *out;
 	size_t out_len, out_off, out_cap;
 	bool eof;
+	int stall_ms;       /* ap_conn_flush_all gives up after this long without progress */
 };
+#define AP_STALL_MS 30000
 
 struct ap_frame {
 	struct ap_hdr h;
@@ -35,7 +37,8 @@ int ap_conn_send_error(struct ap_conn *c, uint32_t chan, int err, const char *fm
 size_t ap_conn_pending(const struct ap_conn *c);
 /* Writes what the socket takes now: 0 (maybe with data still pending) or -errno. */
 int ap_conn_flush(struct ap_conn *c);
-/* Blocks until everything queued is written. */
+/* Blocks until everything queued is written: -ETIMEDOUT when the peer
+ * takes nothing for stall_ms (AP_STALL_MS unless set), -1 waits forever. */
 int ap_conn_flush_all(struct ap_conn *c);
 
 /* Returns 1 and the next whole frame if one is buffered, 0 if more bytes are

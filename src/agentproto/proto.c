@@ -281,6 +281,87 @@ int ap_path_req_decode(const uint8_t *p, size_t len, struct ap_path_req *q)
 	return rc;
 }
 
+bool ap_hostname_valid(const char *s, size_t len)
+{
+	if (len == 0 || len > AP_HOSTNAME_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '-' || s[i] == '.'))
+			return false;
+	return true;
+}
+
+/* One AP_FIXUP field, each at most once (seen: bit per tag). */
+static int fixup_field(struct ap_fixup_req *q, uint16_t tag, const uint8_t *v, uint32_t vlen,
+		       unsigned *seen)
+{
+	if (tag < AP_T_SEED || tag > AP_T_MACHINE_ID || (*seen & (1u << tag)))
+		return -EBADMSG;
+	*seen |= 1u << tag;
+	switch (tag) {
+	case AP_T_SEED:
+		if (vlen < AP_FIXUP_SEED_MIN || vlen > AP_FIXUP_SEED_MAX)
+			return -EBADMSG;
+		memcpy(q->seed, v, vlen);
+		q->seed_len = vlen;
+		return 0;
+	case AP_T_TIME:
+		if (vlen != 8)
+			return -EBADMSG;
+		for (int i = 7; i >= 0; i--)
+			q->time_ns = q->time_ns << 8 | v[i];
+		return 0;
+	case AP_T_HOSTNAME:
+		if (!ap_hostname_valid((const char *)v, vlen))
+			return -EBADMSG;
+		memcpy(q->hostname, v, vlen);
+		q->hostname[vlen] = 0;
+		return 0;
+	default:
+		if (vlen != sizeof(q->machine_id))
+			return -EBADMSG;
+		memcpy(q->machine_id, v, vlen);
+		return 0;
+	}
+}
+
+int ap_fixup_req_decode(const uint8_t *p, size_t len, struct ap_fixup_req *q)
+{
+	const unsigned ident = 1u << AP_T_HOSTNAME | 1u << AP_T_MACHINE_ID;
+	struct ap_rd r;
+	uint16_t tag;
+	const uint8_t *v;
+	uint32_t vlen;
+	unsigned seen = 0;
+	int rc;
+
+	memset(q, 0, sizeof(*q));
+	ap_rd_init(&r, p, len);
+	while ((rc = ap_get_tlv(&r, &tag, &v, &vlen)) == 1)
+		if ((rc = fixup_field(q, tag, v, vlen, &seen)))
+			break;
+	if (rc == 0 && (!(seen & 1u << AP_T_SEED) || !(seen & 1u << AP_T_TIME) ||
+			((seen & ident) && (seen & ident) != ident)))
+		rc = -EBADMSG;
+	q->identity = rc == 0 && (seen & ident) == ident;
+	return rc;
+}
+
+void ap_fixup_req_encode(struct ap_wr *w, const struct ap_fixup_req *q)
+{
+	uint8_t t[8];
+
+	for (int i = 0; i < 8; i++)
+		t[i] = (uint8_t)(q->time_ns >> (8 * i));
+	ap_put_tlv(w, AP_T_SEED, q->seed, q->seed_len);
+	ap_put_tlv(w, AP_T_TIME, t, sizeof(t));
+	if (q->identity) {
+		ap_put_tlv_str(w, AP_T_HOSTNAME, q->hostname);
+		ap_put_tlv(w, AP_T_MACHINE_ID, q->machine_id, sizeof(q->machine_id));
+	}
+}
+
 void ap_path_req_free(struct ap_path_req *q)
 {
 	free(q->path);

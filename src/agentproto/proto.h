@@ -51,7 +51,8 @@ enum ap_type {
 	AP_TREE_END = 21,   /* tree stream: u32 entries, u64 bytes */
 	AP_SHUTDOWN = 22,   /* host->agent: empty */
 	AP_REBOOT = 23,     /* host->agent: empty */
-	AP_TYPE_MAX = 23,
+	AP_FIXUP = 24,      /* host->agent: TLV request (seed, time, hostname, machine-id) */
+	AP_TYPE_MAX = 24,
 };
 
 /* TLV tags inside AP_EXEC / AP_PUT / AP_GET. */
@@ -63,6 +64,10 @@ enum ap_tag {
 	AP_T_PTY = 5,     /* u16 rows, u16 cols */
 	AP_T_TERM = 6,
 	AP_T_PATH = 7,
+	AP_T_SEED = 8,        /* AP_FIXUP: AP_FIXUP_SEED_MIN..MAX bytes of host entropy */
+	AP_T_TIME = 9,        /* AP_FIXUP: u64 ns since the epoch (the host's clock) */
+	AP_T_HOSTNAME = 10,   /* AP_FIXUP: 1-63 of [A-Za-z0-9.-] */
+	AP_T_MACHINE_ID = 11, /* AP_FIXUP: 16 bytes */
 };
 
 enum ap_exit_kind { AP_EXITED = 0, AP_KILLED = 1 };
@@ -144,6 +149,33 @@ struct ap_entry {
 };
 int ap_entry_decode(const uint8_t *p, size_t len, struct ap_entry *e);
 void ap_entry_encode(struct ap_wr *w, const struct ap_entry *e);
+
+/* Decoded AP_FIXUP: what a guest run from a checkpoint must not keep of
+ * it.  Seed and time are required; hostname and machine-id come together
+ * (a fork's new identity) or not at all.  The reply is AP_OK with a u32 of
+ * AP_FIX_* bits saying what was done. */
+#define AP_FIXUP_SEED_MIN 32
+#define AP_FIXUP_SEED_MAX 512
+#define AP_HOSTNAME_MAX 63
+enum ap_fix_done {
+	AP_FIX_ENTROPY = 1,     /* the seed mixed into the pool (RNDADDENTROPY) */
+	AP_FIX_RESEED = 2,      /* the CRNG reseeded from it (RNDRESEEDCRNG) */
+	AP_FIX_CLOCK = 4,       /* CLOCK_REALTIME set */
+	AP_FIX_HOSTNAME = 8,    /* sethostname and /etc/hostname */
+	AP_FIX_MACHINE_ID = 16, /* /etc/machine-id */
+	AP_FIX_BOOT_ID = 32,    /* /proc/sys/kernel/random/boot_id (stock kernels: read-only) */
+};
+struct ap_fixup_req {
+	uint8_t seed[AP_FIXUP_SEED_MAX];
+	size_t seed_len;
+	uint64_t time_ns;
+	char hostname[AP_HOSTNAME_MAX + 1];   /* "" when not asked */
+	uint8_t machine_id[16];
+	bool identity;                        /* hostname and machine_id set */
+};
+int ap_fixup_req_decode(const uint8_t *p, size_t len, struct ap_fixup_req *req);
+void ap_fixup_req_encode(struct ap_wr *w, const struct ap_fixup_req *req);
+bool ap_hostname_valid(const char *s, size_t len);
 
 struct ap_exit {
 	uint8_t kind, core;

@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "common/util.h"
 #include "proxy/secrets.h"
+#include "sandbox/owner.h"
 #include "supervisor/checkpoints.h"
 #include "supervisor/ckpt_ops.h"
 #include "supervisor/control.h"
@@ -44,7 +45,7 @@ static int call_fd(const char *cmd, const char *name, cJSON *req, cJSON **reply,
 	err = control_call(path, req, reply, fd_out, timeout_ms);
 	cJSON_Delete(req);
 	if (err)
-		return cli_fail(cmd, "sandbox '%s' is not running (%s)", name, strerror(-err));
+		return cli_unanswered(cmd, name, err);
 	if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(*reply, "ok"))) {
 		e = cJSON_GetObjectItemCaseSensitive(*reply, "error");
 		cli_fail(cmd, "%s", cJSON_IsString(e) ? e->valuestring : "failed");
@@ -209,7 +210,7 @@ static int create_child(const char *parent, const char *pdir, const char *id, co
 	char dir[PATH_MAX], policy[PATH_MAX], err[600] = "";
 	struct sandbox_cfg cfg;
 	struct stat st;
-	int rc;
+	int rc, lk;
 
 	if (!sandbox_name_valid(child))
 		return cli_fail("fork", "bad name '%s': use 1-63 of a-z 0-9 . _ -, starting with a letter or digit", child);
@@ -218,11 +219,18 @@ static int create_child(const char *parent, const char *pdir, const char *id, co
 	if (sandbox_cfg_load(pdir, &cfg))
 		return cli_fail("fork", "cannot read the configuration of '%s'", parent);
 	snprintf(cfg.name, sizeof(cfg.name), "%s", child);
-	cfg.cid = sandbox_cid_pick(); /* its guest sees the change (vsock transport reset) */
 	cfg.created = (int64_t)time(NULL);
 	cfg.workspace_copied = true;
-	if (mkdir_p(dir, 0700))
-		return cli_fail("fork", "cannot create %s", dir);
+	/* The CID is the fork's own once its sandbox.json is written. */
+	if ((lk = sandbox_create_lock()) < 0)
+		return cli_fail("fork", "cannot lock the sandboxes' directory: %s", strerror(-lk));
+	/* its guest sees the change (vsock transport reset) */
+	if (!(cfg.cid = sandbox_cid_pick()) || mkdir(dir, 0700)) {
+		rc = cfg.cid ? errno : 0;
+		close(lk);
+		return cli_fail("fork", rc == EEXIST ? "a sandbox named '%s' exists already" :
+				rc ? "cannot create sandbox '%s'" : "no vsock CID left for '%s' (kosa8 rm some sandboxes)", child);
+	}
 	rc = ckpt_fork_prepare(pdir, parent, id, dir, child, err, sizeof(err));
 	if (!rc && !sandbox_path(policy, sizeof(policy), pdir, "policy") && access(policy, F_OK) == 0 &&
 	    (rc = cli_copy_policy(policy, dir)))
@@ -232,6 +240,7 @@ static int create_child(const char *parent, const char *pdir, const char *id, co
 			 strerror(-rc));
 	if (!rc && (rc = sandbox_cfg_save(dir, &cfg)))
 		snprintf(err, sizeof(err), "cannot write the configuration: %s", strerror(-rc));
+	close(lk);
 	if (rc) {
 		cli_remove_tree(dir); /* its pin goes with it (ckpt_live_fork) */
 		return cli_fail("fork", "%s", err);

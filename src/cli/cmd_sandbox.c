@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -26,6 +27,7 @@
 #include "disk/disk.h"
 #include "proxy/policy.h"
 #include "proxy/secrets.h"
+#include "sandbox/owner.h"
 #include "supervisor/ckpt_ops.h"
 #include "supervisor/console_log.h"
 #include "supervisor/control.h"
@@ -34,6 +36,10 @@
 
 #define DEFAULT_MEM (1024 * MiB)
 #define START_TIMEOUT_MS (SUPERVISOR_BOOT_TIMEOUT_MS + 60 * 1000)
+/* A supervisor asked to stop has its VMM power off, then at worst killed. */
+#define STOP_WAIT_MS (60 * 1000)
+/* `ps`: a supervisor this slow to answer is busy (a checkpoint). */
+#define PS_STATUS_MS 1000
 
 int cli_fail(const char *cmd, const char *fmt, ...)
 {
@@ -58,7 +64,31 @@ static int control_path(const char *name, char *buf, size_t len)
 	return err ? err : sandbox_path(buf, len, dir, "control.sock");
 }
 
-static bool sandbox_running(const char *name)
+/* Whether the sandbox is owned (sandbox/owner.h): the held lock says so,
+ * however long its supervisor takes to answer.  why gets what to tell. */
+static bool sandbox_owned(const char *name, char *why, size_t len)
+{
+	struct sandbox_owner who;
+	char dir[PATH_MAX];
+
+	if (sandbox_state_dir(name, dir, sizeof(dir)) || sandbox_owner_probe(dir, &who) != 1)
+		return false;
+	sandbox_owner_describe(name, &who, why, len);
+	return true;
+}
+
+int cli_unanswered(const char *cmd, const char *name, int err)
+{
+	char why[320];
+
+	if (sandbox_owned(name, why, sizeof(why)))
+		return cli_fail(cmd, "%s but did not answer (%s): it is busy, try again", why,
+				strerror(-err));
+	return cli_fail(cmd, "sandbox '%s' is not running (%s)", name, strerror(-err));
+}
+
+/* Whether the owner answers `status` within ms. */
+static bool sandbox_answers(const char *name, int ms)
 {
 	char path[PATH_MAX];
 	cJSON *req, *reply = NULL;
@@ -68,7 +98,7 @@ static bool sandbox_running(const char *name)
 		return false;
 	req = cJSON_CreateObject();
 	cJSON_AddStringToObject(req, "op", "status");
-	up = control_call(path, req, &reply, NULL, 5000) == 0 &&
+	up = control_call(path, req, &reply, NULL, ms) == 0 &&
 	     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok"));
 	cJSON_Delete(req);
 	cJSON_Delete(reply);
@@ -217,6 +247,7 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 	struct sandbox_cfg cfg;
 	char dir[PATH_MAX], disk[PATH_MAX], err_msg[DISK_ERR_LEN], why[PATH_MAX + 128];
 	struct stat st;
+	int lk, rc;
 
 	memset(&cfg, 0, sizeof(cfg));
 	if (o->name)
@@ -252,20 +283,39 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 	snprintf(cfg.name, sizeof(cfg.name), "%s", name);
 	cfg.mem = o->mem;
 	cfg.cpus = o->cpus;
-	cfg.cid = sandbox_cid_pick();
 	cfg.created = (int64_t)time(NULL);
-	if (sandbox_state_dir_private(name, true, dir, sizeof(dir), why, sizeof(why)) < 0)
+	/* The state directories must be the user's alone before anything is
+	 * made in them (sandboxes/ may not exist yet: the lock makes it). */
+	if ((rc = sandbox_state_dir_private(name, false, dir, sizeof(dir), why, sizeof(why))) &&
+	    rc != -ENOENT)
 		return cli_fail(cmd, "%s", why);
-	if (sandbox_path(disk, sizeof(disk), dir, "disk.k8d") < 0)
-		return cli_fail(cmd, "cannot create %s", dir);
-	if (disk_create(disk, cfg.image, NULL, err_msg, sizeof(err_msg)) < 0 ||
-	    sandbox_cfg_save(dir, &cfg) < 0) {
-		char rm[PATH_MAX + 16];
-		snprintf(rm, sizeof(rm), "%s", dir);
-		unlink(disk);
-		rmdir(rm);
-		return cli_fail(cmd, "cannot create the sandbox's disk: %s", err_msg);
+	/* The CID is the sandbox's own once its sandbox.json is written. */
+	if ((lk = sandbox_create_lock()) < 0)
+		return cli_fail(cmd, "cannot lock the sandboxes' directory: %s", strerror(-lk));
+	if (!(cfg.cid = sandbox_cid_pick())) {
+		close(lk);
+		return cli_fail(cmd, "no vsock CID left: there are %u sandboxes (kosa8 rm some)",
+				SANDBOX_MAX_SANDBOXES);
 	}
+	if (mkdir(dir, 0700) < 0 || sandbox_path(disk, sizeof(disk), dir, "disk.k8d") < 0) {
+		rc = errno;
+		close(lk);
+		return cli_fail(cmd, rc == EEXIST ? "a sandbox named '%s' exists already" :
+				"cannot create the sandbox '%s'", name);
+	}
+	if (sandbox_state_dir_private(name, false, dir, sizeof(dir), why, sizeof(why)) < 0) {
+		rmdir(dir);
+		close(lk);
+		return cli_fail(cmd, "%s", why);
+	}
+	if ((rc = disk_create(disk, cfg.image, NULL, err_msg, sizeof(err_msg))) < 0 ||
+	    sandbox_cfg_save(dir, &cfg) < 0) {
+		unlink(disk);
+		rmdir(dir);
+		close(lk);
+		return cli_fail(cmd, "cannot create the sandbox's disk: %s", rc < 0 ? err_msg : "cannot write sandbox.json");
+	}
+	close(lk);
 	if (o->policy && cli_copy_policy(o->policy, dir) < 0) {
 		cli_remove_tree(dir);
 		return cli_fail(cmd, "cannot copy the policy %s into the sandbox", o->policy);
@@ -288,6 +338,31 @@ int cmd_create(int argc, char **argv)
 
 /* ---- start / stop ---- */
 
+/* The supervisor's one line ("ok" or "error: ..."), within
+ * START_TIMEOUT_MS: its length, or -ETIMEDOUT. */
+static int read_ready(int fd, char *line, size_t len)
+{
+	uint64_t deadline = mono_ms() + START_TIMEOUT_MS;
+	size_t n = 0;
+
+	line[0] = 0;
+	while (n + 1 < len) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		uint64_t now = mono_ms();
+		int r = now < deadline ? poll(&pf, 1, (int)(deadline - now)) : 0;
+
+		if (r == 0)
+			return -ETIMEDOUT;
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 || read(fd, line + n, 1) != 1 || line[n] == '\n')
+			break;
+		n++;
+	}
+	line[n] = 0;
+	return (int)n;
+}
+
 int cli_start_sandbox(const char *cmd, const char *name, int memfd)
 {
 	char self[PATH_MAX], line[512], dir[PATH_MAX], memstr[16], why[PATH_MAX + 128];
@@ -300,8 +375,8 @@ int cli_start_sandbox(const char *cmd, const char *name, int memfd)
 		return cli_fail(cmd, "%s", why);
 	if (err || sandbox_cfg_load(dir, &cfg) < 0)
 		return cli_fail(cmd, "no sandbox named '%s' (see 'kosa8 ps')", name);
-	if (sandbox_running(name))
-		return cli_fail(cmd, "sandbox '%s' is already running", name);
+	if (sandbox_owned(name, line, sizeof(line)))
+		return cli_fail(cmd, "%s", line);
 	if (!realpath("/proc/self/exe", self) || pipe2(p, O_CLOEXEC) < 0)
 		return cli_fail(cmd, "%s", strerror(errno));
 	pid = fork();
@@ -331,13 +406,14 @@ int cli_start_sandbox(const char *cmd, const char *name, int memfd)
 		_exit(127);
 	}
 	close(p[1]);
-	while (n < (int)sizeof(line) - 1 && read(p[0], line + n, 1) == 1 && line[n] != '\n')
-		n++;
-	line[n] = '\0';
+	n = read_ready(p[0], line, sizeof(line));
 	close(p[0]);
 	waitpid(pid, NULL, WNOHANG);
+	if (n == -ETIMEDOUT)
+		return cli_fail(cmd, "the supervisor (pid %d) did not say it was ready within %d s (see %s/supervisor.log)",
+				(int)pid, START_TIMEOUT_MS / 1000, dir);
 	if (strcmp(line, "ok") != 0)
-		return cli_fail(cmd, "%s", n ? line : "the supervisor died while starting (see its log)");
+		return cli_fail(cmd, "%s", n > 0 ? line : "the supervisor died while starting (see its log)");
 	return 0;
 }
 
@@ -352,18 +428,25 @@ int cmd_start(int argc, char **argv)
  * off within the grace period, or its agent did not take the request). */
 #define STOP_FORCED_STATUS 3
 
-/* Stops a sandbox: the guest gets grace_ms to power off, then the
- * supervisor ends the VM from the host; the reply says which way it ended.
- * 0: the guest shut down; STOP_FORCED_STATUS: forced; 1: an error. */
-static int stop_sandbox(const char *cmd, const char *name, uint64_t grace_ms)
+/* Asks the owner to stop: the guest gets grace_ms to power off, then the
+ * supervisor ends the VM from the host; the reply says which way it ended
+ * (*status: 0 the guest shut down, STOP_FORCED_STATUS forced).  Then waits
+ * for the sandbox's lock: the returned descriptor holds it (for rm), or -1
+ * after a failure said why. */
+static int stop_and_own(const char *cmd, const char *name, const char *role, uint64_t grace_ms,
+			int *status)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX], dir[PATH_MAX], why[320];
+	struct sandbox_owner who;
 	cJSON *req, *reply = NULL;
 	const cJSON *ended;
-	int err, status = 0;
+	int err, fd;
 
-	if (control_path(name, path, sizeof(path)) < 0)
-		return cli_fail(cmd, "bad name '%s'", name);
+	*status = 0;
+	if (control_path(name, path, sizeof(path)) < 0 || sandbox_state_dir(name, dir, sizeof(dir)) < 0)
+		return cli_fail(cmd, "bad name '%s'", name), -1;
+	if (!sandbox_owned(name, why, sizeof(why)))
+		return cli_fail(cmd, "sandbox '%s' is not running", name), -1;
 	req = cJSON_CreateObject();
 	cJSON_AddStringToObject(req, "op", "stop");
 	cJSON_AddNumberToObject(req, "grace_ms", (double)grace_ms);
@@ -372,24 +455,39 @@ static int stop_sandbox(const char *cmd, const char *name, uint64_t grace_ms)
 	cJSON_Delete(req);
 	ended = cJSON_GetObjectItemCaseSensitive(reply, "ended");
 	if (err == -ETIMEDOUT)
-		status = cli_fail(cmd, "sandbox '%s': its supervisor did not report the VM's end in %llu s",
-				  name, (unsigned long long)(grace_ms + SUPERVISOR_STOP_END_MS) / 1000);
+		fd = cli_fail(cmd, "%s: its supervisor did not report the VM's end in %llu s", why,
+			      (unsigned long long)(grace_ms + SUPERVISOR_STOP_END_MS) / 1000);
 	else if (err)
-		status = cli_fail(cmd, "sandbox '%s' is not running", name);
+		fd = cli_fail(cmd, "%s, and its supervisor did not answer the stop: %s", why, strerror(-err));
 	else if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok")) || !cJSON_IsString(ended))
-		status = cli_fail(cmd, "sandbox '%s': the supervisor refused the stop", name);
-	else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "forced"))) {
+		fd = cli_fail(cmd, "sandbox '%s': the supervisor refused the stop", name);
+	else
+		fd = 0;
+	if (!fd && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "forced"))) {
 		fprintf(stderr, "kosa8 %s: sandbox '%s' did not power off within %llu s: ended by the host (forced)\n",
 			cmd, name, (unsigned long long)grace_ms / 1000);
-		status = STOP_FORCED_STATUS;
+		*status = STOP_FORCED_STATUS;
 	}
 	cJSON_Delete(reply);
-	if (err)
-		return status;
-	/* The VM has ended; the supervisor's clean-up is host code and short:
-	 * its socket goes away. */
-	for (int i = 0; i < 300 && access(path, F_OK) == 0; i++)
-		usleep(100 * 1000);
+	if (fd)
+		return -1;
+	/* The lock goes when the supervisor and its VMM have ended. */
+	fd = sandbox_owner_wait(dir, role, STOP_WAIT_MS, &who);
+	if (fd == -ETIMEDOUT)
+		return cli_fail(cmd, "%s: still so %d s after the stop", why, STOP_WAIT_MS / 1000), -1;
+	if (fd < 0)
+		return cli_fail(cmd, "sandbox '%s': %s", name, strerror(-fd)), -1;
+	return fd;
+}
+
+/* 0: the guest shut down; STOP_FORCED_STATUS: forced; 1: an error. */
+static int stop_sandbox(const char *cmd, const char *name, uint64_t grace_ms)
+{
+	int status, fd = stop_and_own(cmd, name, "stop", grace_ms, &status);
+
+	if (fd < 0)
+		return 1;
+	close(fd);
 	return status;
 }
 
@@ -441,8 +539,10 @@ int cmd_rm(int argc, char **argv)
 {
 	bool force = argc == 3 && !strcmp(argv[1], "-f");
 	const char *name = argv[argc - 1];
-	char dir[PATH_MAX], child[SANDBOX_NAME_MAX + 1];
+	char dir[PATH_MAX], child[SANDBOX_NAME_MAX + 1], why[320];
+	struct sandbox_owner who;
 	struct sandbox_cfg cfg;
+	int fd, err;
 
 	if (argc < 2 || argc > 3 || (argc == 3 && !force))
 		return cli_fail("rm", "%s", "usage: kosa8 rm [-f] NAME"), 2;
@@ -452,13 +552,22 @@ int cmd_rm(int argc, char **argv)
 	if (ckpt_live_fork(dir, NULL, child, sizeof(child)))
 		return cli_fail("rm", "sandbox '%s' has forks that run from its checkpoints ('%s'): kosa8 rm them first",
 				name, child);
-	if (sandbox_running(name)) {
-		if (!force)
-			return cli_fail("rm", "sandbox '%s' is running: stop it first, or use rm -f", name);
-		stop_sandbox("rm", name, 0); /* removed anyway: no grace */
+	/* Removed under its lock: no supervisor starts on it meanwhile. */
+	fd = sandbox_owner_take(dir, "rm", &who);
+	if (fd == -EBUSY && !force) {
+		sandbox_owner_describe(name, &who, why, sizeof(why));
+		return cli_fail("rm", "%s: stop it first, or use rm -f", why);
 	}
-	if (cli_remove_tree(dir) < 0)
-		return cli_fail("rm", "cannot remove %s: %s", dir, strerror(errno));
+	if (fd == -EBUSY)
+		fd = stop_and_own("rm", name, "rm", 0, &err); /* removed anyway: no grace */
+	else if (fd < 0)
+		return cli_fail("rm", "cannot lock sandbox '%s': %s", name, strerror(-fd));
+	if (fd < 0)
+		return 1;
+	err = cli_remove_tree(dir);
+	close(fd);
+	if (err < 0)
+		return cli_fail("rm", "cannot remove %s: %s", dir, strerror(-err));
 	return 0;
 }
 
@@ -469,15 +578,18 @@ static void ps_one(const char *name, void *arg)
 	struct ps_ctx *ctx = arg;
 	char dir[PATH_MAX];
 	struct sandbox_cfg cfg;
-	const char *state;
+	char why[320];
+	bool owned, busy;
 
 	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
 		return;
-	state = sandbox_running(name) ? "running" : "stopped";
+	owned = sandbox_owned(name, why, sizeof(why));
+	busy = owned && !sandbox_answers(name, PS_STATUS_MS);
 	if (ctx->json) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "name", name);
-		cJSON_AddStringToObject(o, "state", state);
+		cJSON_AddStringToObject(o, "state", owned ? "running" : "stopped");
+		cJSON_AddBoolToObject(o, "busy", busy);
 		cJSON_AddNumberToObject(o, "cpus", cfg.cpus);
 		cJSON_AddNumberToObject(o, "cid", cfg.cid);
 		cJSON_AddNumberToObject(o, "mem", (double)cfg.mem);
@@ -485,7 +597,8 @@ static void ps_one(const char *name, void *arg)
 		cJSON_AddNumberToObject(o, "created", (double)cfg.created);
 		cJSON_AddItemToArray(ctx->arr, o);
 	} else {
-		printf("%-24s %-8s %4d %6lluM  %s\n", name, state, cfg.cpus,
+		printf("%-24s %-14s %4d %6lluM  %s\n", name,
+		       busy ? "running (busy)" : owned ? "running" : "stopped", cfg.cpus,
 		       (unsigned long long)(cfg.mem / MiB), cfg.workspace);
 	}
 }
@@ -499,7 +612,7 @@ int cmd_ps(int argc, char **argv)
 	if (ctx.json)
 		ctx.arr = cJSON_CreateArray();
 	else
-		printf("%-24s %-8s %4s %7s  %s\n", "NAME", "STATE", "CPUS", "MEM", "WORKSPACE");
+		printf("%-24s %-14s %4s %7s  %s\n", "NAME", "STATE", "CPUS", "MEM", "WORKSPACE");
 	sandbox_list(ps_one, &ctx);
 	if (ctx.json) {
 		char *s = cJSON_Print(ctx.arr);
@@ -613,7 +726,7 @@ static int agent_session_env(const char *cmd, const char *name, cJSON *what, str
 	if (err || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok")) || fd < 0) {
 		const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "error");
 		if (err)
-			cli_fail(cmd, "sandbox '%s' is not running (kosa8 start it)", name);
+			cli_unanswered(cmd, name, err);
 		else
 			cli_fail(cmd, "%s", cJSON_IsString(e) ? e->valuestring : "the supervisor refused");
 		cJSON_Delete(reply);

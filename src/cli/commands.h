@@ -41,6 +41,9 @@ int cmd_fork(int argc, char **argv);
 int cli_start_sandbox(const char *cmd, const char *name, int memfd);
 int cli_copy_policy(const char *from, const char *dir);
 int cli_remove_tree(const char *dir);
+/* The supervisor did not answer (err): says "busy" when it still owns the
+ * sandbox, "not running" when nobody does.  Returns 1. */
+int cli_unanswered(const char *cmd, const char *name, int err);
 
 /* "kosa8 CMD: <message>" on stderr; returns 1 (the commands' error status). */
 __attribute__((format(printf, 2, 3)))

@@ -142,8 +142,10 @@ static int get_list(const cJSON *o, const char *k, char *rows, size_t stride, in
 	return 0;
 }
 
-/* CIDs a pick looks among; the VMM takes up to 0xfffffffe. */
-#define SANDBOX_CID_SCAN 65536u
+/* CIDs a pick hands out: 3 to 0xffff, so that the VMM's uid, made of the
+ * CID's low 16 bits (jail_vmm_uid), is a sandbox's own too.  The VMM
+ * takes up to 0xfffffffe (older sandbox.json files may hold such). */
+#define SANDBOX_CID_SCAN SANDBOX_MAX_SANDBOXES
 #define SANDBOX_MAX_CID 0xfffffffeu
 
 int sandbox_cfg_save(const char *state_dir, const struct sandbox_cfg *c)
@@ -271,7 +273,7 @@ int sandbox_list(void (*fn)(const char *name, void *ctx), void *ctx)
 }
 
 struct cid_scan {
-	uint8_t used[SANDBOX_CID_SCAN / 8];
+	uint8_t used[(SANDBOX_CID_SCAN + 7) / 8];
 };
 
 static void note_cid(const char *name, void *ctx)
@@ -295,6 +297,5 @@ uint32_t sandbox_cid_pick(void)
 	for (uint32_t i = 0; i < SANDBOX_CID_SCAN; i++)
 		if (!(scan.used[i / 8] & (1u << (i % 8))))
 			return SANDBOX_FIRST_CID + i;
-	/* More sandboxes than that: any CID still works (see the header). */
-	return SANDBOX_FIRST_CID + SANDBOX_CID_SCAN;
+	return 0;
 }

@@ -67,10 +67,12 @@ int sandbox_path(char *buf, size_t len, const char *dir, const char *file);
 
 int sandbox_cfg_save(const char *state_dir, const struct sandbox_cfg *c);
 /* A vsock CID no sandbox of this user has (the smallest from
- * SANDBOX_FIRST_CID), for a new sandbox or a fork: a fork's guest sees its
- * CID change (transport reset) and software in it can tell the copies
- * apart.  Two creates at the same moment may pick the same one, which
- * breaks nothing: each VMM's vsock is its own unix socket. */
+ * SANDBOX_FIRST_CID, at most 0xffff), for a new sandbox or a fork: a
+ * fork's guest sees its CID change (transport reset) and software in it
+ * can tell the copies apart.  The VMM's uid comes from it (vmm/jail.h), so
+ * a caller holds sandbox_create_lock() (sandbox/owner.h) from the pick
+ * until the new sandbox.json is written.  0 when all are taken. */
+#define SANDBOX_MAX_SANDBOXES (0x10000u - SANDBOX_FIRST_CID)
 uint32_t sandbox_cid_pick(void);
 /* -ENOENT when there is no such sandbox, -EBADMSG for a damaged file. */
 int sandbox_cfg_load(const char *state_dir, struct sandbox_cfg *c);

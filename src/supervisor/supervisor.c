@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
@@ -22,6 +23,7 @@
 #include "audit/audit.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "sandbox/owner.h"
 #include "supervisor/cgroup.h"
 #include "supervisor/console_log.h"
 #include "supervisor/ckpt_ops.h"
@@ -55,6 +57,7 @@ struct supervisor {
 	char cgroup_why[PATH_MAX + 128]; /* limits missing, for status and log */
 	char why[512];             /* a start-up failure, for `kosa8 start` */
 	pid_t vmm;
+	int owner_fd;              /* the sandbox's lock, held for life (sandbox/owner.h) */
 	/* A live fork's first start: the parent's frozen memory (-1: none). */
 	int restore_memfd;
 	int listen_fd;
@@ -277,6 +280,11 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 			_exit(127);
 		if (restore && s->restore_memfd >= 0)
 			fcntl(s->restore_memfd, F_SETFD, 0);
+		/* The VMM holds the sandbox's lock too: one that outlives us
+		 * keeps the disk owned.  It dies with us (its jail keeps the
+		 * signal across its uid change). */
+		fcntl(s->owner_fd, F_SETFD, 0);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execv(s->self, (char *const *)argv);
 		_exit(127);
 	}
@@ -374,56 +382,40 @@ static int wait_for_agent(struct supervisor *s)
 
 /* After a run from a checkpoint the guest's clock, RNG and (for a fork)
  * identity are the checkpoint's: two forks would draw the same random
- * numbers and share a host name and machine-id.  The agent runs this as
- * root: host entropy written into the pool and the CRNG reseeded from it
- * (RNDRESEEDCRNG, _IO('R', 7), through perl: Debian's perl-base is
- * essential, so every image has it, and it starts in a fraction of
- * python3's time, which was most of a rewind: 3.7-4.1 s of 4.4-5.4 s in
- * the helper VM), the wall clock set from the host, and for a fork the
- * sandbox's own name and a new machine-id.  Processes keep what they drew
- * before (a userspace RNG seeded earlier stays the same in every fork). */
-static const char fixup_script[] =
-	"printf %s \"$K8_SEED\" >/dev/urandom || exit 1\n"
-	"perl -e 'open(my $f, \">\", \"/dev/urandom\") or exit 1; ioctl($f, 0x5207, 0) or exit 1' || exit 2\n"
-	"date -s \"@$K8_TIME\" >/dev/null || exit 3\n"
-	"[ -z \"$K8_NAME\" ] && exit 0\n"
-	"hostname \"$K8_NAME\" && printf '%s\\n' \"$K8_NAME\" >/etc/hostname &&\n"
-	"printf '%s\\n' \"$K8_MACHINE_ID\" >/etc/machine-id || exit 4\n";
+ * numbers and share a host name and machine-id.  The agent puts them right
+ * in its own code (AP_FIXUP: host entropy credited and the CRNG reseeded,
+ * the clock set from the host's, for a fork the sandbox's name and a new
+ * machine-id), running no guest program: guest root may have replaced
+ * them all.  The call has a deadline: a guest that stalls it fails the
+ * fix-up, never the supervisor.  Processes keep what they drew before (a
+ * userspace RNG seeded earlier stays the same in every fork). */
+#define FIXUP_TIMEOUT_MS 10000
 
 static int guest_fixup(struct supervisor *s, bool new_identity)
 {
-	uint8_t seed[64], mid[16];
-	char env_seed[16 + 2 * sizeof(seed)], env_time[32], env_name[16 + SANDBOX_NAME_MAX],
-		env_mid[32 + 2 * sizeof(mid)];
-	const char *argv[] = {"/bin/sh", "-c", fixup_script, NULL};
-	const char *env[] = {env_seed, env_time, env_name, env_mid, NULL};
-	struct agent_exec_opts o = AGENT_EXEC_OPTS_INIT;
+	struct ap_fixup_req q = {.seed_len = 64, .identity = new_identity};
 	struct agent_client *c = NULL;
-	struct agent_exit x = {0};
+	struct timespec now;
+	uint32_t done = 0;
 	int err;
 
-	if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed) ||
-	    getrandom(mid, sizeof(mid), 0) != (ssize_t)sizeof(mid))
+	clock_gettime(CLOCK_REALTIME, &now);
+	q.time_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+	if (new_identity)
+		snprintf(q.hostname, sizeof(q.hostname), "%s", s->cfg.name);
+	if (getrandom(q.seed, q.seed_len, 0) != (ssize_t)q.seed_len ||
+	    getrandom(q.machine_id, sizeof(q.machine_id), 0) != (ssize_t)sizeof(q.machine_id))
 		return -EIO;
-	memcpy(env_seed, "K8_SEED=", 8);
-	audit_hex(seed, sizeof(seed), env_seed + 8);
-	snprintf(env_time, sizeof(env_time), "K8_TIME=%lld", (long long)time(NULL));
-	snprintf(env_name, sizeof(env_name), "K8_NAME=%s", new_identity ? s->cfg.name : "");
-	memcpy(env_mid, "K8_MACHINE_ID=", 14);
-	audit_hex(mid, sizeof(mid), env_mid + 14);
-	o.argv = argv;
-	o.env = env;
-	o.user = "root";
-	if ((err = agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c)) == 0 &&
-	    (err = agent_exec(c, &o, &x)) == 0 && (x.signaled || x.code))
-		err = -EIO;
+	if ((err = agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c)) == 0) {
+		agent_client_set_timeout(c, FIXUP_TIMEOUT_MS);
+		err = agent_fixup(c, &q, &done);
+	}
 	if (err)
-		log_err("setting the guest's clock, RNG and identity after the restore: %s (status %d)",
-			c ? agent_client_error(c) : strerror(-err), x.code);
+		log_err("setting the guest's clock, RNG and identity after the restore: %s",
+			c ? agent_client_error(c) : strerror(-err));
 	if (c)
 		agent_client_close(c);
-	explicit_bzero(seed, sizeof(seed));
-	explicit_bzero(env_seed, sizeof(env_seed));
+	explicit_bzero(&q, sizeof(q));
 	return err;
 }
 
@@ -1055,6 +1047,21 @@ static int fork_started(struct supervisor *s, const struct ckpt_fork *f)
 	return 0;
 }
 
+/* Before anything of the sandbox is touched: one supervisor per sandbox. */
+static int own_sandbox(struct supervisor *s, const char *name)
+{
+	struct sandbox_owner who;
+	int err = sandbox_state_dir(name, s->state_dir, sizeof(s->state_dir));
+
+	s->owner_fd = err ? err : sandbox_owner_take(s->state_dir, "supervisor", &who);
+	if (s->owner_fd == -EBUSY)
+		sandbox_owner_describe(name, &who, s->why, sizeof(s->why));
+	else if (s->owner_fd < 0)
+		snprintf(s->why, sizeof(s->why), "cannot lock sandbox '%s': %s", name,
+			 s->owner_fd == -ENOENT ? "no such sandbox" : strerror(-s->owner_fd));
+	return s->owner_fd < 0 ? s->owner_fd : 0;
+}
+
 int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
 {
 	struct supervisor s;
@@ -1082,6 +1089,11 @@ int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
 	sigaction(SIGCHLD, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	if ((err = own_sandbox(&s, name))) {
+		log_err("%s", s.why);
+		say_ready(ready_fd, s.why);
+		return err;
+	}
 	if ((err = setup(&s, name, &why)))
 		goto fail;
 	if ((err = ckpt_fork_load(s.state_dir, &fork)) == 0) {
@@ -1166,5 +1178,6 @@ fail:
 	unlink(s.vsock_path);
 	rmdir(s.vm_dir);
 	rmdir(s.run_dir);
+	close(s.owner_fd);
 	return err;
 }

@@ -116,8 +116,15 @@ static int drop_bounding_set(void)
  * takes away.  Leaving uid 0 clears the permitted and effective sets. */
 static int become_user(const struct jail *j)
 {
+	int death = 0;
+
+	/* A change of ids clears the parent-death signal: kept, so that a
+	 * VMM whose parent asked to die with it still does. */
+	prctl(PR_GET_PDEATHSIG, &death);
 	if (setgroups(0, NULL) < 0 || setresgid(j->gid, j->gid, j->gid) < 0 ||
 	    setresuid(j->uid, j->uid, j->uid) < 0)
+		return -errno;
+	if (death && prctl(PR_SET_PDEATHSIG, death) < 0)
 		return -errno;
 	/* Files the VMM creates (checkpoints, deltas) are read by a fork's
 	 * VMM through the shared group, and by nobody else. */

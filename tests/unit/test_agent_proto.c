@@ -1,6 +1,7 @@
 /* Agent protocol codec: headers, TLV requests, entries, path and symlink
  * checks, CRC-32, and the tree writer fed hostile frames directly (the same
- * code guards the agent's put and the host's get). */
+ * code guards the agent's put and the host's get); the fix-up request; and
+ * the host's deadlines against an agent that stops answering or reading. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -10,10 +11,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "agentproto/client.h"
+#include "agentproto/conn.h"
 #include "agentproto/proto.h"
 #include "agentproto/tree.h"
 
@@ -247,6 +253,148 @@ static void test_writer_refuses(void **state)
 	ap_tw_close(&w);
 }
 
+static struct ap_fixup_req fixup_example(void)
+{
+	struct ap_fixup_req q = {.seed_len = 64, .time_ns = 1796588045123456789ull, .identity = true};
+
+	for (size_t i = 0; i < sizeof(q.seed); i++)
+		q.seed[i] = (uint8_t)(i * 7);
+	memcpy(q.machine_id, "0123456789abcdef", 16);
+	snprintf(q.hostname, sizeof(q.hostname), "fork-1.dev");
+	return q;
+}
+
+/* Encodes q, with extra raw bytes appended, and decodes it back. */
+static int fixup_roundtrip(const struct ap_fixup_req *q, const void *extra, size_t n,
+			   struct ap_fixup_req *out)
+{
+	struct ap_wr w;
+	int rc;
+
+	ap_wr_init(&w);
+	ap_fixup_req_encode(&w, q);
+	ap_put_bytes(&w, extra, n);
+	assert_int_equal(ap_wr_status(&w), 0);
+	rc = ap_fixup_req_decode(w.p, w.len, out);
+	ap_wr_free(&w);
+	return rc;
+}
+
+static void test_fixup_req(void **state)
+{
+	struct ap_fixup_req q = fixup_example(), d;
+	const uint8_t dup_time[] = {AP_T_TIME, 0, 8, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+	const uint8_t short_tlv[] = {AP_T_SEED, 0, 200, 0, 0, 0, 1};
+
+	assert_int_equal(fixup_roundtrip(&q, NULL, 0, &d), 0);
+	assert_true(d.identity);
+	assert_int_equal(d.seed_len, 64);
+	assert_memory_equal(d.seed, q.seed, 64);
+	assert_true(d.time_ns == q.time_ns);
+	assert_string_equal(d.hostname, "fork-1.dev");
+	assert_memory_equal(d.machine_id, q.machine_id, 16);
+	/* A rewind: no identity. */
+	q.identity = false;
+	assert_int_equal(fixup_roundtrip(&q, NULL, 0, &d), 0);
+	assert_false(d.identity);
+	assert_string_equal(d.hostname, "");
+	/* Refused: a field twice, a truncated field, seeds out of bounds, a
+	 * host name a shell or a resolver would take apart, no time. */
+	assert_int_equal(fixup_roundtrip(&q, dup_time, sizeof(dup_time), &d), -EBADMSG);
+	assert_int_equal(fixup_roundtrip(&q, short_tlv, sizeof(short_tlv), &d), -EBADMSG);
+	q.seed_len = AP_FIXUP_SEED_MIN - 1;
+	assert_int_equal(fixup_roundtrip(&q, NULL, 0, &d), -EBADMSG);
+	q.seed_len = AP_FIXUP_SEED_MAX;
+	assert_int_equal(fixup_roundtrip(&q, NULL, 0, &d), 0);
+	q = fixup_example();
+	snprintf(q.hostname, sizeof(q.hostname), "a;reboot");
+	assert_int_equal(fixup_roundtrip(&q, NULL, 0, &d), -EBADMSG);
+	memset(q.hostname, 'a', AP_HOSTNAME_MAX);
+	q.hostname[AP_HOSTNAME_MAX] = 0;
+	assert_int_equal(fixup_roundtrip(&q, NULL, 0, &d), 0);
+	assert_false(ap_hostname_valid(q.hostname, AP_HOSTNAME_MAX + 1));
+	/* A host name without a machine-id (or the reverse) is half an identity. */
+	struct ap_wr w;
+	ap_wr_init(&w);
+	ap_put_tlv(&w, AP_T_SEED, q.seed, 64);
+	ap_put_tlv(&w, AP_T_TIME, "12345678", 8);
+	ap_put_tlv_str(&w, AP_T_HOSTNAME, "x");
+	assert_int_equal(ap_fixup_req_decode(w.p, w.len, &d), -EBADMSG);
+	ap_wr_free(&w);
+	ap_wr_init(&w);
+	ap_put_tlv(&w, AP_T_SEED, q.seed, 64);
+	assert_int_equal(ap_fixup_req_decode(w.p, w.len, &d), -EBADMSG);
+	ap_wr_free(&w);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A guest whose agent says hello and then nothing (stopped, or stuck in a
+ * request): every call has a deadline and says so. */
+static void test_client_deadline(void **state)
+{
+	struct ap_fixup_req q = fixup_example();
+	struct agent_client *c = NULL;
+	struct agent_ping ping;
+	struct ap_conn *peer;
+	struct ap_frame f;
+	uint32_t done;
+	uint64_t t0;
+	int sv[2];
+
+	alarm(20); /* a call without a deadline hangs: this ends the test */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(ap_conn_open(&peer, sv[1]), 0);
+	/* The agent's hello is there before the client asks. */
+	assert_int_equal(ap_conn_send(peer, AP_HELLO, 0, "\1\0\0\0agent", 9), 0);
+	assert_int_equal(ap_conn_flush(peer), 0);
+	assert_int_equal(agent_client_from_fd(sv[0], &c), 0);
+	assert_int_equal(ap_conn_recv(peer, &f, 1000), 0);
+	assert_int_equal(f.h.type, AP_HELLO);
+	agent_client_set_timeout(c, 300);
+	t0 = now_ms();
+	assert_int_equal(agent_fixup(c, &q, &done), -ETIMEDOUT);
+	assert_true(now_ms() - t0 >= 300 && now_ms() - t0 < 5000);
+	assert_non_null(strstr(agent_client_error(c), "did not answer within 300 ms"));
+	assert_int_equal(ap_conn_recv(peer, &f, 1000), 0);
+	assert_int_equal(f.h.type, AP_FIXUP);
+	t0 = now_ms();
+	assert_int_equal(agent_ping(c, &ping), -ETIMEDOUT);
+	assert_true(now_ms() - t0 < 5000);
+	agent_client_close(c);
+	ap_conn_close(peer);
+	alarm(0);
+}
+
+/* A peer that reads nothing: a send gives up after stall_ms. */
+static void test_flush_stall(void **state)
+{
+	static uint8_t big[AP_MAX_PAYLOAD];
+	struct ap_conn *c;
+	uint64_t t0;
+	int sv[2];
+
+	alarm(20);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(ap_conn_open(&c, sv[0]), 0);
+	assert_int_equal(c->stall_ms, AP_STALL_MS);
+	c->stall_ms = 200;
+	for (int i = 0; i < 64; i++)
+		assert_int_equal(ap_conn_send(c, AP_STDOUT, 1, big, sizeof(big)), 0);
+	t0 = now_ms();
+	assert_int_equal(ap_conn_flush_all(c), -ETIMEDOUT);
+	assert_true(now_ms() - t0 >= 200 && now_ms() - t0 < 5000);
+	ap_conn_close(c);
+	close(sv[1]);
+	alarm(0);
+}
+
 static int setup(void **state)
 {
 	snprintf(tmp, sizeof(tmp), "/tmp/kosa8-aptest-XXXXXX");
@@ -269,6 +417,9 @@ int main(void)
 		cmocka_unit_test(test_crc_and_exit),
 		cmocka_unit_test(test_writer_good),
 		cmocka_unit_test(test_writer_refuses),
+		cmocka_unit_test(test_fixup_req),
+		cmocka_unit_test(test_client_deadline),
+		cmocka_unit_test(test_flush_stall),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
