@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "agentproto/client.h"
+#include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "common/util.h"
 #include "disk/disk.h"
@@ -407,7 +408,7 @@ int cmd_rm(int argc, char **argv)
 	return 0;
 }
 
-struct ps_ctx { bool json; cJSON *arr; };
+struct ps_ctx { bool json, quiet; cJSON *arr; };
 
 static void ps_one(const char *name, void *arg)
 {
@@ -418,6 +419,10 @@ static void ps_one(const char *name, void *arg)
 
 	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
 		return;
+	if (ctx->quiet) {
+		puts(name);
+		return;
+	}
 	state = sandbox_running(name) ? "running" : "stopped";
 	if (ctx->json) {
 		cJSON *o = cJSON_CreateObject();
@@ -437,13 +442,14 @@ static void ps_one(const char *name, void *arg)
 
 int cmd_ps(int argc, char **argv)
 {
-	struct ps_ctx ctx = {.json = argc == 2 && !strcmp(argv[1], "--json")};
+	struct ps_ctx ctx = {.json = argc == 2 && !strcmp(argv[1], "--json"),
+			     .quiet = argc == 2 && (!strcmp(argv[1], "-q") || !strcmp(argv[1], "--quiet"))};
 
-	if (argc > 2 || (argc == 2 && !ctx.json))
-		return cli_fail("ps", "%s", "usage: kosa8 ps [--json]"), 2;
+	if (argc > 2 || (argc == 2 && !ctx.json && !ctx.quiet))
+		return cli_usage_error("ps", NULL);
 	if (ctx.json)
 		ctx.arr = cJSON_CreateArray();
-	else
+	else if (!ctx.quiet)
 		printf("%-24s %-8s %4s %7s  %s\n", "NAME", "STATE", "CPUS", "MEM", "WORKSPACE");
 	sandbox_list(ps_one, &ctx);
 	if (ctx.json) {
