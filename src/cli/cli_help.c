@@ -77,7 +77,8 @@ static void print_synopsis(FILE *f, const char *lead, const char *name, const ch
 
 	do {
 		size_t n = strcspn(line, "\n");
-		fprintf(f, "%s%s%s%.*s\n", line == usage ? lead : "       ", name, n ? " " : "", (int)n, line);
+		fprintf(f, "%*s%s%s%.*s\n", (int)strlen(lead), line == usage ? lead : "", name, n ? " " : "",
+			(int)n, line);
 		line += n;
 	} while (*line++);
 }
