@@ -19,37 +19,10 @@
 #include "audit/merkle.h"
 #include "audit/sign.h"
 #include "audit/verify.h"
+#include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "common/log.h"
 #include "common/util.h"
-
-static const char audit_usage[] =
-	"usage: kosa8 audit COMMAND [--log PATH] [OPTIONS]\n"
-	"\n"
-	"  show [--sandbox S] [--type T] [--since TIME] [--until TIME] [--follow] [--json]\n"
-	"                      print records (TIME: 2026-12-02T09:00:00Z, @UNIXSECONDS,\n"
-	"                      or an age such as 30s, 15m, 2h, 7d)\n"
-	"  verify [--pubkey K] [--bundle FILE]\n"
-	"                      recompute the chain and the Merkle tree, check every signed\n"
-	"                      head; on failure name the first bad record and what happened\n"
-	"  prove SEQ [--size N] [--pubkey K]\n"
-	"                      an inclusion proof (JSON) of record SEQ against the newest\n"
-	"                      signed head, or the one of size N\n"
-	"  check-proof FILE [--pubkey K]\n"
-	"                      check an inclusion proof offline\n"
-	"  consistency OLD NEW [--pubkey K] [--json]\n"
-	"                      prove the signed head OLD is a prefix of NEW; each is a\n"
-	"                      head's tree size, 'latest', or a file holding a head line\n"
-	"  export [-o FILE]    a bundle (records, heads, public key) for offline verify\n"
-	"  append --type T [--sandbox S] [--actor A] [--details JSON]\n"
-	"                      add a record (for scripts and tests); prints its number\n"
-	"  sign                sign a head over every record now (as a sandbox stop does)\n"
-	"  head                print the newest signed head line\n"
-	"  pubkey              print the public key that signs heads (PEM)\n"
-	"\n"
-	"The log is --log PATH, else $KOSA8_AUDIT_LOG, else <state dir>/audit.log.\n"
-	"The trusted key for checks is --pubkey (PEM or 64 hex digits), else your own.\n"
-	"Exit status: 0 ok, 1 verification failed, 2 usage or system error.\n";
 
 #define MAX_LOG (64 * GiB)
 
@@ -994,7 +967,7 @@ static int parse_args(int argc, char **argv, struct aopts *o)
 				return -1;
 			}
 			break;
-		case 'h': fputs(audit_usage, stdout); exit(0);
+		case 'h': cli_print_help(stdout, cli_find(cli_commands, "audit"), NULL); exit(0);
 		default:
 			fprintf(stderr, "kosa8 audit: unknown or incomplete option '%s'\n",
 				argv[optind - 1]);
@@ -1028,10 +1001,8 @@ int cmd_audit(int argc, char **argv)
 {
 	struct aopts o = {0};
 
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		fputs(audit_usage, argc < 2 ? stderr : stdout);
-		return argc < 2 ? 2 : 0;
-	}
+	if (argc < 2)
+		return cli_usage_error("audit", NULL);
 	for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
 		if (strcmp(argv[1], subs[i].name))
 			continue;

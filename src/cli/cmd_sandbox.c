@@ -338,7 +338,7 @@ int cli_start_sandbox(const char *cmd, const char *name, int memfd)
 int cmd_start(int argc, char **argv)
 {
 	if (argc != 2)
-		return cli_fail("start", "%s", "usage: kosa8 start NAME"), 2;
+		return cli_usage_error("start", NULL);
 	return cli_start_sandbox("start", argv[1], -1);
 }
 
@@ -366,7 +366,7 @@ static int stop_sandbox(const char *cmd, const char *name)
 int cmd_stop(int argc, char **argv)
 {
 	if (argc != 2)
-		return cli_fail("stop", "%s", "usage: kosa8 stop NAME"), 2;
+		return cli_usage_error("stop", NULL);
 	return stop_sandbox("stop", argv[1]);
 }
 
@@ -391,7 +391,7 @@ int cmd_rm(int argc, char **argv)
 	struct sandbox_cfg cfg;
 
 	if (argc < 2 || argc > 3 || (argc == 3 && !force))
-		return cli_fail("rm", "%s", "usage: kosa8 rm [-f] NAME"), 2;
+		return cli_usage_error("rm", NULL);
 	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
 		return cli_fail("rm", "no sandbox named '%s'", name);
 	/* Forks read this sandbox's checkpoint files. */
@@ -468,7 +468,7 @@ int cmd_logs(int argc, char **argv)
 	int fd;
 
 	if (argc != 2)
-		return cli_fail("logs", "%s", "usage: kosa8 logs NAME"), 2;
+		return cli_usage_error("logs", NULL);
 	if (sandbox_state_dir(argv[1], dir, sizeof(dir)) < 0 ||
 	    sandbox_path(path, sizeof(path), dir, "console.log") < 0 ||
 	    (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
@@ -696,7 +696,7 @@ int cmd_exec(int argc, char **argv)
 	if (i < 0)
 		return 2;
 	if (argc - i < 2)
-		return cli_fail("exec", "%s", "usage: kosa8 exec [-t|-T] [-u USER] [-w DIR] [-e K=V] NAME [--] CMD..."), 2;
+		return cli_usage_error("exec", NULL);
 	const char *name = argv[i++];
 	if (i < argc && !strcmp(argv[i], "--"))
 		i++;
@@ -713,7 +713,7 @@ int cmd_shell(int argc, char **argv)
 	struct exec_opts eo;
 
 	if (argc != 2)
-		return cli_fail("shell", "%s", "usage: kosa8 shell NAME"), 2;
+		return cli_usage_error("shell", NULL);
 	memset(&eo, 0, sizeof(eo));
 	eo.tty = 1;
 	eo.cwd = "/workspace";
@@ -746,7 +746,7 @@ int cmd_cp(int argc, char **argv)
 	int err;
 
 	if (argc != 3)
-		return cli_fail("cp", "%s", "usage: kosa8 cp NAME:PATH HOSTDIR | kosa8 cp HOSTPATH NAME:DIR"), 2;
+		return cli_usage_error("cp", NULL);
 	from = split_remote(argv[1], &name, &rpath);
 	to = split_remote(argv[2], &name2, &rpath2);
 	if (from == to)
@@ -787,7 +787,7 @@ int cmd_run(int argc, char **argv)
 	if (i < argc && !strcmp(argv[i], "--"))
 		i++;
 	if (i >= argc)
-		return cli_fail("run", "%s", "usage: kosa8 run [--name N] [--image I] [--cpus N] [--mem SIZE] [--workspace DIR] [--allow HOST[:PORT]]... [--policy FILE] [--secret NAME]... [--rm] -- CMD..."), 2;
+		return cli_usage_error("run", NULL);
 	if (create_sandbox("run", &o, name, sizeof(name)))
 		return 125;
 	if (cli_start_sandbox("run", name, -1)) {
