@@ -218,6 +218,7 @@ int cli_print_completion(FILE *f, const char *shell)
 	} else if (!strcmp(shell, "zsh")) {
 		fprintf(f, "#compdef kosa8\n# zsh completion for kosa8: its bash completion, through zsh's\n"
 			   "# bashcompinit.  Load it with: source <(kosa8 completion zsh)\n"
+			   "(( $+functions[compdef] )) || { autoload -U compinit && compinit; }\n"
 			   "autoload -U +X bashcompinit && bashcompinit\n");
 		print_bash(f);
 	} else if (!strcmp(shell, "fish")) {

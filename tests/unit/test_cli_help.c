@@ -465,6 +465,29 @@ static void test_bash_completion(void **state)
 	assert_non_null(strstr(complete("run --workspace \"$T/wsd\""), "/wsdir\n"));
 }
 
+/* fish for real (complete -C asks it what it would offer); zsh through its
+ * bash emulation, as bashcompinit calls the bash completion (zsh's own
+ * compadd does the prefix filtering there, so only membership is checked). */
+static void test_fish_zsh_completion(void **state)
+{
+	assert_int_equal(sh("\"$K\" completion fish >\"$T/kosa8.fish\" && fish -n \"$T/kosa8.fish\""), 0);
+	assert_int_equal(sh("PATH=\"$(dirname \"$K\"):$PATH\" fish -c 'source $argv[1]; complete -C \"kosa8 ru\"; "
+			    "complete -C \"kosa8 audit show --s\"; complete -C \"kosa8 stop \"' \"$T/kosa8.fish\""), 0);
+	assert_string_equal(out, "run\trun a command in a new sandbox\n"
+				 "--sandbox\tonly records of this sandbox\n"
+				 "--since\tonly records from TIME: 2026-12-02T09:00:00Z, @UNIXSECONDS, or an age such as "
+				 "30s, 15m, 2h, 7d\n"
+				 "sb-one\nsb-two\n");
+	assert_int_equal(sh("\"$K\" completion zsh >\"$T/kosa8.zsh\" && zsh -n \"$T/kosa8.zsh\" && "
+			    "zsh -fc 'source $1; emulate -L sh; setopt kshglob noshglob braceexpand; "
+			    "COMP_WORDS=(\"$2\" start \"\"); COMP_CWORD=2; _kosa8; print -l -- \"${COMPREPLY[@]}\"; "
+			    "COMP_WORDS=(\"$2\" audit show --s); COMP_CWORD=3; COMPREPLY=(); _kosa8; "
+			    "print -l -- \"${COMPREPLY[@]}\"' zsh \"$T/kosa8.zsh\" \"$K\""), 0);
+	if (!strstr(out, "sb-one\n") || !strstr(out, "sb-two\n") || !strstr(out, "\n--sandbox\n") ||
+	    strstr(out, "not found"))
+		fail_msg("zsh completion:\n%s", out);
+}
+
 /* kosa8 --version and kosa8 version: the commit this tree is at. */
 static void test_version(void **state)
 {
@@ -497,6 +520,7 @@ int main(void)
 		cmocka_unit_test(test_parsers_take_only_table_options),
 		cmocka_unit_test(test_man_pages),
 		cmocka_unit_test(test_bash_completion),
+		cmocka_unit_test(test_fish_zsh_completion),
 		cmocka_unit_test(test_version),
 	};
 
