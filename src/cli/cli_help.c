@@ -92,7 +92,7 @@ void cli_print_usage(FILE *f)
 			fprintf(f, "  %-12s %s\n", c->name, c->summary);
 	fprintf(f, "\nOptions:\n");
 	print_opts(f, cli_global_opts);
-	fprintf(f, "\nRun 'kosa8 COMMAND --help' for a command's options, 'man kosa8-COMMAND' for more.\n");
+	fprintf(f, "\nRun 'kosa8 COMMAND --help' for a command's options.\n");
 }
 
 void cli_print_help(FILE *f, const struct cli_cmd *cmd, const struct cli_cmd *sub)
