@@ -461,6 +461,14 @@ static void test_bash_completion(void **state)
 	assert_string_equal(complete("exec sb-one ls -"), "");
 	assert_string_equal(complete("run -- ls -"), "");
 	assert_string_equal(complete("run --name ''"), "");
+	/* compgen -W expands its words: a folder in the state dir named like a
+	 * command substitution is not a sandbox name, so never offered. */
+	assert_int_equal(sh("d=\"$KOSA8_STATE_DIR/sandboxes/sb-\\$(touch pwned)\" && mkdir \"$d\" && "
+			    "cp \"$KOSA8_STATE_DIR/sandboxes/sb-one/sandbox.json\" \"$d/\""), 0);
+	assert_int_equal(sh("ls \"$KOSA8_STATE_DIR/sandboxes\" | grep -c touch"), 0);
+	assert_string_equal(out, "1\n");
+	assert_string_equal(complete("stop ''"), "sb-one\nsb-two\n");
+	assert_int_equal(sh("test -e pwned && rm pwned"), 1);
 	assert_int_equal(sh("mkdir -p \"$T/wsdir\""), 0);
 	assert_non_null(strstr(complete("run --workspace \"$T/wsd\""), "/wsdir\n"));
 }
