@@ -5,8 +5,6 @@
 
 #include "cli/cmd_table.h"
 
-extern const struct cli_opt cli_global_opts[];
-
 /* Option arguments that name files get file completion. */
 static bool file_arg(const char *arg)
 {

@@ -10,13 +10,6 @@
 #define WIDTH 80
 #define OPT_COL 28
 
-const struct cli_opt cli_global_opts[] = {
-	{"verbose", 'v', NULL, "say more on stderr (-vv: debugging detail)"},
-	{"version", 0, NULL, "print the version, the commit it was built from and the build, and exit"},
-	{"help", 'h', NULL, "this help"},
-	{0},
-};
-
 static const struct cli_opt help_opts[] = {{"help", 'h', NULL, "this help"}, {0}};
 
 /* Prints text from column col, words wrapped at WIDTH onto lines indented

@@ -295,6 +295,14 @@ static const struct cli_opt help_opts[] = {
 	END,
 };
 
+/* Before COMMAND (main.c parses them). */
+const struct cli_opt cli_global_opts[] = {
+	{"verbose", 'v', NULL, "say more on stderr (-vv: debugging detail)"},
+	{"version", 0, NULL, "print the version, the commit it was built from and the build, and exit"},
+	{"help", 'h', NULL, "this help"},
+	{0},
+};
+
 const struct cli_cmd cli_commands[] = {
 	{"run", "run a command in a new sandbox", "[OPTIONS] [--] COMMAND [ARG...]",
 	 "Creates a sandbox, starts it, runs COMMAND in it with this terminal, and stops it; "

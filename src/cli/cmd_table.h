@@ -35,6 +35,7 @@ struct cli_cmd {
 };
 
 extern const struct cli_cmd cli_commands[]; /* ends with {0} */
+extern const struct cli_opt cli_global_opts[];
 
 const struct cli_cmd *cli_find(const struct cli_cmd *list, const char *name);
 /* The option of cmd (or of parent, whose options its subcommands share)

@@ -4,7 +4,7 @@
 #include "cli/cmd_table.h"
 #include "common/log.h"
 
-/* The options before COMMAND are cli_global_opts (cli_help.c). */
+/* The options before COMMAND are cli_global_opts (cmd_table.c). */
 int main(int argc, char **argv)
 {
 	const struct cli_cmd *cmd, *sub;

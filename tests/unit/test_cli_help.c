@@ -20,8 +20,6 @@
 #include "common/util.h"
 #include "supervisor/sandbox.h"
 
-extern const struct cli_opt cli_global_opts[];
-
 static char kosa8[PATH_MAX], srcdir[PATH_MAX], tmp[64];
 static char out[1 << 17];
 
