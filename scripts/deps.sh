@@ -14,6 +14,7 @@ PKGS="
   hyperfine
   bind9-dnsutils
   curl openssl python3 git
+  man-db groff-base fish zsh
 "
 # Skip apt entirely when everything is there: keeps 'make check' fast and offline.
 missing=

@@ -15,20 +15,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "supervisor/approvals.h"
 #include "supervisor/control.h"
 #include "supervisor/sandbox.h"
 
 #define APPROVALS_CALL_MS 5000
-
-static const char usage_text[] =
-	"usage: kosa8 approvals [NAME]                     list waiting requests\n"
-	"       kosa8 approvals allow|always|deny NAME ID  answer one\n"
-	"       kosa8 approvals watch [NAME] [--count N]   ask on this terminal as they come\n"
-	"allow: this once (the name may be reached for a minute); always: and add\n"
-	"an allow rule for it to the running sandbox's policy; deny: refuse it.\n"
-	"Unanswered requests are denied after a timeout.\n";
 
 /* Sends req to sandbox name's supervisor.  0 with *reply, or -errno
  * (-ENOENT / -ECONNREFUSED: the sandbox is not running). */
@@ -256,7 +249,7 @@ static int answer(const char *verb, const char *name, const char *id_s)
 	id = strtoull(id_s, &end, 10);
 	if (approval_answer_parse(verb, &a) || !sandbox_name_valid(name) || errno || *end ||
 	    id_s[0] < '1' || id_s[0] > '9')
-		return fputs(usage_text, stderr), 2;
+		return cli_usage_error("approvals", verb);
 	req = cJSON_CreateObject();
 	cJSON_AddNumberToObject(req, "id", (double)id);
 	cJSON_AddStringToObject(req, "answer", verb);
@@ -279,10 +272,6 @@ int cmd_approvals(int argc, char **argv)
 {
 	enum approval_answer a;
 
-	if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-		fputs(usage_text, stdout);
-		return 0;
-	}
 	if (argc == 4 && approval_answer_parse(argv[1], &a) == 0)
 		return answer(argv[1], argv[2], argv[3]);
 	if (argc >= 2 && !strcmp(argv[1], "watch")) {
@@ -294,12 +283,11 @@ int cmd_approvals(int argc, char **argv)
 			else if (argv[i][0] != '-' && !name)
 				name = argv[i];
 			else
-				return fputs(usage_text, stderr), 2;
+				return cli_usage_error("approvals", "watch");
 		}
 		return watch(name, count);
 	}
 	if (argc <= 2 && (argc == 1 || argv[1][0] != '-'))
 		return list(argc == 2 ? argv[1] : NULL);
-	fputs(usage_text, stderr);
-	return 2;
+	return cli_usage_error("approvals", NULL);
 }

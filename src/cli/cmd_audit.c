@@ -19,44 +19,11 @@
 #include "audit/merkle.h"
 #include "audit/sign.h"
 #include "audit/verify.h"
+#include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "common/log.h"
 #include "common/termsafe.h"
 #include "common/util.h"
-
-static const char audit_usage[] =
-	"usage: kosa8 audit COMMAND [--log PATH] [OPTIONS]\n"
-	"\n"
-	"  show [--sandbox S] [--type T] [--since TIME] [--until TIME] [--follow] [--json]\n"
-	"       [--raw]        print records (TIME: 2026-12-02T09:00:00Z, @UNIXSECONDS,\n"
-	"                      or an age such as 30s, 15m, 2h, 7d); --type net matches\n"
-	"                      net and net.*; control characters, bidi overrides and\n"
-	"                      invalid UTF-8 are escaped unless --raw\n"
-	"  verify [--pubkey K] [--trusted-keys FILE] [--head FILE] [--bundle FILE]\n"
-	"                      recompute the chain and the Merkle tree, check every signed\n"
-	"                      head; on failure name the first bad record and what happened;\n"
-	"                      --head: the log must still extend a head saved earlier\n"
-	"  prove SEQ [--size N] [--pubkey K] [-o FILE]\n"
-	"                      an inclusion proof (JSON) of record SEQ against the newest\n"
-	"                      signed head, or the one of size N\n"
-	"  check-proof FILE [--pubkey K]\n"
-	"                      check an inclusion proof offline\n"
-	"  consistency OLD NEW [--pubkey K] [--json]\n"
-	"                      prove the signed head OLD is a prefix of NEW; each is a\n"
-	"                      head's tree size, 'latest', or a file holding a head line\n"
-	"  export [-o FILE]    a bundle (records, heads, public key) for offline verify\n"
-	"  append --type T [--sandbox S] [--actor A] [--details JSON]\n"
-	"                      add a record (for scripts and tests); prints its number\n"
-	"  sign                sign a head over every record now (as a sandbox stop does)\n"
-	"  head                print the newest signed head line\n"
-	"  pubkey              print the public key that signs heads (PEM)\n"
-	"\n"
-	"The log is --log PATH, else $KOSA8_AUDIT_LOG, else <state dir>/audit.log.\n"
-	"The trusted key for checks is --pubkey (a PEM file or 64 hex digits), else the\n"
-	"keys in --trusted-keys FILE ($KOSA8_AUDIT_TRUSTED_KEYS, <config dir>/audit/\n"
-	"trusted-keys), else your own signing key, which pins nothing: verify then says\n"
-	"it checked integrity only.\n"
-	"Exit status: 0 ok, 1 verification failed, 2 usage or system error.\n";
 
 #define MAX_LOG (64 * GiB)
 
@@ -1248,7 +1215,7 @@ static int parse_args(int argc, char **argv, struct aopts *o)
 				return -1;
 			}
 			break;
-		case 'h': fputs(audit_usage, stdout); exit(0);
+		case 'h': cli_print_help(stdout, cli_find(cli_commands, "audit"), NULL); exit(0);
 		default:
 			fprintf(stderr, "kosa8 audit: unknown or incomplete option '%s'\n",
 				argv[optind - 1]);
@@ -1282,10 +1249,8 @@ int cmd_audit(int argc, char **argv)
 {
 	struct aopts o = {0};
 
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		fputs(audit_usage, argc < 2 ? stderr : stdout);
-		return argc < 2 ? 2 : 0;
-	}
+	if (argc < 2)
+		return cli_usage_error("audit", NULL);
 	for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
 		if (strcmp(argv[1], subs[i].name))
 			continue;

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "common/util.h"
 #include "proxy/secrets.h"
@@ -85,7 +86,7 @@ static int checkpoint_rm(int argc, char **argv)
 	cJSON *reply;
 
 	if (argc != 4)
-		return cli_fail("checkpoint", "%s", "usage: kosa8 checkpoint rm NAME ID"), 2;
+		return cli_usage_error("checkpoint", "rm");
 	if (call("checkpoint rm", argv[2], request("checkpoint.rm", "id", argv[3]), &reply, 60000))
 		return 1;
 	printf("removed %s, %.1f MiB freed\n", argv[3], num(reply, "freed_bytes") / (double)MiB);
@@ -103,8 +104,7 @@ int cmd_checkpoint(int argc, char **argv)
 	if (argc == 4 && (!strcmp(argv[2], "-m") || !strcmp(argv[2], "--message")))
 		msg = argv[3];
 	else if (argc != 2)
-		return cli_fail("checkpoint", "%s",
-				"usage: kosa8 checkpoint NAME [-m MESSAGE] | kosa8 checkpoint rm NAME ID"), 2;
+		return cli_usage_error("checkpoint", NULL);
 	if (msg && !ckpt_message_valid(msg))
 		return cli_fail("checkpoint", "the message is too long (511 bytes) or has control characters");
 	req = request("checkpoint", "message", msg);
@@ -120,7 +120,7 @@ int cmd_rewind(int argc, char **argv)
 	cJSON *reply;
 
 	if (argc != 3)
-		return cli_fail("rewind", "%s", "usage: kosa8 rewind NAME ID"), 2;
+		return cli_usage_error("rewind", NULL);
 	if (call("rewind", argv[1], request("rewind", "id", argv[2]), &reply, REWIND_TIMEOUT_MS))
 		return 1;
 	printf("rewound %s to %s in %.0f ms (stop %.0f, restore until the agent answered %.0f, "
@@ -168,7 +168,7 @@ int cmd_checkpoints(int argc, char **argv)
 	int n = 0;
 
 	if (argc != 2)
-		return cli_fail("checkpoints", "%s", "usage: kosa8 checkpoints NAME"), 2;
+		return cli_usage_error("checkpoints", NULL);
 	if (!sandbox_name_valid(argv[1]) || sandbox_state_dir(argv[1], dir, sizeof(dir)) ||
 	    access(dir, F_OK))
 		return cli_fail("checkpoints", "no sandbox named '%s'", argv[1]);
@@ -286,7 +286,7 @@ static int parse_fork(int argc, char **argv, struct fork_opts *o)
 			return cli_fail("fork", "unexpected '%s'", argv[optind]), 2;
 	}
 	if (!o->parent || !o->name)
-		return cli_fail("fork", "%s", "usage: kosa8 fork NAME [ID] --name NEW [--count K]"), 2;
+		return cli_usage_error("fork", NULL);
 	return 0;
 }
 

@@ -40,6 +40,7 @@
 
 #include "agentproto/client.h"
 #include "audit/audit.h"
+#include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "common/util.h"
 #include "supervisor/control.h"
@@ -418,16 +419,14 @@ int cmd_diff(int argc, char **argv)
 		if (c == 's') {
 			stat = true;
 		} else if (c == 'h') {
-			printf("usage: kosa8 diff NAME [--stat]\n"
-			       "  the changes under the sandbox's /workspace against the host folder it\n"
-			       "  was created from, as a git patch (binary files, deletions, modes)\n");
+			cli_print_help(stdout, cli_find(cli_commands, "diff"), NULL);
 			return 0;
 		} else {
 			return 2; /* getopt said what was wrong */
 		}
 	}
 	if (optind != argc - 1)
-		return cli_fail("diff", "%s", "usage: kosa8 diff NAME [--stat]"), 2;
+		return cli_usage_error("diff", NULL);
 	d.name = argv[optind];
 	if (wsdiff_make(&d) == 0) {
 		if (!d.files)
@@ -582,11 +581,6 @@ int cmd_export(int argc, char **argv)
 					     {"yes", no_argument, NULL, 'y'},
 					     {"help", no_argument, NULL, 'h'},
 					     {0, 0, 0, 0}};
-	static const char usage[] =
-		"usage: kosa8 export NAME (--to DIR | --patch FILE | --apply [--yes])\n"
-		"  --to DIR       copy the sandbox's whole /workspace into DIR (new or empty)\n"
-		"  --patch FILE   write the changes as a git patch to FILE (- for stdout)\n"
-		"  --apply        apply the changes to the host workspace, after showing them\n";
 	struct wsdiff d = {.cmd = "export"};
 	const char *to = NULL, *patch = NULL;
 	bool apply = false, yes = false;
@@ -603,14 +597,13 @@ int cmd_export(int argc, char **argv)
 		default:
 			if (c != 'h')
 				return 2; /* getopt said what was wrong */
-			fputs(usage, stdout);
+			cli_print_help(stdout, cli_find(cli_commands, "export"), NULL);
 			return 0;
 		}
 	}
 	modes = !!to + !!patch + apply;
 	if (optind != argc - 1 || modes != 1)
-		return cli_fail("export", "%s", "usage: kosa8 export NAME (--to DIR | --patch FILE | "
-					    "--apply [--yes]); --help says more"), 2;
+		return cli_usage_error("export", NULL);
 	d.name = argv[optind];
 	if (audit_open(d.cmd, &l))
 		return 1;

@@ -5,19 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "common/util.h"
 #include "disk/disk.h"
-
-static const char disk_usage[] =
-	"usage: kosa8 disk create DELTA [--base IMAGE_OR_FROZEN_DELTA] [--size SIZE] [--cluster SIZE]\n"
-	"       kosa8 disk info DELTA\n"
-	"       kosa8 disk freeze DELTA\n"
-	"\n"
-	"A disk is a chain: a read-only base image, frozen deltas, and a writable\n"
-	"top delta.  'create' makes a new empty top over --base (or an all-zero disk\n"
-	"of --size); 'freeze' makes a delta read-only for ever, so that others can be\n"
-	"created over it.\n";
 
 static int disk_create_cmd(int argc, char **argv)
 {
@@ -42,8 +33,8 @@ static int disk_create_cmd(int argc, char **argv)
 		} else if (argv[i][0] != '-' && !path) {
 			path = argv[i];
 		} else {
-			fprintf(stderr, "kosa8 disk create: unexpected '%s'\n%s", argv[i], disk_usage);
-			return 2;
+			fprintf(stderr, "kosa8 disk create: unexpected '%s'\n", argv[i]);
+			return cli_usage_error("disk", "create");
 		}
 	}
 	if (!path || (!base && !o.size)) {
@@ -75,16 +66,12 @@ int cmd_disk(int argc, char **argv)
 {
 	char err[DISK_ERR_LEN];
 
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		fputs(disk_usage, argc < 2 ? stderr : stdout);
-		return argc < 2 ? 2 : 0;
-	}
+	if (argc < 2)
+		return cli_usage_error("disk", NULL);
 	if (!strcmp(argv[1], "create"))
 		return disk_create_cmd(argc - 1, argv + 1);
-	if (argc != 3) {
-		fputs(disk_usage, stderr);
-		return 2;
-	}
+	if (argc != 3)
+		return cli_usage_error("disk", argv[1]);
 	if (!strcmp(argv[1], "info"))
 		return disk_info_cmd(argv[2]);
 	if (!strcmp(argv[1], "freeze")) {
@@ -94,6 +81,6 @@ int cmd_disk(int argc, char **argv)
 		}
 		return 0;
 	}
-	fprintf(stderr, "kosa8 disk: unknown subcommand '%s'\n%s", argv[1], disk_usage);
-	return 2;
+	fprintf(stderr, "kosa8 disk: unknown subcommand '%s'\n", argv[1]);
+	return cli_usage_error("disk", NULL);
 }

@@ -19,23 +19,10 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 
+#include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "common/util.h"
 #include "disk/disk.h"
-
-static const char image_usage[] =
-	"usage: kosa8 image build [--agent PATH] [RECIPE|NAME]\n"
-	"       kosa8 image ls [--json]\n"
-	"       kosa8 image path [NAME]\n"
-	"       kosa8 image rm NAME[/KEY]\n"
-	"\n"
-	"build  builds the image a recipe describes (default: the recipe 'default')\n"
-	"       into the cache, once; needs root (mmdebstrap).  RECIPE is a file,\n"
-	"       NAME a recipe in ~/.config/kosa8/images/ or guest/image/.\n"
-	"ls     lists built images: name, key, size on disk, virtual size, date.\n"
-	"path   prints the newest built image of NAME (default: 'default').\n"
-	"rm     removes every build of NAME, or the one with KEY.  Sandboxes\n"
-	"       whose disk sits on a removed image cannot start any more.\n";
 
 #define IMAGE_FILE "rootfs.ext4"
 #define MAX_IMAGES 4096
@@ -187,8 +174,8 @@ static int image_build(int argc, char **argv)
 		} else if (argv[i][0] != '-' && n < 6) {
 			args[n++] = argv[i];
 		} else {
-			fprintf(stderr, "kosa8 image build: unexpected '%s'\n%s", argv[i], image_usage);
-			return 2;
+			fprintf(stderr, "kosa8 image build: unexpected '%s'\n", argv[i]);
+			return cli_usage_error("image", "build");
 		}
 	}
 	args[n] = NULL;
@@ -426,10 +413,8 @@ out:
 
 int cmd_image(int argc, char **argv)
 {
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		fputs(image_usage, argc < 2 ? stderr : stdout);
-		return argc < 2 ? 2 : 0;
-	}
+	if (argc < 2)
+		return cli_usage_error("image", NULL);
 	if (!strcmp(argv[1], "build"))
 		return image_build(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "ls"))
@@ -438,6 +423,6 @@ int cmd_image(int argc, char **argv)
 		return image_path(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "rm") && argc == 3)
 		return image_rm(argv[2]);
-	fprintf(stderr, "kosa8 image: unknown or incomplete subcommand '%s'\n%s", argv[1], image_usage);
-	return 2;
+	fprintf(stderr, "kosa8 image: unknown or incomplete subcommand '%s'\n", argv[1]);
+	return cli_usage_error("image", argv[1]);
 }

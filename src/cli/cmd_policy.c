@@ -12,25 +12,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "common/util.h"
 #include "proxy/policy.h"
 #include "supervisor/sandbox.h"
 
 #define EXIT_ASK 3
-
-static const char usage_text[] =
-	"usage: kosa8 policy show [--sandbox NAME]\n"
-	"       kosa8 policy check HOST[:PORT] [--sandbox NAME]\n"
-	"The policy is <config>/policy (the user's defaults) with the sandbox's own\n"
-	"<state>/sandboxes/NAME/policy over it; see docs/policy.md.  check exits\n"
-	"0 for allow, 1 for deny, 3 for ask (PORT left out: any port, as DNS asks).\n";
-
-static int usage(void)
-{
-	fputs(usage_text, stderr);
-	return 2;
-}
 
 /* The sandbox's state directory into dir, or "" without --sandbox. */
 static int sandbox_dir(const char *name, char *dir, size_t len)
@@ -155,16 +143,12 @@ int cmd_policy(int argc, char **argv)
 	int n = 0;
 
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			fputs(usage_text, stdout);
-			return 0;
-		}
 		if (!strcmp(argv[i], "--sandbox") && i + 1 < argc)
 			sandbox = argv[++i];
 		else if (!strncmp(argv[i], "--sandbox=", 10))
 			sandbox = argv[i] + 10;
 		else if (argv[i][0] == '-' || n == 2)
-			return usage();
+			return cli_usage_error("policy", NULL);
 		else
 			args[n++] = argv[i];
 	}
@@ -172,5 +156,5 @@ int cmd_policy(int argc, char **argv)
 		return show(sandbox);
 	if (n == 2 && !strcmp(args[0], "check"))
 		return check(args[1], sandbox);
-	return usage();
+	return cli_usage_error("policy", NULL);
 }

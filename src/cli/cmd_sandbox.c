@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "agentproto/client.h"
+#include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "common/termsafe.h"
 #include "common/util.h"
@@ -420,7 +421,7 @@ int cli_start_sandbox(const char *cmd, const char *name, int memfd)
 int cmd_start(int argc, char **argv)
 {
 	if (argc != 2)
-		return cli_fail("start", "%s", "usage: kosa8 start NAME"), 2;
+		return cli_usage_error("start", NULL);
 	return cli_start_sandbox("start", argv[1], -1);
 }
 
@@ -516,9 +517,7 @@ int cmd_stop(int argc, char **argv)
 		i += 2;
 	}
 	if (argc - i != 1 || argv[i][0] == '-')
-		return cli_fail("stop", "%s", "usage: kosa8 stop [-t|--time SECONDS] NAME "
-				"(the guest gets SECONDS, default 10, to power off; then the host ends the VM "
-				"and the exit status is 3)"), 2;
+		return cli_usage_error("stop", NULL);
 	return stop_sandbox("stop", argv[i], grace);
 }
 
@@ -545,7 +544,7 @@ int cmd_rm(int argc, char **argv)
 	int fd, err;
 
 	if (argc < 2 || argc > 3 || (argc == 3 && !force))
-		return cli_fail("rm", "%s", "usage: kosa8 rm [-f] NAME"), 2;
+		return cli_usage_error("rm", NULL);
 	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
 		return cli_fail("rm", "no sandbox named '%s'", name);
 	/* Forks read this sandbox's checkpoint files. */
@@ -571,7 +570,7 @@ int cmd_rm(int argc, char **argv)
 	return 0;
 }
 
-struct ps_ctx { bool json; cJSON *arr; };
+struct ps_ctx { bool json, quiet; cJSON *arr; };
 
 static void ps_one(const char *name, void *arg)
 {
@@ -583,6 +582,10 @@ static void ps_one(const char *name, void *arg)
 
 	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
 		return;
+	if (ctx->quiet) {
+		puts(name);
+		return;
+	}
 	owned = sandbox_owned(name, why, sizeof(why));
 	busy = owned && !sandbox_answers(name, PS_STATUS_MS);
 	if (ctx->json) {
@@ -605,13 +608,14 @@ static void ps_one(const char *name, void *arg)
 
 int cmd_ps(int argc, char **argv)
 {
-	struct ps_ctx ctx = {.json = argc == 2 && !strcmp(argv[1], "--json")};
+	struct ps_ctx ctx = {.json = argc == 2 && !strcmp(argv[1], "--json"),
+			     .quiet = argc == 2 && (!strcmp(argv[1], "-q") || !strcmp(argv[1], "--quiet"))};
 
-	if (argc > 2 || (argc == 2 && !ctx.json))
-		return cli_fail("ps", "%s", "usage: kosa8 ps [--json]"), 2;
+	if (argc > 2 || (argc == 2 && !ctx.json && !ctx.quiet))
+		return cli_usage_error("ps", NULL);
 	if (ctx.json)
 		ctx.arr = cJSON_CreateArray();
-	else
+	else if (!ctx.quiet)
 		printf("%-24s %-14s %4s %7s  %s\n", "NAME", "STATE", "CPUS", "MEM", "WORKSPACE");
 	sandbox_list(ps_one, &ctx);
 	if (ctx.json) {
@@ -663,7 +667,7 @@ int cmd_logs(int argc, char **argv)
 	int err;
 
 	if (argc != 2 && !raw)
-		return cli_fail("logs", "%s", "usage: kosa8 logs [--raw] NAME"), 2;
+		return cli_usage_error("logs", NULL);
 	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 ||
 	    sandbox_path(path, sizeof(path), dir, "console.log") < 0)
 		return cli_fail("logs", "no sandbox named '%s'", name);
@@ -891,7 +895,7 @@ int cmd_exec(int argc, char **argv)
 	if (i < 0)
 		return 2;
 	if (argc - i < 2)
-		return cli_fail("exec", "%s", "usage: kosa8 exec [-t|-T] [-u USER] [-w DIR] [-e K=V] NAME [--] CMD..."), 2;
+		return cli_usage_error("exec", NULL);
 	const char *name = argv[i++];
 	if (i < argc && !strcmp(argv[i], "--"))
 		i++;
@@ -908,7 +912,7 @@ int cmd_shell(int argc, char **argv)
 	struct exec_opts eo;
 
 	if (argc != 2)
-		return cli_fail("shell", "%s", "usage: kosa8 shell NAME"), 2;
+		return cli_usage_error("shell", NULL);
 	memset(&eo, 0, sizeof(eo));
 	eo.tty = 1;
 	eo.cwd = "/workspace";
@@ -941,7 +945,7 @@ int cmd_cp(int argc, char **argv)
 	int err;
 
 	if (argc != 3)
-		return cli_fail("cp", "%s", "usage: kosa8 cp NAME:PATH HOSTDIR | kosa8 cp HOSTPATH NAME:DIR"), 2;
+		return cli_usage_error("cp", NULL);
 	from = split_remote(argv[1], &name, &rpath);
 	to = split_remote(argv[2], &name2, &rpath2);
 	if (from == to)
@@ -982,7 +986,7 @@ int cmd_run(int argc, char **argv)
 	if (i < argc && !strcmp(argv[i], "--"))
 		i++;
 	if (i >= argc)
-		return cli_fail("run", "%s", "usage: kosa8 run [--name N] [--image I] [--cpus N] [--mem SIZE] [--workspace DIR] [--allow HOST[:PORT]]... [--policy FILE] [--secret NAME]... [--rm] -- CMD..."), 2;
+		return cli_usage_error("run", NULL);
 	if (create_sandbox("run", &o, name, sizeof(name)))
 		return 125;
 	if (cli_start_sandbox("run", name, -1)) {

@@ -9,23 +9,10 @@
 
 #include <openssl/crypto.h>
 
+#include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "common/util.h"
 #include "proxy/secrets.h"
-
-static const char secret_usage[] =
-	"usage: kosa8 secret add NAME --host HOST [--host HOST...] [--header FIELD [--format 'Bearer {}']]\n"
-	"                        [--from-env VAR] [--force]\n"
-	"       kosa8 secret ls\n"
-	"       kosa8 secret rm NAME\n"
-	"\n"
-	"A secret never enters a sandbox: a sandbox run with --secret NAME sees\n"
-	"NAME=<placeholder>, and the egress proxy puts the real value in place of\n"
-	"the placeholder in request headers sent over TLS to the given hosts only\n"
-	"(with --header, it sets that header to the format, {} being the value).\n"
-	"The value is read from standard input (one line from a terminal, without\n"
-	"echo), or, with --from-env, from that host environment variable when a\n"
-	"sandbox starts.  Stored under the kosa8 config folder, mode 0600.\n";
 
 /* The value from stdin: without echo on a terminal; one trailing newline
  * is not part of it. */
@@ -99,7 +86,8 @@ static int parse_add(int argc, char **argv, struct secret *s, bool *force)
 			continue;
 		}
 		if (!v || a[0] != '-') {
-			fprintf(stderr, "kosa8 secret add: unexpected '%s'\n%s", a, secret_usage);
+			fprintf(stderr, "kosa8 secret add: unexpected '%s'\n", a);
+			cli_usage_error("secret", "add");
 			return -1;
 		}
 		if (!strcmp(a, "--host"))
@@ -206,10 +194,8 @@ int cmd_secret(int argc, char **argv)
 {
 	int err;
 
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		fputs(secret_usage, argc < 2 ? stderr : stdout);
-		return argc < 2 ? 2 : 0;
-	}
+	if (argc < 2)
+		return cli_usage_error("secret", NULL);
 	/* add reads a value from stdin: not dumpable before it is read. */
 	if (!strcmp(argv[1], "add"))
 		return process_hold_secrets() ? 1 : secret_add_cmd(argc, argv);
@@ -223,6 +209,5 @@ int cmd_secret(int argc, char **argv)
 		}
 		return 0;
 	}
-	fputs(secret_usage, stderr);
-	return 2;
+	return cli_usage_error("secret", argv[1]);
 }

@@ -18,6 +18,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -30,51 +31,6 @@
 #include "vmm/vm.h"
 
 #define DEFAULT_MEM (512 * MiB)
-
-static const char vm_usage[] =
-	"usage: kosa8 vm --kernel BZIMAGE [--initrd FILE] [--mem SIZE] [--cpus N]\n"
-	"                [--cmdline ARGS] [--emulate | --no-emulate]\n"
-	"       kosa8 vm --restore CHECKPOINT [--disk NEW.k8d] [--vsock PATH]\n"
-	"\n"
-	"Boots a Linux bzImage in a microVM with the console on this terminal.\n"
-	"  --kernel FILE   x86-64 Linux bzImage (e.g. the one 'make kernel' builds)\n"
-	"  --initrd FILE   initial ramdisk\n"
-	"  --mem SIZE      guest memory, e.g. 512M or 2G (default 512M)\n"
-	"  --cpus N        vCPUs (default 1)\n"
-	"  --cmdline ARGS  appended to the kernel command line after\n"
-	"                  '" VM_DEFAULT_CMDLINE "'\n"
-	"  --disk DELTA    layered disk (top delta, see 'kosa8 disk') as /dev/vda\n"
-	"  --disk-ro DELTA the same, read-only\n"
-	"  --vsock PATH    virtio-vsock; host side on unix sockets PATH (host to\n"
-	"                  guest: connect, send 'CONNECT <port>') and PATH_<port>\n"
-	"                  (guest to host port)\n"
-	"  --cid N         the guest's vsock CID (default 3)\n"
-	"  --control PATH  unix socket taking one command a line: pause, resume,\n"
-	"                  status, stop, checkpoint DIR [NEWTOP], checkpoint-live\n"
-	"                  DIR [NEWTOP] (see docs/snapshot-format.md); answers\n"
-	"                  'ok ...' or 'error ...'\n"
-	"  --restore DIR   run from a checkpoint instead of booting a kernel (memory\n"
-	"                  and vCPUs come from it; --disk names a new delta created\n"
-	"                  over the checkpoint's disk, or one already made over it)\n"
-	"  --restore-memfd N  with --restore: guest memory is open file N (the fd\n"
-	"                  a 'checkpoint-live' answer passed), not DIR's memory file\n"
-	"  --checkpoint-dir DIR  with --jail: the one directory the jailed VMM may\n"
-	"                  write checkpoints and new disk deltas to\n"
-	"  --emulate       run in a helper VM under software emulation (slow; for\n"
-	"                  hosts without /dev/kvm; automatic there, with a warning)\n"
-	"  --no-emulate    fail instead when /dev/kvm is missing\n"
-	"  --jail          run the VMM in its own namespaces with an empty root that\n"
-	"                  holds only these files, no network, no capabilities\n"
-	"  --jail-user UID:GID  as root, with --jail: end the jail as this user and\n"
-	"                  group, and no other group (the supervisor gives each\n"
-	"                  sandbox's VMM a uid of its own; see docs/vmm-security.md)\n"
-	"  --no-seccomp    do not filter the VMM's system calls (debugging only)\n"
-	"  --seccomp-rules print the system calls the VMM may make, and why\n"
-	"On a terminal, Ctrl-A x stops the VM.\n"
-	"\n"
-	"Exit status: 0 guest powered off, 3 guest rebooted, 4 guest crashed or\n"
-	"could not run, 5 stopped from the host, 6 killed by its seccomp filter,\n"
-	"1 error, 2 usage error.\n";
 
 /* "UID:GID", neither 0 (the point is to leave root) nor -1 (no id). */
 static int parse_ids(const char *s, uint32_t *uid, uint32_t *gid)
@@ -620,7 +576,7 @@ int cmd_vm(int argc, char **argv)
 		return VM_EXIT_USAGE;
 	}
 	if (a.help) {
-		fputs(vm_usage, stdout);
+		cli_print_help(stdout, cli_find(cli_commands, "vm"), NULL);
 		return 0;
 	}
 	if (a.seccomp_rules) {

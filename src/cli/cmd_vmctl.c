@@ -8,17 +8,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "common/util.h"
 #include "vmm/vm.h"
-
-static const char vmctl_usage[] =
-	"usage: kosa8 vmctl SOCKET COMMAND [ARGS...]\n"
-	"\n"
-	"Sends COMMAND to the VMM listening on SOCKET (kosa8 vm --control) and\n"
-	"prints its one-line answer.  Commands: pause, resume, status, stop,\n"
-	"checkpoint DIR [NEWTOP].\n"
-	"Exit status: 0 answer 'ok ...', 1 answer 'error ...' or no answer, 2 usage.\n";
 
 int cmd_vmctl(int argc, char **argv)
 {
@@ -26,10 +19,8 @@ int cmd_vmctl(int argc, char **argv)
 	size_t n = 0;
 	int err;
 
-	if (argc < 3 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		fputs(vmctl_usage, argc < 3 ? stderr : stdout);
-		return argc < 3 ? 2 : 0;
-	}
+	if (argc < 3)
+		return cli_usage_error("vmctl", NULL);
 	for (int i = 2; i < argc; i++) {
 		size_t l = strlen(argv[i]);
 		if (strchr(argv[i], '\n') || n + l + 2 > sizeof(line)) {

@@ -1,13 +1,7 @@
 /* The kosa8 command line: one subcommand per file (cmd_*.c), each with a
- * main-like entry point listed in the table in main.c. */
+ * main-like entry point listed in the command table (cmd_table.c). */
 #ifndef KOSA8_CLI_COMMANDS_H
 #define KOSA8_CLI_COMMANDS_H
-
-struct command {
-	const char *name;
-	const char *summary;
-	int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
-};
 
 int cmd_vm(int argc, char **argv);
 int cmd_audit(int argc, char **argv);
