@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		atexit(remove_base);
 	}
 	snprintf(root, sizeof(root), "%s/root", base);
-	if (ap_tw_open(&w, root, false, 0, 0))
+	if (ap_tw_open(&w, root, NULL))
 		abort();
 	size_t off = 0;
 	while (size - off >= AP_HDR_SIZE) {
