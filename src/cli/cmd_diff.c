@@ -619,55 +619,82 @@ static int put_one(struct wsdiff *d, int from, struct gw *g, const struct change
 	return err;
 }
 
-/* Every change, deletions first (a file may replace a folder the guest
- * emptied), after checking them all. */
-static int apply_changes(struct wsdiff *d)
+/* `git diff --raw -z` of the two trees into a malloc'd buffer; 1 after
+ * saying why not. */
+static int list_changes(struct wsdiff *d, uint8_t **buf, size_t *len)
 {
 	const char *raw[] = {"diff", "--raw", "-z", "--no-renames", "--no-abbrev", d->ta, d->tb, NULL};
 	char list[PATH_MAX];
-	uint8_t *buf = NULL;
-	size_t len = 0, done = 0;
-	struct change c;
-	struct gw g;
-	int fd, from = -1, err, pass;
+	int fd, err = sub(list, d->tmp, "raw");
 
-	if ((err = sub(list, d->tmp, "raw")) || (fd = open(list, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+	if (err || (fd = open(list, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
 		return cli_fail(d->cmd, "%s", "cannot list the changes");
 	err = git(d, NULL, NULL, fd, raw);
 	close(fd);
-	if (err || (err = read_file(list, 64 * MiB, &buf, &len)))
+	if (err || (err = read_file(list, 64 * MiB, buf, len)))
 		return cli_fail(d->cmd, "cannot list the changes: %s", strerror(-err));
-	const char *end = (const char *)buf + len, *p = (const char *)buf;
-	while ((err = next_change(&p, end, &c)) == 0) {
+	return 0;
+}
+
+/* Every change must be one the writer takes, before anything is written. */
+static int check_changes(const struct wsdiff *d, const char *p, const char *end)
+{
+	struct change c;
+	int err;
+
+	while ((err = next_change(&p, end, &c)) == 0)
 		if (!mode_ok(c.mode) || gw_path_check(c.path, strlen(c.path)))
-			err = cli_fail(d->cmd, "%s: %s: nothing was written", c.path, mode_ok(c.mode) ?
-				       "refused name" : "not a file or symlink (a nested git repository?)");
-		if (err)
-			break;
-	}
+			return cli_fail(d->cmd, "%s: %s: nothing was written", c.path, mode_ok(c.mode) ?
+					"refused name" : "not a file or symlink (a nested git repository?)");
 	if (err < 0)
-		cli_fail(d->cmd, "%s", "git listed the changes in a form not understood: nothing was written");
-	if (err == 1 && (err = gw_open(&g, d->workspace, &d->go)) == 0) {
-		from = open(d->guest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		err = from < 0 ? -errno : 0;
-		for (pass = 0; err == 0 && pass < 2; pass++)
-			for (p = (const char *)buf; err == 0 && next_change(&p, end, &c) == 0;) {
-				if ((c.status == 'D') != (pass == 0))
-					continue;
-				err = c.status == 'D' ? gw_remove(&g, c.path) : put_one(d, from, &g, &c);
-				done += err == 0;
-			}
-		err = err ?: gw_finish(&g);
-		if (err)
-			cli_fail(d->cmd, "%s (%zu of the changes were applied before it)", g.err, done);
-		if (from >= 0)
-			close(from);
+		return cli_fail(d->cmd, "%s", "git listed the changes in a form not understood: "
+				    "nothing was written");
+	return 0;
+}
+
+/* Every change, deletions first (a file may replace a folder the guest
+ * emptied), then the links made are checked as a whole. */
+static int write_changes(struct wsdiff *d, struct gw *g, const char *buf, const char *end)
+{
+	struct change c;
+	size_t done = 0;
+	int err = 0, from = open(d->guest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (from < 0)
+		return cli_fail(d->cmd, "%s: %s", d->guest, strerror(errno));
+	for (int pass = 0; err == 0 && pass < 2; pass++)
+		for (const char *p = buf; err == 0 && next_change(&p, end, &c) == 0;) {
+			if ((c.status == 'D') != (pass == 0))
+				continue;
+			err = c.status == 'D' ? gw_remove(g, c.path) : put_one(d, from, g, &c);
+			done += err == 0;
+		}
+	close(from);
+	err = err ?: gw_finish(g);
+	if (err)
+		return cli_fail(d->cmd, "%s (%zu of the changes were written before it)", g->err, done);
+	return 0;
+}
+
+static int apply_changes(struct wsdiff *d)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	struct gw g;
+	int rc;
+
+	if (list_changes(d, &buf, &len))
+		return 1;
+	const char *p = (const char *)buf, *end = p + len;
+	rc = check_changes(d, p, end);
+	if (rc == 0 && gw_open(&g, d->workspace, &d->go)) {
+		rc = cli_fail(d->cmd, "%s", g.err);
+	} else if (rc == 0) {
+		rc = write_changes(d, &g, p, end);
 		gw_close(&g);
-	} else if (err == 1) {
-		cli_fail(d->cmd, "%s", g.err);
 	}
 	free(buf);
-	return err ? 1 : 0;
+	return rc;
 }
 
 static bool confirm(const char *ws)
