@@ -83,7 +83,8 @@ san: $(SAN_DIR)/kosa8
 # The guest agent: libc only.  Static in the release build (it runs in a
 # minimal guest); the sanitizer build links it dynamically (ASan cannot be
 # static) so that tests drive an instrumented agent too.
-AGENT_ALL := $(AGENT_SRCS) src/agentproto/proto.c src/agentproto/conn.c src/agentproto/tree.c
+AGENT_ALL := $(AGENT_SRCS) src/agentproto/proto.c src/agentproto/conn.c src/agentproto/tree.c \
+             src/common/guarded.c
 AGENT_HDRS := $(wildcard src/agent/*.h src/agentproto/*.h)
 $(REL_DIR)/kosa8-agent: $(AGENT_ALL) $(AGENT_HDRS)
 	@mkdir -p $(dir $@)

@@ -6,7 +6,8 @@
  * user.c    /etc/passwd and /etc/group lookups (no NSS in a static binary)
  * fixup.c   after a restore: RNG reseed, clock, identity (AP_FIXUP)
  * net.c     the guest's network: netfilter redirect of TCP and DNS, relayed
- *           to the host over vsock (docs/egress.md) */
+ *           to the host over vsock (docs/egress.md)
+ * trust.c   the host's CA certificate into the guest's trust store */
 #ifndef KOSA8_AGENT_H
 #define KOSA8_AGENT_H
 
@@ -50,6 +51,12 @@ int fixup_run(struct ap_conn *c, uint32_t chan, const uint8_t *p, size_t len);
 void session_run(int fd);
 
 uint64_t boottime_ms(void);
+/* write() until done, retrying on EINTR; 0 or -errno. */
+int write_all_fd(int fd, const void *buf, size_t len);
+
+/* Answers one AP_TRUST request: the PEM certificate in the payload is added
+ * to the guest's trust store.  0 when the session can go on. */
+int trust_ca(struct ap_conn *c, const struct ap_frame *f);
 
 /* Where the egress loop listens and where it reaches the host.  upstream
  * NULL: vsock CID 2; else the unix sockets "<upstream>_<port>" (tests). */

@@ -75,7 +75,7 @@ struct net_opts net_opts = {
 
 /* ---------------------------------------------------------------- set-up */
 
-static int write_all_fd(int fd, const void *buf, size_t len)
+int write_all_fd(int fd, const void *buf, size_t len)
 {
 	const uint8_t *p = buf;
 

@@ -88,7 +88,9 @@ static int put(struct ap_conn *c, const struct ap_frame *req)
 		rc = ap_conn_send_error(c, chan, ENOENT, "%s", err);
 		goto out;
 	}
-	rc = ap_tw_open(&w, q.path, geteuid() == 0, u.uid, u.gid);
+	/* The host's files keep their modes in the guest, special bits too. */
+	struct gw_opts o = { .mode_mask = 07777, .chown = geteuid() == 0, .uid = u.uid, .gid = u.gid };
+	rc = ap_tw_open(&w, q.path, &o);
 	if (rc) {
 		rc = ap_conn_send_error(c, chan, rc, "put: %s", w.err);
 		ap_tw_close(&w);
@@ -175,6 +177,8 @@ static int dispatch(struct ap_conn *c, const struct ap_frame *f, uint32_t *done_
 		return f->h.chan ? put(c, f) : -EBADMSG;
 	case AP_GET:
 		return f->h.chan ? get(c, f) : -EBADMSG;
+	case AP_TRUST:
+		return f->h.chan ? trust_ca(c, f) : -EBADMSG;
 	case AP_SHUTDOWN:
 	case AP_REBOOT:
 		return power(c, f);

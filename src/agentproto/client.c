@@ -23,6 +23,7 @@ struct agent_client {
 	struct ap_conn *conn;
 	int timeout_ms;        /* longest wait for one reply frame */
 	uint32_t next_chan;
+	uint16_t minor;          /* the agent's protocol minor version */
 	char version[64];
 	char err[512];
 };
@@ -119,6 +120,7 @@ static int hello(struct agent_client *c)
 	if (major != AP_VERSION_MAJOR)
 		return fail(c, -EPROTONOSUPPORT, "agent speaks protocol %u.%u, this client %d.%d",
 			    major, minor, AP_VERSION_MAJOR, AP_VERSION_MINOR);
+	c->minor = minor;
 	ap_text(f.p + 4, f.h.len - 4, c->version, sizeof(c->version));
 	return 0;
 }
@@ -257,6 +259,20 @@ static int power(struct agent_client *c, uint16_t type)
 	struct ap_frame f;
 	uint32_t chan = c->next_chan++;
 	return ap_conn_send(c->conn, type, chan, NULL, 0) ?: expect(c, chan, AP_OK, &f);
+}
+
+int agent_trust_ca(struct agent_client *c, const char *pem)
+{
+	struct ap_frame f;
+	size_t len = strlen(pem);
+	uint32_t chan = c->next_chan++;
+
+	if (c->minor < 1)
+		return fail(c, -EOPNOTSUPP, "the guest agent (%s) predates protocol 1.1: it cannot "
+					    "install a CA certificate", c->version);
+	if (len == 0 || len > AP_MAX_PAYLOAD)
+		return fail(c, -EINVAL, "a CA certificate of %zu bytes", len);
+	return ap_conn_send(c->conn, AP_TRUST, chan, pem, len) ?: expect(c, chan, AP_OK, &f);
 }
 
 int agent_shutdown(struct agent_client *c) { return power(c, AP_SHUTDOWN); }
@@ -561,7 +577,7 @@ int agent_put_tree(struct agent_client *c, const char *local_path, const char *r
 }
 
 int agent_get_tree(struct agent_client *c, const char *remote_path, const char *local_dir,
-		   struct ap_tree_stats *st)
+		   const struct gw_opts *o, struct ap_tree_stats *st)
 {
 	struct ap_tree_writer w;
 	struct ap_frame f;
@@ -570,7 +586,7 @@ int agent_get_tree(struct agent_client *c, const char *remote_path, const char *
 	int rc = path_request(c, AP_GET, chan, remote_path, NULL);
 	if (rc)
 		return rc;
-	int local = ap_tw_open(&w, local_dir, false, 0, 0);
+	int local = ap_tw_open(&w, local_dir, o);
 	for (;;) {
 		rc = recv_frame(c, &f, c->timeout_ms);
 		if (rc)
@@ -595,8 +611,8 @@ int agent_get_tree(struct agent_client *c, const char *remote_path, const char *
 		if (s == 1 || f.h.type == AP_TREE_END)
 			break;
 	}
-	*st = w.st;
 	ap_tw_close(&w);
+	*st = w.st;
 	if (rc == 0 && local)
 		rc = fail(c, local, "get: %s", w.err);
 	return rc;

@@ -90,9 +90,17 @@ int agent_ctl_signal(int wfd, int sig);
 int agent_put_tree(struct agent_client *c, const char *local_path, const char *remote_dir,
 		   const char *user, struct ap_tree_stats *st);
 /* Copies guest remote_path (file, symlink or directory contents) into the
- * local directory local_dir, refusing anything that would land outside it. */
+ * local directory local_dir through the guarded writer (common/guarded.h):
+ * nothing lands outside it or goes through a link, modes are masked and
+ * sizes bounded as o says (NULL: defaults, no bound).  st->special_dropped
+ * counts the entries whose setuid/setgid/sticky bits were dropped. */
 int agent_get_tree(struct agent_client *c, const char *remote_path, const char *local_dir,
-		   struct ap_tree_stats *st);
+		   const struct gw_opts *o, struct ap_tree_stats *st);
+
+/* Hands the agent a CA certificate (PEM) to add to the guest's trust
+ * store, which the agent does inside the guest (AP_TRUST).  The host never
+ * reads the guest's trust store back. */
+int agent_trust_ca(struct agent_client *c, const char *pem);
 
 /* How long any one reply (and a stalled send) may take: REPLY_TIMEOUT_MS
  * (30 s) unless set.  Past it a call fails with -ETIMEDOUT. */

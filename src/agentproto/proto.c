@@ -4,6 +4,8 @@
  * (already size-limited) payload asks for. */
 #include "agentproto/proto.h"
 
+#include "common/guarded.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,13 +388,14 @@ int ap_entry_decode(const uint8_t *p, size_t len, struct ap_entry *e)
 	if (ap_get_u16(&r, &e->target_len) || ap_get_bytes(&r, e->target_len, &s) || r.off != len)
 		return -EBADMSG;
 	e->target = (const char *)s;
-	if (pad8 || pad16 || e->kind < AP_E_FILE || e->kind > AP_E_SYMLINK || (e->mode & ~07777u))
+	bool linky = e->kind == AP_E_SYMLINK || e->kind == AP_E_HARDLINK;
+	if (pad8 || pad16 || e->kind < AP_E_FILE || e->kind > AP_E_KIND_MAX || (e->mode & ~07777u))
 		return -EBADMSG;
-	if ((e->kind != AP_E_FILE && e->size) || (e->kind == AP_E_SYMLINK) != (e->target_len > 0))
+	if ((e->kind != AP_E_FILE && e->size) || linky != (e->target_len > 0))
 		return -EBADMSG;
 	if (ap_path_check(e->path, e->path_len))
 		return -EBADMSG;
-	if (e->kind == AP_E_SYMLINK && memchr(e->target, 0, e->target_len))
+	if (linky && memchr(e->target, 0, e->target_len))
 		return -EBADMSG;
 	return 0;
 }
@@ -430,45 +433,7 @@ int ap_exit_decode(const uint8_t *p, size_t len, struct ap_exit *x)
 
 int ap_path_check(const char *path, size_t len)
 {
-	if (len == 0 || len > AP_MAX_PATH || memchr(path, 0, len))
-		return -EBADMSG;
-	size_t i = 0;
-	while (i <= len) {
-		size_t j = i;
-		while (j < len && path[j] != '/')
-			j++;
-		size_t n = j - i;
-		if (n == 0 || (n == 1 && path[i] == '.') ||
-		    (n == 2 && path[i] == '.' && path[i + 1] == '.'))
-			return -EBADMSG;
-		i = j + 1;
-	}
-	return 0;
-}
-
-int ap_symlink_check(const char *path, size_t plen, const char *target, size_t tlen)
-{
-	if (tlen == 0 || tlen > AP_MAX_PATH || target[0] == '/' || memchr(target, 0, tlen))
-		return -EXDEV;
-	/* The link lives in path's directory: its depth is path's components - 1. */
-	long depth = 0;
-	for (size_t i = 0; i < plen; i++)
-		depth += path[i] == '/';
-	size_t i = 0;
-	while (i < tlen) {
-		size_t j = i;
-		while (j < tlen && target[j] != '/')
-			j++;
-		size_t n = j - i;
-		if (n == 2 && target[i] == '.' && target[i + 1] == '.') {
-			if (--depth < 0)
-				return -EXDEV;
-		} else if (n > 0 && !(n == 1 && target[i] == '.')) {
-			depth++;
-		}
-		i = j + 1;
-	}
-	return 0;
+	return gw_path_check(path, len);
 }
 
 uint32_t ap_crc32(uint32_t crc, const void *buf, size_t len)

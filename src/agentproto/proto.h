@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #define AP_VERSION_MAJOR 1
-#define AP_VERSION_MINOR 0
+#define AP_VERSION_MINOR 1
 #define AP_AGENT_VERSION "kosa8-agent 0.1"
 
 #define AP_HDR_SIZE 12
@@ -52,7 +52,8 @@ enum ap_type {
 	AP_SHUTDOWN = 22,   /* host->agent: empty */
 	AP_REBOOT = 23,     /* host->agent: empty */
 	AP_FIXUP = 24,      /* host->agent: TLV request (seed, time, hostname, machine-id) */
-	AP_TYPE_MAX = 24,
+	AP_TRUST = 25,      /* host->agent: a CA certificate (PEM) for the guest's trust store (1.1) */
+	AP_TYPE_MAX = 25,
 };
 
 /* TLV tags inside AP_EXEC / AP_PUT / AP_GET. */
@@ -71,7 +72,12 @@ enum ap_tag {
 };
 
 enum ap_exit_kind { AP_EXITED = 0, AP_KILLED = 1 };
-enum ap_entry_kind { AP_E_FILE = 1, AP_E_DIR = 2, AP_E_SYMLINK = 3 };
+/* Kinds 4-7 are never sent: a receiver names them when it refuses them. */
+enum ap_entry_kind {
+	AP_E_FILE = 1, AP_E_DIR = 2, AP_E_SYMLINK = 3,
+	AP_E_HARDLINK = 4, AP_E_FIFO = 5, AP_E_DEVICE = 6, AP_E_SOCKET = 7,
+	AP_E_KIND_MAX = 7,
+};
 
 struct ap_hdr {
 	uint32_t len;
@@ -184,11 +190,10 @@ struct ap_exit {
 int ap_exit_decode(const uint8_t *p, size_t len, struct ap_exit *x);
 
 /* Checks a relative tree path: '/'-separated, no empty, "." or ".."
- * component, no leading '/', no NUL.  0 or -EBADMSG. */
+ * component, no leading '/', no NUL, components of at most NAME_MAX
+ * (gw_path_check).  0 or -EBADMSG.  Symlink targets are the guarded
+ * writer's to judge. */
 int ap_path_check(const char *path, size_t len);
-/* Checks a symlink target stored at tree path `path`: relative, and never
- * climbing above the tree root when resolved lexically.  0 or -EXDEV. */
-int ap_symlink_check(const char *path, size_t plen, const char *target, size_t tlen);
 
 /* CRC-32 (IEEE 802.3, as zlib), incremental: start with crc = 0. */
 uint32_t ap_crc32(uint32_t crc, const void *buf, size_t len);

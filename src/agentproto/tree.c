@@ -4,15 +4,21 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #define FAIL(w, e, ...) (snprintf((w)->err, sizeof((w)->err), __VA_ARGS__), (e))
+
+/* A failure of the guarded writer, once it returned: its message becomes
+ * the stream's. */
+static int gw_failed(struct ap_tree_writer *w, int e)
+{
+	snprintf(w->err, sizeof(w->err), "%s", w->g.err);
+	return e;
+}
 
 static int mkdir_parents(const char *dir)
 {
@@ -33,151 +39,75 @@ static int mkdir_parents(const char *dir)
 	return 0;
 }
 
-int ap_tw_open(struct ap_tree_writer *w, const char *dir, bool chown, uid_t uid, gid_t gid)
+
+int ap_tw_open(struct ap_tree_writer *w, const char *dir, const struct gw_opts *o)
 {
 	memset(w, 0, sizeof(*w));
 	w->fd = -1;
-	w->chown = chown;
-	w->uid = uid;
-	w->gid = gid;
+	w->g.rootfd = -1;
 	int rc = mkdir_parents(dir);
 	if (rc)
 		return FAIL(w, rc, "cannot create %s: %s", dir, strerror(-rc));
-	w->rootfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (w->rootfd < 0)
-		return FAIL(w, -errno, "cannot open %s: %s", dir, strerror(errno));
-	return 0;
+	rc = gw_open(&w->g, dir, o);
+	return rc ? gw_failed(w, rc) : 0;
 }
 
 void ap_tw_close(struct ap_tree_writer *w)
 {
 	if (w->fd >= 0)
 		close(w->fd);
-	if (w->rootfd >= 0)
-		close(w->rootfd);
-	w->fd = w->rootfd = -1;
+	w->fd = -1;
+	gw_close(&w->g);
+	w->st.special_dropped = w->g.special_dropped;
 }
 
-/* Opens the directory holding entry path (relative) beneath the root; the
- * kernel refuses any resolution that leaves it, symlinks included. */
-static int open_parent(struct ap_tree_writer *w, const struct ap_entry *e, char *base, size_t basesz)
+static const char *refused_kind(uint8_t kind)
 {
-	char dir[AP_MAX_PATH + 1];
-	size_t cut = e->path_len;
-	while (cut > 0 && e->path[cut - 1] != '/')
-		cut--;
-	size_t blen = e->path_len - cut;
-	if (blen >= basesz)
-		return -ENAMETOOLONG;
-	memcpy(base, e->path + cut, blen);
-	base[blen] = 0;
-	if (cut == 0) {
-		strcpy(dir, ".");
-	} else {
-		memcpy(dir, e->path, cut - 1);
-		dir[cut - 1] = 0;
+	switch (kind) {
+	case AP_E_HARDLINK: return "a hard link";
+	case AP_E_FIFO: return "a FIFO";
+	case AP_E_DEVICE: return "a device node";
+	case AP_E_SOCKET: return "a socket";
+	default: return NULL;
 	}
-	struct open_how how = {
-		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
-		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
-	};
-	long fd = syscall(SYS_openat2, w->rootfd, dir, &how, sizeof(how));
-	return fd < 0 ? -errno : (int)fd;
-}
-
-static int own(struct ap_tree_writer *w, int fd)
-{
-	if (w->chown && fchown(fd, w->uid, w->gid) < 0)
-		return -errno;
-	return 0;
-}
-
-static int make_dir(struct ap_tree_writer *w, int pfd, const char *base, uint32_t mode)
-{
-	if (mkdirat(pfd, base, 0700) < 0 && errno != EEXIST)
-		return -errno;
-	int fd = openat(pfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ELOOP ? -ENOTDIR : -errno;
-	int rc = own(w, fd);
-	if (rc == 0 && fchmod(fd, mode) < 0)
-		rc = -errno;
-	close(fd);
-	return rc;
-}
-
-/* Removes a non-directory already at base so that a new entry replaces it
- * (never following a symlink that is there). */
-static int clear_slot(int pfd, const char *base)
-{
-	if (unlinkat(pfd, base, 0) < 0 && errno != ENOENT)
-		return errno == EISDIR ? -EISDIR : -errno;
-	return 0;
-}
-
-static int make_symlink(struct ap_tree_writer *w, int pfd, const char *base, const struct ap_entry *e)
-{
-	char target[AP_MAX_PATH + 1];
-	if (ap_symlink_check(e->path, e->path_len, e->target, e->target_len))
-		return -EXDEV;
-	memcpy(target, e->target, e->target_len);
-	target[e->target_len] = 0;
-	int rc = clear_slot(pfd, base);
-	if (rc)
-		return rc;
-	if (symlinkat(target, pfd, base) < 0)
-		return -errno;
-	if (w->chown && fchownat(pfd, base, w->uid, w->gid, AT_SYMLINK_NOFOLLOW) < 0)
-		return -errno;
-	return 0;
-}
-
-static int make_file(struct ap_tree_writer *w, int pfd, const char *base, const struct ap_entry *e)
-{
-	int rc = clear_slot(pfd, base);
-	if (rc)
-		return rc;
-	int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	rc = own(w, fd);
-	if (rc) {
-		close(fd);
-		return rc;
-	}
-	w->fd = fd;
-	w->mode = e->mode;
-	w->want = e->size;
-	w->got = 0;
-	w->crc = 0;
-	return 0;
 }
 
 static int on_entry(struct ap_tree_writer *w, const struct ap_frame *f)
 {
 	struct ap_entry e;
-	char base[256];
+	char path[AP_MAX_PATH + 1], target[AP_MAX_PATH + 1], what[AP_MAX_PATH + 32];
+	int rc;
+
 	if (w->fd >= 0)
 		return FAIL(w, -EBADMSG, "entry before the previous file ended");
+	if (f->h.len && f->p[0] > AP_E_KIND_MAX)
+		return FAIL(w, -EBADMSG, "entry of unknown kind %u", f->p[0]);
 	if (ap_entry_decode(f->p, f->h.len, &e))
-		return FAIL(w, -EBADMSG, "malformed or unsafe entry (path with '..', '.', '//' or leading '/')");
-	int pfd = open_parent(w, &e, base, sizeof(base));
-	if (pfd < 0)
-		return FAIL(w, pfd, "%.*s: parent directory: %s%s", e.path_len, e.path, strerror(-pfd),
-			    pfd == -EXDEV ? " (it would leave the target directory)" : "");
-	int rc;
-	if (e.kind == AP_E_DIR)
-		rc = make_dir(w, pfd, base, e.mode);
-	else if (e.kind == AP_E_SYMLINK)
-		rc = make_symlink(w, pfd, base, &e);
-	else
-		rc = make_file(w, pfd, base, &e);
-	close(pfd);
-	if (rc == -EXDEV)
-		return FAIL(w, rc, "%.*s: symlink target %.*s leaves the target directory",
-			    e.path_len, e.path, e.target_len, e.target);
+		return FAIL(w, -EBADMSG, "malformed or unsafe entry (path with '..', '.', '//', a "
+				      "leading '/' or a NUL)");
+	memcpy(path, e.path, e.path_len);
+	path[e.path_len] = 0;
+	memcpy(target, e.target, e.target_len);
+	target[e.target_len] = 0;
+	if (refused_kind(e.kind)) {
+		snprintf(what, sizeof(what), "%s%s%.300s", refused_kind(e.kind),
+			 e.target_len ? " to " : "", target);
+		return gw_failed(w, gw_refuse(&w->g, path, what));
+	}
+	if (e.kind == AP_E_DIR) {
+		rc = gw_dir(&w->g, path, e.mode);
+	} else if (e.kind == AP_E_SYMLINK) {
+		rc = gw_symlink(&w->g, path, target);
+	} else if ((rc = gw_file(&w->g, path, e.size)) >= 0) {
+		w->fd = rc;
+		w->mode = e.mode;
+		w->want = e.size;
+		w->got = 0;
+		w->crc = 0;
+		rc = 0;
+	}
 	if (rc)
-		return FAIL(w, rc, "%.*s: %s", e.path_len, e.path, strerror(-rc));
+		return gw_failed(w, rc);
 	w->st.entries++;
 	return 0;
 }
@@ -216,10 +146,9 @@ static int on_file_end(struct ap_tree_writer *w, const struct ap_frame *f)
 			    (unsigned long long)w->got, (unsigned long long)w->want);
 	if (crc != w->crc)
 		return FAIL(w, -EIO, "file checksum mismatch (crc32 %08x, expected %08x)", w->crc, crc);
-	int rc = fchmod(w->fd, w->mode) < 0 ? -errno : 0;
-	close(w->fd);
+	int rc = gw_file_done(&w->g, w->fd, w->mode);
 	w->fd = -1;
-	return rc ? FAIL(w, rc, "chmod: %s", strerror(-rc)) : 0;
+	return rc ? gw_failed(w, rc) : 0;
 }
 
 static int on_tree_end(struct ap_tree_writer *w, const struct ap_frame *f)
@@ -234,7 +163,9 @@ static int on_tree_end(struct ap_tree_writer *w, const struct ap_frame *f)
 		return FAIL(w, -EIO, "tree mismatch: got %u entries/%llu bytes, sender says %u/%llu",
 			    w->st.entries, (unsigned long long)w->st.bytes, entries,
 			    (unsigned long long)bytes);
-	return 1;
+	/* Complete: now every link made can be judged, chains included. */
+	int rc = gw_finish(&w->g);
+	return rc ? gw_failed(w, rc) : 1;
 }
 
 int ap_tw_frame(struct ap_tree_writer *w, const struct ap_frame *f)
@@ -298,9 +229,17 @@ static int send_entry(struct sender *s, uint8_t kind, const struct stat *sb, con
 
 static int send_file(struct sender *s, int dfd, const char *name, const struct stat *sb)
 {
-	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	/* Never blocks on a FIFO swapped in since the lstat, and sends only
+	 * what was stat-ed as a regular file. */
+	struct stat now;
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return SFAIL(s, -errno, "%s: %s", s->path, strerror(errno));
+	if (fstat(fd, &now) < 0 || !S_ISREG(now.st_mode) || now.st_ino != sb->st_ino ||
+	    now.st_dev != sb->st_dev) {
+		close(fd);
+		return SFAIL(s, -EAGAIN, "%s: changed while being copied", s->path);
+	}
 	uint8_t *buf = malloc(AP_MAX_PAYLOAD);
 	if (!buf) {
 		close(fd);

@@ -34,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -57,8 +59,10 @@ struct wsdiff {
 	char guest[PATH_MAX];     /* tmp/workspace: the guest's /workspace */
 	char gitdir[PATH_MAX];    /* tmp/git: the throwaway repository */
 	char patch[PATH_MAX];     /* tmp/patch */
+	char ta[GIT_TREE_HEX + 1], tb[GIT_TREE_HEX + 1]; /* host and guest trees */
 	size_t files;             /* files the patch changes */
 	off_t patch_bytes;
+	struct gw_opts go;        /* how guest files are written here, and the bound */
 };
 
 static int sub(char *buf, const char *dir, const char *leaf)
@@ -138,12 +142,13 @@ static int fetch(struct wsdiff *d, const char *dir)
 	struct ap_tree_stats st;
 	int err;
 
-	if (agent_open(d, &c))
+	if (cli_copy_out_opts(d->cmd, &d->go) || agent_open(d, &c))
 		return 1;
 	memset(&st, 0, sizeof(st));
-	err = agent_get_tree(c, "/workspace", dir, &st);
+	err = agent_get_tree(c, "/workspace", dir, &d->go, &st);
 	if (err)
 		cli_fail(d->cmd, "copying /workspace out of '%s': %s", d->name, agent_client_error(c));
+	cli_copy_out_report(d->cmd, err, &st);
 	agent_client_close(c);
 	return err ? 1 : 0;
 }
@@ -182,6 +187,11 @@ static int git(const struct wsdiff *d, const char *work_tree, const char *index,
 		setenv("GIT_CONFIG_GLOBAL", "/dev/null", 1);
 		setenv("GIT_TERMINAL_PROMPT", "0", 1);
 		unsetenv("GIT_EXTERNAL_DIFF");
+		/* No file git writes here (the patch, an object) passes the bound. */
+		if (d->go.max_bytes) {
+			struct rlimit fsize = {d->go.max_bytes, d->go.max_bytes};
+			setrlimit(RLIMIT_FSIZE, &fsize);
+		}
 		execvp("git", (char *const *)argv);
 		_exit(127);
 	}
@@ -190,6 +200,8 @@ static int git(const struct wsdiff *d, const char *work_tree, const char *index,
 			return -errno;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
 		return -ENOENT;
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ)
+		return -EDQUOT;
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
 }
 
@@ -277,12 +289,17 @@ static int plain_attributes(const struct wsdiff *d)
 	return err;
 }
 
+static int quota_fail(const struct wsdiff *d)
+{
+	return cli_fail(d->cmd, "the changes take more than the bound of %llu bytes of temporary "
+			    "space (KOSA8_COPY_OUT_MAX raises it)", (unsigned long long)d->go.max_bytes);
+}
+
 /* Fetches the guest's /workspace and writes the patch from the host
  * workspace to it into d->patch. */
 static int wsdiff_make(struct wsdiff *d)
 {
 	const char *tmpdir = getenv("TMPDIR");
-	char ta[GIT_TREE_HEX + 1], tb[GIT_TREE_HEX + 1];
 	const char *init[] = {"init", "-q", "--bare", NULL};
 	struct stat st;
 	int fd, err;
@@ -303,22 +320,26 @@ static int wsdiff_make(struct wsdiff *d)
 	if (!err)
 		err = plain_attributes(d);
 	if (!err)
-		err = tree_of(d, d->workspace, "index.host", ta);
+		err = tree_of(d, d->workspace, "index.host", d->ta);
 	if (!err)
-		err = tree_of(d, d->guest, "index.guest", tb);
+		err = tree_of(d, d->guest, "index.guest", d->tb);
 	if (err == -ENOENT)
 		return cli_fail(d->cmd, "%s", "git is needed to compare the workspaces (apt-get install git)");
+	if (err == -EDQUOT)
+		return quota_fail(d);
 	if (err)
 		return cli_fail(d->cmd, "%s", "git could not read the workspaces");
 	fd = open(d->patch, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return cli_fail(d->cmd, "cannot write %s: %s", d->patch, strerror(errno));
 	const char *diff[] = {"diff", "--binary", "--full-index", "--no-renames", "--no-color",
-			      "--no-ext-diff", "--no-textconv", ta, tb, NULL};
+			      "--no-ext-diff", "--no-textconv", d->ta, d->tb, NULL};
 	err = git(d, NULL, NULL, fd, diff);
 	if (!err && fstat(fd, &st) < 0)
 		err = -errno;
 	close(fd);
+	if (err == -EDQUOT)
+		return quota_fail(d);
 	if (err)
 		return cli_fail(d->cmd, "%s", "git diff failed");
 	d->patch_bytes = st.st_size;
@@ -534,6 +555,147 @@ static int export_patch(struct wsdiff *d, const char *file, struct audit_log *l)
 	return 0;
 }
 
+/* ---- --apply: the guest's changes into the workspace, through the
+ * guarded writer (no path through a link, nothing outside the workspace,
+ * no special file or bit), never by running `git apply` there ---- */
+
+/* One change of `git diff --raw -z`: ":OLDMODE NEWMODE OLD NEW S\0PATH\0". */
+struct change {
+	unsigned mode;   /* the new mode (octal), 0 for a deletion */
+	char status;
+	const char *path;
+};
+
+/* Reads the next change at *p (below end); 0, 1 at the end, -EBADMSG. */
+static int next_change(const char **p, const char *end, struct change *c)
+{
+	const char *rec = *p, *nul;
+	unsigned old;
+
+	if (rec >= end)
+		return 1;
+	nul = memchr(rec, 0, (size_t)(end - rec));
+	if (!nul || sscanf(rec, ":%o %o %*s %*s %c", &old, &c->mode, &c->status) != 3)
+		return -EBADMSG;
+	c->path = nul + 1;
+	nul = memchr(c->path, 0, (size_t)(end - c->path));
+	if (!nul)
+		return -EBADMSG;
+	*p = nul + 1;
+	return 0;
+}
+
+/* Whether git's mode is one the writer takes: a file, an executable, a
+ * symlink (or nothing, for a deletion).  Submodules are not. */
+static bool mode_ok(unsigned mode)
+{
+	return mode == 0100644 || mode == 0100755 || mode == 0120000 || mode == 0;
+}
+
+/* The guest's copy of path (d->guest) written into the workspace. */
+static int put_one(struct wsdiff *d, int from, struct gw *g, const struct change *c)
+{
+	char target[GW_MAX_PATH + 1];
+	uint64_t size;
+	int in, out, err = gw_parents(g, c->path);
+
+	if (err)
+		return err;
+	if (c->mode == 0120000) {
+		ssize_t n = gw_read_link(from, c->path, target, sizeof(target));
+		return n < 0 ? (int)n : gw_symlink(g, c->path, target);
+	}
+	in = gw_open_read(from, c->path, d->go.max_bytes, &size);
+	if (in < 0)
+		return in;
+	out = gw_file(g, c->path, size);
+	err = out < 0 ? out : copy_fd(in, out);
+	close(in);
+	if (out >= 0) {
+		int e2 = gw_file_done(g, out, c->mode & 0777);
+		err = err ?: e2;
+	}
+	return err;
+}
+
+/* `git diff --raw -z` of the two trees into a malloc'd buffer; 1 after
+ * saying why not. */
+static int list_changes(struct wsdiff *d, uint8_t **buf, size_t *len)
+{
+	const char *raw[] = {"diff", "--raw", "-z", "--no-renames", "--no-abbrev", d->ta, d->tb, NULL};
+	char list[PATH_MAX];
+	int fd, err = sub(list, d->tmp, "raw");
+
+	if (err || (fd = open(list, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+		return cli_fail(d->cmd, "%s", "cannot list the changes");
+	err = git(d, NULL, NULL, fd, raw);
+	close(fd);
+	if (err || (err = read_file(list, 64 * MiB, buf, len)))
+		return cli_fail(d->cmd, "cannot list the changes: %s", strerror(-err));
+	return 0;
+}
+
+/* Every change must be one the writer takes, before anything is written. */
+static int check_changes(const struct wsdiff *d, const char *p, const char *end)
+{
+	struct change c;
+	int err;
+
+	while ((err = next_change(&p, end, &c)) == 0)
+		if (!mode_ok(c.mode) || gw_path_check(c.path, strlen(c.path)))
+			return cli_fail(d->cmd, "%s: %s: nothing was written", c.path, mode_ok(c.mode) ?
+					"refused name" : "not a file or symlink (a nested git repository?)");
+	if (err < 0)
+		return cli_fail(d->cmd, "%s", "git listed the changes in a form not understood: "
+				    "nothing was written");
+	return 0;
+}
+
+/* Every change, deletions first (a file may replace a folder the guest
+ * emptied), then the links made are checked as a whole. */
+static int write_changes(struct wsdiff *d, struct gw *g, const char *buf, const char *end)
+{
+	struct change c;
+	size_t done = 0;
+	int err = 0, from = open(d->guest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (from < 0)
+		return cli_fail(d->cmd, "%s: %s", d->guest, strerror(errno));
+	for (int pass = 0; err == 0 && pass < 2; pass++)
+		for (const char *p = buf; err == 0 && next_change(&p, end, &c) == 0;) {
+			if ((c.status == 'D') != (pass == 0))
+				continue;
+			err = c.status == 'D' ? gw_remove(g, c.path) : put_one(d, from, g, &c);
+			done += err == 0;
+		}
+	close(from);
+	err = err ?: gw_finish(g);
+	if (err)
+		return cli_fail(d->cmd, "%s (%zu of the changes were written before it)", g->err, done);
+	return 0;
+}
+
+static int apply_changes(struct wsdiff *d)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	struct gw g;
+	int rc;
+
+	if (list_changes(d, &buf, &len))
+		return 1;
+	const char *p = (const char *)buf, *end = p + len;
+	rc = check_changes(d, p, end);
+	if (rc == 0 && gw_open(&g, d->workspace, &d->go)) {
+		rc = cli_fail(d->cmd, "%s", g.err);
+	} else if (rc == 0) {
+		rc = write_changes(d, &g, p, end);
+		gw_close(&g);
+	}
+	free(buf);
+	return rc;
+}
+
 static bool confirm(const char *ws)
 {
 	char line[16];
@@ -546,7 +708,6 @@ static bool confirm(const char *ws)
 static int export_apply(struct wsdiff *d, bool yes, struct audit_log *l)
 {
 	const char *check[] = {"apply", "--check", d->patch, NULL};
-	const char *apply[] = {"apply", d->patch, NULL};
 
 	if (!yes && !isatty(0))
 		return cli_fail(d->cmd, "%s", "--apply changes your workspace: add --yes when not on a terminal");
@@ -566,8 +727,8 @@ static int export_apply(struct wsdiff *d, bool yes, struct audit_log *l)
 		printf("nothing written\n");
 		return 1;
 	}
-	if (git(d, d->workspace, NULL, -1, apply))
-		return cli_fail(d->cmd, "git apply failed in %s", d->workspace);
+	if (apply_changes(d))
+		return 1;
 	audit_export(l, d, "apply", d->workspace);
 	printf("applied %zu changed file%s to %s\n", d->files, d->files == 1 ? "" : "s", d->workspace);
 	return 0;

@@ -941,6 +941,7 @@ int cmd_cp(int argc, char **argv)
 	char *name, *rpath, *name2, *rpath2;
 	struct agent_client *c = NULL;
 	struct ap_tree_stats st;
+	struct gw_opts go;
 	bool from, to;
 	int err;
 
@@ -950,6 +951,8 @@ int cmd_cp(int argc, char **argv)
 	to = split_remote(argv[2], &name2, &rpath2);
 	if (from == to)
 		return cli_fail("cp", "%s", "exactly one side must be NAME:PATH");
+	if (from && cli_copy_out_opts("cp", &go))
+		return 1;
 	cJSON *what = cJSON_CreateObject();
 	cJSON_AddStringToObject(what, "kind", from ? "copy_out" : "copy_in");
 	cJSON_AddStringToObject(what, "path", from ? rpath : rpath2);
@@ -961,12 +964,14 @@ int cmd_cp(int argc, char **argv)
 			agent_client_close(c);
 			return cli_fail("cp", "cannot create '%s'", argv[2]);
 		}
-		err = agent_get_tree(c, rpath, argv[2], &st);
+		err = agent_get_tree(c, rpath, argv[2], &go, &st);
 	} else {
 		err = agent_put_tree(c, argv[1], rpath2, NULL, &st);
 	}
 	if (err)
 		cli_fail("cp", "%s", agent_client_error(c));
+	if (from)
+		cli_copy_out_report("cp", err, &st);
 	agent_client_close(c);
 	return err ? 1 : 0;
 }

@@ -3,6 +3,8 @@
 #ifndef KOSA8_CLI_COMMANDS_H
 #define KOSA8_CLI_COMMANDS_H
 
+#include "agentproto/tree.h"
+
 int cmd_vm(int argc, char **argv);
 int cmd_audit(int argc, char **argv);
 int cmd_disk(int argc, char **argv);
@@ -38,6 +40,14 @@ int cli_remove_tree(const char *dir);
 /* The supervisor did not answer (err): says "busy" when it still owns the
  * sandbox, "not running" when nobody does.  Returns 1. */
 int cli_unanswered(const char *cmd, const char *name, int err);
+
+/* Copying out of a guest (copy_out.c): the guarded writer's options for
+ * this user (modes without special bits, under the umask; under sudo the
+ * files go to SUDO_UID:SUDO_GID; bounds from KOSA8_COPY_OUT_MAX and
+ * KOSA8_COPY_OUT_FILES), 1 after printing an error; and the notes after a
+ * copy (special bits dropped, which bound was hit). */
+int cli_copy_out_opts(const char *cmd, struct gw_opts *o);
+void cli_copy_out_report(const char *cmd, int err, const struct ap_tree_stats *st);
 
 /* "kosa8 CMD: <message>" on stderr; returns 1 (the commands' error status). */
 __attribute__((format(printf, 2, 3)))

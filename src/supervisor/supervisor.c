@@ -467,70 +467,29 @@ static int start_egress(struct supervisor *s)
 	return sup_egress_start(&o, &s->egress, s->why, sizeof(s->why));
 }
 
-#define GUEST_CA_DIR "/usr/local/share/ca-certificates"
-#define GUEST_CA_NAME "kosa8-sandbox.crt"
-#define GUEST_CA_BUNDLE_DIR "/etc/ssl/certs"
-#define GUEST_CA_BUNDLE "ca-certificates.crt"
-
-static int write_text(const char *path, const char *text, const char *mode)
+/* Hands the sandbox CA's certificate to the agent, which adds it to the
+ * guest's trust store itself (AP_TRUST): the host never reads, nor writes
+ * into, the guest's files for it.  A guest that broke its own trust store
+ * only loses TLS interception (its clients then refuse the proxy: no secret
+ * is sent), so a failure is logged and audited, and the sandbox starts:
+ * the user can still get the workspace out. */
+static void install_guest_ca(struct supervisor *s, const char *pem)
 {
-	FILE *f = fopen(path, mode);
-	int err = 0;
-
-	if (!f)
-		return -errno;
-	if (fputs(text, f) == EOF)
-		err = -EIO;
-	if (fclose(f) == EOF && !err)
-		err = -errno;
-	return err;
-}
-
-/* Puts the sandbox CA's certificate where Debian keeps local CAs and into
- * the bundle curl, git, python and OpenSSL read (what update-ca-certificates
- * would do, without running it), through the agent's file API.  The bundle
- * is fetched, the certificate appended unless present, and put back. */
-static int install_guest_ca(struct supervisor *s, const char *pem)
-{
-	char tmp[] = "/tmp/kosa8-ca-XXXXXX", ca[64], dir[64], bundle[96];
 	struct agent_client *c = NULL;
-	struct ap_tree_stats st;
-	uint8_t *text = NULL;
-	size_t len = 0;
-	int err;
+	int err = agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c);
 
-	if (!mkdtemp(tmp))
-		return -errno;
-	snprintf(ca, sizeof(ca), "%s/" GUEST_CA_NAME, tmp);
-	snprintf(dir, sizeof(dir), "%s/b", tmp);
-	snprintf(bundle, sizeof(bundle), "%s/" GUEST_CA_BUNDLE, dir);
-	/* put keeps modes: every guest user reads the trust store. */
-	if ((err = write_text(ca, pem, "w")) || (chmod(ca, 0644) < 0 && (err = -errno)) ||
-	    (err = agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c)) ||
-	    (err = agent_put_tree(c, ca, GUEST_CA_DIR, "root", &st)) ||
-	    (err = mkdir_p(dir, 0700)) ||
-	    (err = agent_get_tree(c, GUEST_CA_BUNDLE_DIR "/" GUEST_CA_BUNDLE, dir, &st)) ||
-	    (err = read_file(bundle, 64 * MiB, &text, &len)))
-		goto out;
-	/* Restarts find it there already. */
-	if (!memmem(text, len, pem, strlen(pem))) {
-		if ((len && text[len - 1] != '\n' && (err = write_text(bundle, "\n", "a"))) ||
-		    (err = write_text(bundle, pem, "a")) || (chmod(bundle, 0644) < 0 && (err = -errno)) ||
-		    (err = agent_put_tree(c, bundle, GUEST_CA_BUNDLE_DIR, "root", &st)))
-			goto out;
+	if (!err)
+		err = agent_trust_ca(c, pem);
+	if (err) {
+		const char *why = c ? agent_client_error(c) : strerror(-err);
+		log_warn("the sandbox CA is not trusted in the guest (%s): connections to a "
+			 "secret's host will fail there", why);
+		cJSON *d = cJSON_CreateObject();
+		cJSON_AddStringToObject(d, "error", why);
+		audit(s, "supervisor", "sandbox.ca_not_installed", d);
 	}
-out:
-	if (err)
-		log_err("installing the sandbox CA in the guest: %s",
-			c ? agent_client_error(c) : strerror(-err));
 	if (c)
 		agent_client_close(c);
-	free(text);
-	unlink(bundle);
-	unlink(ca);
-	rmdir(dir);
-	rmdir(tmp);
-	return err;
 }
 
 static void reply_error(int fd, const char *msg)
@@ -1131,10 +1090,7 @@ int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
 		goto fail;
 	}
 	startup_mark(&s, &s.start.identity);
-	if ((err = install_guest_ca(&s, sup_egress_ca_pem(s.egress)))) {
-		why = "installing the sandbox's CA certificate in the guest failed (see the supervisor log)";
-		goto fail;
-	}
+	install_guest_ca(&s, sup_egress_ca_pem(s.egress));
 	startup_mark(&s, &s.start.ca);
 	if ((err = copy_workspace(&s))) {
 		why = "copying the workspace into the sandbox failed";

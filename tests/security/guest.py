@@ -395,6 +395,68 @@ def vsock_attack_run(program):
     print("sec: vsock_attack_done", flush=True)
 
 
+CHAIN_DEPTH = 12
+KOSA8_CA = "/usr/local/share/ca-certificates/kosa8-sandbox.crt"
+BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def link_chain(root, name, hostpath):
+    """Issue 23's chain under root: d1/.../dN/p -> N times "..", each link
+    lexically inside root; then root/name -> d1/.../dN/p/<N times "..">HOSTPATH,
+    lexically inside too, but p is root itself, so whoever follows name
+    from a copy of root on the host reaches the host's hostpath."""
+    dirs = ["d%d" % i for i in range(1, CHAIN_DEPTH + 1)]
+    os.makedirs(os.path.join(root, *dirs), exist_ok=True)
+    os.symlink("/".join([".."] * CHAIN_DEPTH), os.path.join(root, *dirs, "p"))
+    os.symlink("/".join(dirs + ["p"] + [".."] * CHAIN_DEPTH) + hostpath, os.path.join(root, name))
+
+
+def tree_root(hostpath):
+    """Guest root: the control (the host's CA is in the trust store, put
+    there by the agent), then the trust store's bundle turned into a
+    directory holding the chain to the host's marker, and a 6777 file in
+    /workspace."""
+    try:
+        ca = open(KOSA8_CA).read()
+        say("ca_installed_control", "ok" if ca.strip() and ca in open(BUNDLE).read() else "bad:not-in-bundle")
+    except OSError as e:
+        say("ca_installed_control", "bad:" + err_name(e))
+    try:
+        os.replace(BUNDLE, "/root/ca-bundle.saved")
+        os.mkdir(BUNDLE)
+        link_chain(BUNDLE, "ca-certificates.crt", hostpath)
+        say("ca_bundle_chain", "planted")
+    except OSError as e:
+        say("ca_bundle_chain", "bad:" + err_name(e))
+    with open("/workspace/suid6777", "w") as f:
+        f.write("#!/bin/sh\nid\n")
+    os.chmod("/workspace/suid6777", 0o6777)
+    say("suid_file", oct(os.stat("/workspace/suid6777").st_mode & 0o7777))
+
+
+def tree_user(hostpath):
+    """A guest user (no root): the same chain under /workspace/esc."""
+    try:
+        link_chain("/workspace/esc", "ca", hostpath)
+        say("workspace_chain", "planted as uid %d" % os.getuid())
+    except OSError as e:
+        say("workspace_chain", "bad:" + err_name(e))
+
+
+def big_file(mib):
+    with open("/workspace/big.bin", "wb") as f:
+        f.write(os.urandom(int(mib) << 20))
+    say("big_file", "%s MiB" % mib)
+
+
+def tree_restore():
+    """Puts the trust store back (after the restart that followed it)."""
+    if os.path.isdir(BUNDLE) and os.path.exists("/root/ca-bundle.saved"):
+        subprocess.run(["rm", "-rf", BUNDLE])
+        os.replace("/root/ca-bundle.saved", BUNDLE)
+    say("ca_bundle_restored", "ok" if os.path.isfile(BUNDLE) else "bad")
+
+
 def memory(mib):
     """Touches mib MiB (more than the guest has): the guest's own OOM
     killer ends this process; the host only ever gives the guest its RAM."""

@@ -546,7 +546,7 @@ static void test_put_get_tree(void **state)
 		assert_int_equal(lstat(p, &sb), 0);
 		assert_int_equal(sb.st_uid, 65534);
 	}
-	rc = agent_get_tree(c, remote, back, &st2);
+	rc = agent_get_tree(c, remote, back, NULL, &st2);
 	if (rc)
 		fail_msg("get: %s", agent_client_error(c));
 	assert_int_equal(st2.entries, st.entries);
@@ -558,14 +558,14 @@ static void test_put_get_tree(void **state)
 	assert_int_equal(agent_put_tree(c, p, remote, NULL, &st), 0);
 	assert_int_equal(st.entries, 1);
 	snprintf(p, sizeof(p), "%s/a.txt", remote);
-	assert_int_equal(agent_get_tree(c, p, back, &st), 0);
+	assert_int_equal(agent_get_tree(c, p, back, NULL, &st), 0);
 	assert_int_equal(st.bytes, 6);
 	/* A local directory that cannot be made: the stream is read to its end
 	 * and the session stays usable. */
-	assert_true(agent_get_tree(c, remote, "/proc/kosa8-cannot-exist/x", &st) < 0);
+	assert_true(agent_get_tree(c, remote, "/proc/kosa8-cannot-exist/x", NULL, &st) < 0);
 	assert_non_null(strstr(agent_client_error(c), "cannot create"));
 	/* Missing remote path: a clear error, the session goes on. */
-	assert_int_equal(agent_get_tree(c, "/no/such/kosa8", back, &st), -ENOENT);
+	assert_int_equal(agent_get_tree(c, "/no/such/kosa8", back, NULL, &st), -ENOENT);
 	assert_non_null(strstr(agent_client_error(c), "/no/such/kosa8"));
 	struct agent_ping pg;
 	assert_int_equal(agent_ping(c, &pg), 0);
@@ -584,7 +584,7 @@ static void test_put_refuses_escapes(void **state)
 	snprintf(p, sizeof(p), "%s/abs", src);
 	assert_int_equal(symlink("/etc/passwd", p), 0);
 	assert_int_equal(agent_put_tree(c, src, remote, NULL, &st), -EXDEV);
-	assert_non_null(strstr(agent_client_error(c), "leaves the target directory"));
+	assert_non_null(strstr(agent_client_error(c), "leaves the destination"));
 	unlink(p);
 	snprintf(p, sizeof(p), "%s/up", src);
 	assert_int_equal(symlink("../../etc", p), 0);

@@ -111,14 +111,14 @@ static void test_paths(void **state)
 		assert_int_equal(ap_path_check(bad[i], strlen(bad[i])), -EBADMSG);
 	assert_int_equal(ap_path_check("a\0b", 3), -EBADMSG);
 
-	assert_int_equal(ap_symlink_check("l", 1, "x", 1), 0);
-	assert_int_equal(ap_symlink_check("d/l", 3, "../x", 4), 0);
-	assert_int_equal(ap_symlink_check("d/l", 3, "../../x", 7), -EXDEV);
-	assert_int_equal(ap_symlink_check("l", 1, "../x", 4), -EXDEV);
-	assert_int_equal(ap_symlink_check("l", 1, "/etc/passwd", 11), -EXDEV);
-	assert_int_equal(ap_symlink_check("l", 1, "a/../../x", 9), -EXDEV);
-	assert_int_equal(ap_symlink_check("l", 1, "./a/./b", 7), 0);
-	assert_int_equal(ap_symlink_check("l", 1, "", 0), -EXDEV);
+	assert_true(gw_target_inside("l", "x"));
+	assert_true(gw_target_inside("d/l", "../x"));
+	assert_false(gw_target_inside("d/l", "../../x"));
+	assert_false(gw_target_inside("l", "../x"));
+	assert_false(gw_target_inside("l", "/etc/passwd"));
+	assert_false(gw_target_inside("l", "a/../../x"));
+	assert_true(gw_target_inside("l", "./a/./b"));
+	assert_false(gw_target_inside("l", ""));
 }
 
 static void test_crc_and_exit(void **state)
@@ -173,11 +173,20 @@ static int file_end(struct ap_tree_writer *w, uint64_t len, uint32_t crc)
 	return feed(w, AP_FILE_END, b, sizeof(b));
 }
 
+static int tree_end(struct ap_tree_writer *w, uint32_t entries, uint64_t bytes)
+{
+	uint8_t end[12];
+	struct ap_wr wr = { .p = end, .cap = sizeof(end) };
+	ap_put_u32(&wr, entries);
+	ap_put_u64(&wr, bytes);
+	return feed(w, AP_TREE_END, end, sizeof(end));
+}
+
 static void open_root(struct ap_tree_writer *w, const char *sub)
 {
 	char p[128];
 	snprintf(p, sizeof(p), "%s/%s", tmp, sub);
-	assert_int_equal(ap_tw_open(w, p, false, 0, 0), 0);
+	assert_int_equal(ap_tw_open(w, p, NULL), 0);
 }
 
 static void test_writer_good(void **state)
@@ -192,11 +201,7 @@ static void test_writer_good(void **state)
 	assert_int_equal(feed(&w, AP_DATA, "lo", 2), 0);
 	assert_int_equal(file_end(&w, 5, ap_crc32(0, "hello", 5)), 0);
 	assert_int_equal(entry(&w, AP_E_SYMLINK, 0777, 0, "d/l", "f"), 0);
-	uint8_t end[12];
-	struct ap_wr wr = { .p = end, .cap = sizeof(end) };
-	ap_put_u32(&wr, 3);
-	ap_put_u64(&wr, 5);
-	assert_int_equal(feed(&w, AP_TREE_END, end, 12), 1);
+	assert_int_equal(tree_end(&w, 3, 5), 1);
 	ap_tw_close(&w);
 	snprintf(p, sizeof(p), "%s/good/d/f", tmp);
 	assert_int_equal(stat(p, &sb), 0);
@@ -227,7 +232,7 @@ static void test_writer_refuses(void **state)
 	snprintf(p, sizeof(p), "%s/bad3/out", tmp);
 	assert_int_equal(symlink(tmp, p), 0);
 	open_root(&w, "bad3");
-	assert_int_equal(entry(&w, AP_E_FILE, 0644, 1, "out/escape", NULL), -EXDEV);
+	assert_int_equal(entry(&w, AP_E_FILE, 0644, 1, "out/escape", NULL), -ELOOP);
 	assert_int_equal(entry(&w, AP_E_DIR, 0755, 0, "out", NULL), -ENOTDIR);
 	ap_tw_close(&w);
 	snprintf(p, sizeof(p), "%s/escape", tmp);
@@ -393,6 +398,86 @@ static void test_flush_stall(void **state)
 	ap_conn_close(c);
 	close(sv[1]);
 	alarm(0);
+/* Issue 23's stream, as the unmodified agent sends a guest's trust store:
+ * a chain of links, each lexically inside, that leads to a host file; and
+ * a file written through the chain.  The host file stays as it was, the
+ * escaping link is removed and the stream fails. */
+static void test_writer_link_chain(void **state)
+{
+	struct ap_tree_writer w;
+	char p[160], buf[32] = "";
+	snprintf(p, sizeof(p), "%s/marker", tmp);
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_int_equal(write(fd, "host\n", 5), 5);
+	close(fd);
+	open_root(&w, "chain");
+	const char *dirs[] = {"d1", "d1/d2", "d1/d2/d3", "d1/d2/d3/d4", "d1/d2/d3/d4/d5", "d1/d2/d3/d4/d5/d6"};
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(entry(&w, AP_E_DIR, 0755, 0, dirs[i], NULL), 0);
+	assert_int_equal(entry(&w, AP_E_SYMLINK, 0777, 0, "d1/d2/d3/d4/d5/d6/p", "../../../../../.."), 0);
+	assert_int_equal(entry(&w, AP_E_SYMLINK, 0777, 0, "ca-certificates.crt",
+			       "d1/d2/d3/d4/d5/d6/p/../marker"), 0);
+	assert_int_equal(entry(&w, AP_E_FILE, 0644, 4, "d1/d2/d3/d4/d5/d6/p/escape", NULL), -ELOOP);
+	ap_tw_close(&w);
+	open_root(&w, "chain2");
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(entry(&w, AP_E_DIR, 0755, 0, dirs[i], NULL), 0);
+	assert_int_equal(entry(&w, AP_E_SYMLINK, 0777, 0, "d1/d2/d3/d4/d5/d6/p", "../../../../../.."), 0);
+	assert_int_equal(entry(&w, AP_E_SYMLINK, 0777, 0, "ca-certificates.crt",
+			       "d1/d2/d3/d4/d5/d6/p/../marker"), 0);
+	assert_int_equal(tree_end(&w, 8, 0), -EXDEV);
+	assert_non_null(strstr(w.err, "ca-certificates.crt: symlink leads out"));
+	ap_tw_close(&w);
+	struct stat sb;
+	snprintf(p, sizeof(p), "%s/chain2/ca-certificates.crt", tmp);
+	assert_int_equal(lstat(p, &sb), -1);
+	snprintf(p, sizeof(p), "%s/marker", tmp);
+	fd = open(p, O_RDONLY);
+	assert_int_equal(read(fd, buf, sizeof(buf)), 5);
+	assert_int_equal(fstat(fd, &sb), 0);
+	close(fd);
+	assert_string_equal(buf, "host\n");
+	assert_int_equal(sb.st_mode & 07777, 0600);
+}
+
+/* Kinds a sender never sends are refused by name; setuid, setgid and
+ * sticky bits are dropped and counted. */
+static void test_writer_kinds_and_modes(void **state)
+{
+	static const struct { uint8_t kind; const char *target, *says; } refused[] = {
+		{ AP_E_HARDLINK, "f", "a hard link to f" }, { AP_E_FIFO, NULL, "a FIFO" },
+		{ AP_E_DEVICE, NULL, "a device node" }, { AP_E_SOCKET, NULL, "a socket" },
+	};
+	struct ap_tree_writer w;
+	struct stat sb;
+	char p[160];
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		open_root(&w, "kinds");
+		assert_int_equal(entry(&w, refused[i].kind, 0644, 0, "x", refused[i].target), -EPERM);
+		assert_non_null(strstr(w.err, refused[i].says));
+		ap_tw_close(&w);
+		snprintf(p, sizeof(p), "%s/kinds/x", tmp);
+		assert_int_equal(lstat(p, &sb), -1);
+	}
+	open_root(&w, "kinds");
+	uint8_t junk[32] = { 8 };
+	assert_int_equal(feed(&w, AP_ENTRY, junk, sizeof(junk)), -EBADMSG);
+	assert_non_null(strstr(w.err, "unknown kind 8"));
+	ap_tw_close(&w);
+	open_root(&w, "modes");
+	assert_int_equal(entry(&w, AP_E_FILE, 06777, 1, "suid", NULL), 0);
+	assert_int_equal(feed(&w, AP_DATA, "x", 1), 0);
+	assert_int_equal(file_end(&w, 1, ap_crc32(0, "x", 1)), 0);
+	assert_int_equal(entry(&w, AP_E_DIR, 01777, 0, "tmp", NULL), 0);
+	assert_int_equal(tree_end(&w, 2, 1), 1);
+	ap_tw_close(&w);
+	assert_int_equal(w.st.special_dropped, 2);
+	snprintf(p, sizeof(p), "%s/modes/suid", tmp);
+	assert_int_equal(stat(p, &sb), 0);
+	assert_int_equal(sb.st_mode & 07000, 0);
+	snprintf(p, sizeof(p), "%s/modes/tmp", tmp);
+	assert_int_equal(stat(p, &sb), 0);
+	assert_int_equal(sb.st_mode & 07000, 0);
 }
 
 static int setup(void **state)
@@ -420,6 +505,8 @@ int main(void)
 		cmocka_unit_test(test_fixup_req),
 		cmocka_unit_test(test_client_deadline),
 		cmocka_unit_test(test_flush_stall),
+		cmocka_unit_test(test_writer_link_chain),
+		cmocka_unit_test(test_writer_kinds_and_modes),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
