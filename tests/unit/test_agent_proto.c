@@ -398,6 +398,8 @@ static void test_flush_stall(void **state)
 	ap_conn_close(c);
 	close(sv[1]);
 	alarm(0);
+}
+
 /* Issue 23's stream, as the unmodified agent sends a guest's trust store:
  * a chain of links, each lexically inside, that leads to a host file; and
  * a file written through the chain.  The host file stays as it was, the
