@@ -251,6 +251,8 @@ static int guest_tls(struct intercept *x)
 		err = -EACCES;
 	} else if (ctx && !(err = egress_ca_leaf(x->c->ctx->ca, x->c->name, &cert, &key))) {
 		SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+		/* A renegotiation's hello is one the checks never saw. */
+		SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
 		SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
 		if (SSL_CTX_use_certificate(ctx, cert) != 1 || SSL_CTX_use_PrivateKey(ctx, key) != 1)
 			err = -EIO;
@@ -277,6 +279,7 @@ static int upstream_tls(struct intercept *x)
 
 	if (ctx) {
 		SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+		SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
 		SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
 		if (cafile ? SSL_CTX_load_verify_locations(ctx, cafile, NULL) != 1
 			   : SSL_CTX_set_default_verify_paths(ctx) != 1)

@@ -38,6 +38,8 @@
 #define OTHER "other.test.example"
 #define BAD "bad.test.example"
 #define DENIED "denied.test.example"
+#define RAW "raw.test.example"          /* a plain TCP recorder, not TLS */
+#define HRR "hrr.test.example"          /* openssl s_server forcing a HelloRetryRequest */
 #define ASKED "ask.test.example"
 #define TOKEN_VALUE "sk-live-REAL-0123456789abcdef"
 #define HDR_VALUE "hdr-REAL-secret-42"
@@ -116,6 +118,16 @@ static int asked;
 static enum policy_action ask_answer;
 static int served, serve_last_err;
 
+/* The RAW upstream: one connection at a time; says raw_banner on accept,
+ * records what it receives until EOF. */
+static int raw_listen_fd;
+static uint16_t raw_port, hrr_port;
+static pid_t hrr_pid;
+static const char *raw_banner = "";
+static char raw_got[65536];
+static size_t raw_got_len;
+static int raw_done;
+
 static void audit_cb(void *arg, const char *type, cJSON *details)
 {
 	pthread_mutex_lock(&lock);
@@ -139,7 +151,11 @@ static int connect_cb(void *arg, const char *name, uint16_t port)
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-	sa.sin_port = htons(!strcmp(name, BAD) ? port_bad : port == 80 ? port_plain : port_tls);
+	sa.sin_port = htons(!strcmp(name, BAD)	  ? port_bad
+			    : !strcmp(name, RAW) ? raw_port
+			    : !strcmp(name, HRR) ? hrr_port
+			    : port == 80	  ? port_plain
+						  : port_tls);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
 		close(fd);
 		return -errno;
@@ -325,7 +341,7 @@ static void make_certs(void)
 			    "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null",
 			    tmp, ec), 0);
 	assert_int_equal(sh("cd %s && openssl req %s -keyout server.key -out server.csr -subj /CN=" API " 2>/dev/null && "
-			    "printf 'subjectAltName=DNS:" API ",DNS:" OTHER ",DNS:" ASKED "\\n' > san.ext && "
+			    "printf 'subjectAltName=DNS:" API ",DNS:" OTHER ",DNS:" ASKED ",DNS:" HRR "\\n' > san.ext && "
 			    "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
 			    "-extfile san.ext -out server.crt 2>/dev/null", tmp, ec), 0);
 	assert_int_equal(sh("cd %s && openssl req -x509 %s -keyout untrusted.key -out untrusted.crt -days 2 "
@@ -360,6 +376,61 @@ static void start_server(void)
 	fclose(f);
 }
 
+static void *raw_thread(void *arg)
+{
+	for (;;) {
+		int c = accept4(raw_listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		size_t got = 0;
+		ssize_t n;
+		if (c < 0)
+			return NULL;
+		write_all(c, raw_banner, strlen(raw_banner));
+		while (got < sizeof(raw_got) && (n = read(c, raw_got + got, sizeof(raw_got) - got)) > 0)
+			got += (size_t)n;
+		close(c);
+		pthread_mutex_lock(&lock);
+		raw_got_len = got;
+		raw_done++;
+		pthread_cond_broadcast(&cond);
+		pthread_mutex_unlock(&lock);
+	}
+}
+
+static uint16_t listen_any(int *fd)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+
+	*fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(bind(*fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(*fd, 16), 0);
+	getsockname(*fd, (struct sockaddr *)&sa, &sl);
+	return ntohs(sa.sin_port);
+}
+
+static void start_raw(void)
+{
+	pthread_t t;
+	int fd;
+
+	raw_port = listen_any(&raw_listen_fd);
+	pthread_create(&t, NULL, raw_thread, NULL);
+	pthread_detach(t);
+	/* A port for s_server: bound here, freed, taken by it right after. */
+	hrr_port = listen_any(&fd);
+	close(fd);
+	if ((hrr_pid = fork()) == 0) {
+		char port[8];
+		snprintf(port, sizeof(port), "%u", hrr_port);
+		setpgid(0, 0);
+		if (chdir(tmp) || !freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "r", stdin))
+			_exit(127);
+		execlp("openssl", "openssl", "s_server", "-quiet", "-accept", port, "-cert", "server.crt",
+		       "-key", "server.key", "-groups", "X25519", "-www", (char *)NULL);
+		_exit(127);
+	}
+}
+
 static void start_forwarder(void)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -377,7 +448,7 @@ static void start_forwarder(void)
 
 static int setup(void **state)
 {
-	static const char rules[] = "allow localhost\nallow " API "\nallow " OTHER "\nallow " BAD "\ndeny " DENIED
+	static const char rules[] = "allow localhost\nallow " API "\nallow " OTHER "\nallow " BAD "\nallow " RAW ":443 " HRR "\ndeny " DENIED
 				    "\nask " ASKED "\n";
 	struct policy_error perr;
 
@@ -388,6 +459,7 @@ static int setup(void **state)
 	make_certs();
 	start_server();
 	start_forwarder();
+	start_raw();
 	assert_int_equal(policy_new(&policy), 0);
 	assert_int_equal(policy_add_text(policy, rules, strlen(rules), "test", &perr), 0);
 	assert_int_equal(names_new(&names), 0);
@@ -403,6 +475,8 @@ static int teardown(void **state)
 	close(server_stdin[1]);
 	kill(-server_pid, SIGTERM);
 	waitpid(server_pid, NULL, 0);
+	kill(hrr_pid, SIGTERM);
+	waitpid(hrr_pid, NULL, 0);
 	sh("rm -rf %s", tmp);
 	return 0;
 }
@@ -542,6 +616,171 @@ static void test_second_request_host(void **state)
 	reset();
 	assert_int_equal(raw_conn(hdr, 12, "\x01\x02garbage", reply, sizeof(reply)), -EACCES);
 	assert_string_equal(field(last_connect(), "reason"), "neither TLS nor HTTP");
+}
+
+/* A ClientHello (TLS 1.2 layout, one cipher, SNI only) in one record. */
+static size_t make_hello(const char *sni, uint8_t *out)
+{
+	size_t n = strlen(sni), body = 2 + 32 + 1 + 4 + 2 + 2 + 9 + n, i = 0;
+
+	out[i++] = 22, out[i++] = 3, out[i++] = 1;
+	out[i++] = (uint8_t)((body + 4) >> 8), out[i++] = (uint8_t)(body + 4);
+	out[i++] = 1, out[i++] = 0, out[i++] = (uint8_t)(body >> 8), out[i++] = (uint8_t)body;
+	out[i++] = 3, out[i++] = 3;
+	memset(out + i, 0x5a, 32), i += 32;
+	out[i++] = 0;                                    /* session id */
+	out[i++] = 0, out[i++] = 2, out[i++] = 0x13, out[i++] = 0x01;
+	out[i++] = 1, out[i++] = 0;                      /* compression */
+	out[i++] = (uint8_t)((9 + n) >> 8), out[i++] = (uint8_t)(9 + n);
+	out[i++] = 0, out[i++] = 0;                      /* server_name */
+	out[i++] = (uint8_t)((5 + n) >> 8), out[i++] = (uint8_t)(5 + n);
+	out[i++] = (uint8_t)((3 + n) >> 8), out[i++] = (uint8_t)(3 + n);
+	out[i++] = 0, out[i++] = (uint8_t)(n >> 8), out[i++] = (uint8_t)n;
+	memcpy(out + i, sni, n);
+	return i + n;
+}
+
+/* A guest sends a valid ClientHello for name and then after; returns the
+ * serve result, with what reached the RAW upstream in raw_got. */
+static int hello_then(const char *name, const void *after, size_t alen, char *reply, size_t cap)
+{
+	uint8_t hdr[12] = "K8E1\x04\x00\x01\xbb", data[1024];
+	size_t n = make_hello(name, data);
+	struct timespec until;
+	int sp[2], err, before;
+	pthread_t t;
+	ssize_t r;
+	size_t got = 0;
+
+	memcpy(data + n, after, alen);
+	n += alen;
+	set_dest_name(RAW, 443);
+	memcpy(hdr + 8, dest_addr, 4);
+	pthread_mutex_lock(&lock);
+	before = raw_done;
+	pthread_mutex_unlock(&lock);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+	pthread_create(&t, NULL, serve_thread, (void *)(intptr_t)sp[1]);
+	write_all(sp[0], hdr, sizeof(hdr));
+	write_all(sp[0], data, n);
+	while (got + 1 < cap && (r = read(sp[0], reply + got, cap - 1 - got)) > 0)
+		got += (size_t)r;
+	reply[got] = 0;
+	close(sp[0]);
+	pthread_join(t, NULL);
+	err = serve_last_err;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	pthread_mutex_lock(&lock);
+	while (raw_done == before && pthread_cond_timedwait(&cond, &lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&lock);
+	return err;
+}
+
+/* Issue 23 item 5: after the first ClientHello every byte both ways must
+ * be a TLS record; the first that is not ends the connection, audited. */
+static void test_tls_framing_after_hello(void **state)
+{
+	static const struct {
+		const char *after;
+		size_t len;
+		const char *reason;
+	} cases[] = {
+		{"HELO evil.example\r\nMAIL FROM:<a@b>\r\n", 37, "not a TLS record"},
+		{"\x18\x03\x03\x00\x03\x01\x40\x00", 8, "TLS heartbeat record"},
+		{"\x17\x03\x03\x48\x01", 5, "TLS record too long"},
+		{"\x17\x03\x03\x00\x00", 5, "empty TLS record"},
+		{"\x17\x02\x03", 3, "TLS record with a bad version"},
+		{"\x17\x03\x00", 3, "TLS record with a bad version"},
+		{"\x14\x03\x03\x00\x02\x01\x01", 7, "TLS change_cipher_spec or alert of a bad length"},
+		{"\x14\x03\x03\x00\x01\x02", 6, "TLS change_cipher_spec that is not 1"},
+		{"\x15\x03\x03\x00\x05HELO\n", 10, "TLS change_cipher_spec or alert of a bad length"},
+		{"\x16\x03\x03\x00\x04\x10\x00\x00\x00", 9, "unexpected TLS handshake message from the client"},
+	};
+	char reply[256];
+	uint8_t second[600];
+	size_t n;
+
+	raw_banner = "";
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		reset();
+		assert_int_equal(hello_then(RAW, cases[i].after, cases[i].len, reply, sizeof(reply)), -EACCES);
+		assert_string_equal(field(last_connect(), "decision"), "deny");
+		assert_string_equal(field(last_connect(), "protocol"), "tls");
+		assert_string_equal(field(last_connect(), "reason"), cases[i].reason);
+		/* Upstream got at most the hello, nothing of what followed
+		 * (here both came in one read, which is held whole). */
+		assert_true(raw_got_len == 0 || raw_got_len == make_hello(RAW, second));
+		assert_null(memmem(raw_got, raw_got_len, "HELO", 4));
+	}
+	/* A second ClientHello naming another host. */
+	reset();
+	n = make_hello(OTHER, second);
+	assert_int_equal(hello_then(RAW, second, n, reply, sizeof(reply)), -EACCES);
+	assert_string_equal(field(last_connect(), "reason"), "SNI does not match the name");
+	assert_string_equal(field(last_connect(), "sni"), OTHER);
+	/* The same, split over two records: the message is joined first. */
+	reset();
+	{
+		uint8_t split[620];
+		size_t h = n - 5, k = 40;
+		memcpy(split, "\x16\x03\x03\x00", 4);
+		split[4] = (uint8_t)k;
+		memcpy(split + 5, second + 5, k);
+		memcpy(split + 5 + k, "\x16\x03\x03\x00", 4);
+		split[9 + k] = (uint8_t)(h - k);
+		memcpy(split + 10 + k, second + 5 + k, h - k);
+		assert_int_equal(hello_then(RAW, split, h + 10, reply, sizeof(reply)), -EACCES);
+		assert_string_equal(field(last_connect(), "reason"), "SNI does not match the name");
+	}
+	/* Interleaving another record into a handshake message. */
+	reset();
+	{
+		uint8_t bad[64] = "\x16\x03\x03\x00\x02\x01\x00\x15\x03\x03\x00\x02\x02\x28";
+		assert_int_equal(hello_then(RAW, bad, 14, reply, sizeof(reply)), -EACCES);
+		assert_string_equal(field(last_connect(), "reason"), "TLS handshake message interrupted");
+	}
+	/* The server's side too: an SMTP banner is not a TLS record, and the
+	 * guest gets none of it. */
+	reset();
+	raw_banner = "220 mail.example ESMTP\r\n";
+	assert_int_equal(hello_then(RAW, "", 0, reply, sizeof(reply)), -EACCES);
+	assert_string_equal(field(last_connect(), "reason"), "not a TLS record");
+	assert_string_equal(reply, "");
+	raw_banner = "";
+}
+
+/* Real TLS through the checked relay: TLS 1.3, TLS 1.2 (encrypted handshake
+ * records after change_cipher_spec), and a HelloRetryRequest (a second
+ * ClientHello in the clear, after a change_cipher_spec). */
+static void test_tls_framing_real(void **state)
+{
+	char *out;
+
+	reset();
+	set_dest_name(API, 443);
+	assert_int_equal(curl(API, "https", "/v12", "/ca.crt", "--tls-max 1.2"), 0);
+	out = slurp("out");
+	assert_non_null(strstr(out, "GET /v12 HTTP/1.1"));
+	free(out);
+	wait_served(1);
+	assert_string_equal(field(last_connect(), "decision"), "allow");
+	assert_string_equal(field(last_connect(), "reason"), "");
+	reset();
+	set_dest_name(HRR, 443);
+	assert_int_equal(sh("curl -sS --max-time 30 -o %s/out --resolve " HRR ":%u:127.0.0.1 --cacert %s/ca.crt "
+			    "--curves P-256:X25519 -v https://" HRR ":%u/ 2>%s/curl.err",
+			    tmp, listen_port, tmp, listen_port, tmp), 0);
+	out = slurp("curl.err");
+	assert_non_null(strstr(out, "TLSv1.3"));
+	free(out);
+	out = slurp("out");
+	assert_non_null(strstr(out, "s_server"));
+	free(out);
+	wait_served(1);
+	assert_string_equal(field(last_connect(), "decision"), "allow");
+	assert_string_equal(field(last_connect(), "reason"), "");
 }
 
 static void test_ip_literal(void **state)
@@ -787,6 +1026,8 @@ int main(void)
 		cmocka_unit_test(test_sni_mismatch_and_missing),
 		cmocka_unit_test(test_http_host),
 		cmocka_unit_test(test_second_request_host),
+		cmocka_unit_test(test_tls_framing_after_hello),
+		cmocka_unit_test(test_tls_framing_real),
 		cmocka_unit_test(test_ip_literal),
 		cmocka_unit_test(test_default_connector_and_timeout),
 		cmocka_unit_test(test_deny_and_ask),
