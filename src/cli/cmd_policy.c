@@ -23,7 +23,8 @@ static const char usage_text[] =
 	"usage: kosa8 policy show [--sandbox NAME]\n"
 	"       kosa8 policy check HOST[:PORT] [--sandbox NAME]\n"
 	"The policy is <config>/policy (the user's defaults) with the sandbox's own\n"
-	"<state>/sandboxes/NAME/policy over it; see docs/policy.md.  check exits\n"
+	"<state>/sandboxes/NAME/policy over it; see docs/policy.md.  A rule without\n"
+	"a port allows ports 443 and 80 only (a deny: every port).  check exits\n"
 	"0 for allow, 1 for deny, 3 for ask (PORT left out: any port, as DNS asks).\n";
 
 static int usage(void)
