@@ -654,7 +654,7 @@ static int serve(struct egress_conn *c, const char **decision, char *rule, size_
 		return err;
 	/* Secrets go only over TLS, and only to the hosts they are bound to;
 	 * every other connection is relayed untouched. */
-	if (!strcmp(c->proto, "tls") && c->ctx->secrets && secret_set_binds(c->ctx->secrets, c->name)) {
+	if (!strcmp(c->proto, "tls") && c->ctx->secrets && secret_set_binds(c->ctx->secrets, c->name, c->port)) {
 		c->intercepted = true;
 		return egress_intercept(c);
 	}

@@ -71,6 +71,27 @@ static const char server_py[] =
 	"            for i in range(0, len(data), 1000):\n"
 	"                c = data[i:i+1000]; self.wfile.write(b'%x\\r\\n' % len(c) + c + b'\\r\\n')\n"
 	"            self.wfile.write(b'0\\r\\n\\r\\n'); return\n"
+	"        if self.path.startswith('/enc'):\n"
+	"            # X-Echo back whole and in runs, plain and encoded, maybe compressed\n"
+	"            import base64, zlib, gzip, urllib.parse\n"
+	"            v = self.headers.get('X-Echo', '').encode()\n"
+	"            parts = [v, base64.b64encode(v), base64.urlsafe_b64encode(v).rstrip(b'='), v.hex().encode(),\n"
+	"                     v.hex().upper().encode(), ''.join('%%%02X' % c for c in v).encode(),\n"
+	"                     urllib.parse.quote(v).encode()]\n"
+	"            for o in range(len(v) - 7):\n"
+	"                parts += [v[o:o+8], base64.b64encode(v[o:o+9]), v[o:o+8].hex().encode(),\n"
+	"                          ''.join('%%%02x' % c for c in v[o:o+8]).encode()]\n"
+	"            data = b' | '.join(parts)\n"
+	"            coding = self.path[5:]\n"
+	"            if coding == 'gzip': data = gzip.compress(data)\n"
+	"            elif coding == 'gzip2': data = gzip.compress(data[:100]) + gzip.compress(data[100:])\n"
+	"            elif coding == 'deflate': data = zlib.compress(data)\n"
+	"            elif coding == 'raw': c = zlib.compressobj(wbits=-15); data = c.compress(data) + c.flush()\n"
+	"            elif coding == 'br': data = b'\\x0b\\x02\\x80' + data\n"
+	"            names = {'gzip2': 'gzip', 'raw': 'deflate'}\n"
+	"            self.send_response(200); self.send_header('Content-Length', str(len(data)))\n"
+	"            if coding: self.send_header('Content-Encoding', names.get(coding, coding))\n"
+	"            self.end_headers(); self.wfile.write(data); return\n"
 	"        if self.path.startswith('/close'):\n"
 	"            # no length, no chunks: the body ends when the connection does\n"
 	"            self.send_response(200); self.send_header('Connection', 'close'); self.end_headers()\n"
@@ -448,7 +469,7 @@ static void start_forwarder(void)
 
 static int setup(void **state)
 {
-	static const char rules[] = "allow localhost\nallow " API "\nallow " OTHER "\nallow " BAD "\nallow " RAW ":443 " HRR "\ndeny " DENIED
+	static const char rules[] = "allow localhost\nallow " API "\nallow " OTHER "\nallow " BAD "\nallow " RAW ":443 " HRR " " API ":8443\ndeny " DENIED
 				    "\nask " ASKED "\n";
 	struct policy_error perr;
 
@@ -895,6 +916,104 @@ static void write_text(const char *rel, const char *text)
 	fclose(f);
 }
 
+/* Whether out holds any REDACT-long run of v as it is, in hex (either
+ * case), base64 (any offset) or percent-encoded. */
+static bool leaks(const char *out, const char *v)
+{
+	static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t n = strlen(v);
+
+	for (size_t o = 0; o + 8 <= n; o++) {
+		char lo[17], up[17], pct[25], pctl[25], b[13], run[9];
+		const uint8_t *p = (const uint8_t *)v + o;
+		memcpy(run, p, 8);
+		run[8] = 0;
+		for (int i = 0; i < 8; i++) {
+			sprintf(lo + 2 * i, "%02x", p[i]);
+			sprintf(up + 2 * i, "%02X", p[i]);
+			sprintf(pct + 3 * i, "%%%02X", p[i]);
+			sprintf(pctl + 3 * i, "%%%02x", p[i]);
+		}
+		/* 6 bytes make 8 characters whatever the alignment before them */
+		for (int g = 0; g < 2; g++) {
+			uint32_t w = (uint32_t)p[3 * g] << 16 | (uint32_t)p[3 * g + 1] << 8 | p[3 * g + 2];
+			for (int k = 0; k < 4; k++)
+				b[4 * g + k] = b64[(w >> (18 - 6 * k)) & 63];
+		}
+		b[8] = 0;
+		if (strstr(out, run) || strcasestr(out, lo) || strstr(out, pct) || strstr(out, pctl) ||
+		    strstr(out, b))
+			return true;
+	}
+	return false;
+}
+
+/* Issue 23 items 7 and 11: a server that echoes the injected key in
+ * base64, hex, percent-encoding, in 8-byte runs at every offset, and
+ * gzip- or deflate-compressed although not asked to: the guest sees none
+ * of it.  A coding the proxy cannot read is refused, audited. */
+static void test_intercept_encoded(void **state)
+{
+	static const char *const codings[] = {"", "gzip", "gzip2", "deflate", "raw"};
+	struct secret_set *set = load_secrets();
+	const char *ph_tok = secret_set_get(set, 0)->placeholder;
+	char cafile[300], opts[512], path[32], *out, *log;
+	struct egress_ca *ca;
+
+	assert_int_equal(egress_ca_open(tmp, "test", &ca), 0);
+	write_text("sandbox-ca.crt", egress_ca_cert_pem(ca));
+	snprintf(cafile, sizeof(cafile), "%s/ca.crt", tmp);
+	ctx.secrets = set;
+	ctx.ca = ca;
+	ctx.upstream_ca_file = cafile;
+	snprintf(opts, sizeof(opts), "-H 'X-Echo: %s'", ph_tok);
+	for (size_t i = 0; i < sizeof(codings) / sizeof(codings[0]); i++) {
+		reset();
+		write_text("requests.log", "");
+		set_dest_name(API, 443);
+		snprintf(path, sizeof(path), "/enc/%s", codings[i]);
+		assert_int_equal(curl(API, "https", path, "/sandbox-ca.crt", opts), 0);
+		out = slurp("out");
+		log = slurp("requests.log");
+		assert_non_null(strstr(log, "X-Echo: " TOKEN_VALUE));   /* the server had it */
+		assert_non_null(strstr(out, ph_tok));                    /* the whole literal */
+		assert_non_null(strstr(out, " | "));                     /* decoded, not binary */
+		assert_false(leaks(out, TOKEN_VALUE));
+		free(out), free(log);
+		wait_served(1);
+		assert_string_equal(field(last_connect(), "decision"), "allow");
+	}
+	/* Brotli (or anything else) cannot be read here: refused. */
+	reset();
+	set_dest_name(API, 443);
+	assert_int_not_equal(curl(API, "https", "/enc/br", "/sandbox-ca.crt", opts), 0);
+	out = slurp("out");
+	assert_false(leaks(out, TOKEN_VALUE));
+	free(out);
+	wait_served(1);
+	assert_string_equal(field(last_connect(), "reason"), "response with a Content-Encoding that cannot be checked");
+
+	/* Issue 23 item 10: bound to API:443, not to API:8443 (same host,
+	 * another port): the placeholder goes there untouched. */
+	reset();
+	write_text("requests.log", "");
+	set_dest_name(API, 8443);
+	snprintf(opts, sizeof(opts), "-H 'Authorization: Bearer %s'", ph_tok);
+	assert_int_equal(curl(API, "https", "/port", "/ca.crt", opts), 0);
+	log = slurp("requests.log");
+	assert_non_null(strstr(log, ph_tok));
+	assert_null(strstr(log, TOKEN_VALUE));
+	free(log);
+	wait_served(1);
+	assert_false(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "intercepted")));
+
+	ctx.secrets = NULL;
+	ctx.ca = NULL;
+	ctx.upstream_ca_file = NULL;
+	secret_set_free(set);
+	egress_ca_free(ca);
+}
+
 static void test_intercept(void **state)
 {
 	struct secret_set *set = load_secrets();
@@ -1032,6 +1151,7 @@ int main(void)
 		cmocka_unit_test(test_default_connector_and_timeout),
 		cmocka_unit_test(test_deny_and_ask),
 		cmocka_unit_test(test_intercept),
+		cmocka_unit_test(test_intercept_encoded),
 	};
 	return cmocka_run_group_tests_name("proxy", tests, setup, teardown);
 }
