@@ -33,7 +33,15 @@ struct redact_set {
 	size_t nval, longest;
 	bool has_space;          /* '+' may stand for a space */
 	struct wtable win[REDACT_RUN + 1];   /* by window length */
+	/* Which two bytes start some window: most text fails this test and
+	 * never reaches the hash. */
+	uint64_t pairs[65536 / 64];
 };
+
+static size_t pair_of(const uint8_t *p)
+{
+	return (size_t)p[0] << 8 | p[1];
+}
 
 static uint64_t pack(const uint8_t *p, size_t w)
 {
@@ -119,6 +127,8 @@ int redact_set_add(struct redact_set *rs, const char *value, size_t len, const c
 	for (size_t i = 0; i + w <= len; i++) {
 		if ((err = wt_put(&rs->win[w], pack(v->v + i, w))))
 			return err;
+		if (w >= 2)
+			rs->pairs[pair_of(v->v + i) / 64] |= 1ull << (pair_of(v->v + i) % 64);
 	}
 	return 0;
 }
@@ -143,7 +153,7 @@ void redact_set_free(struct redact_set *rs)
 /* ---- decoding views ---- */
 
 /* A run of decoded bytes, each with the span of text it came from. */
-struct view {
+struct redact_view {
 	uint8_t b[VIEW_MAX];
 	uint32_t s[VIEW_MAX], e[VIEW_MAX];
 	size_t n;
@@ -152,18 +162,21 @@ struct view {
 struct scan {
 	const struct redact_set *rs;
 	uint8_t *mark;
-	struct view *v;
+	struct redact_view *v;
 };
 
 /* Looks up every window of the run so far and marks what matched. */
 static void lookup(struct scan *sc)
 {
-	struct view *v = sc->v;
+	struct redact_view *v = sc->v;
 
 	for (size_t w = 1; w <= REDACT_RUN; w++) {
 		if (!sc->rs->win[w].n)
 			continue;
 		for (size_t k = 0; k + w <= v->n; k++) {
+			size_t pr = w >= 2 ? pair_of(v->b + k) : 0;
+			if (w >= 2 && !(sc->rs->pairs[pr / 64] >> (pr % 64) & 1))
+				continue;
 			if (wt_has(&sc->rs->win[w], pack(v->b + k, w)))
 				memset(sc->mark + v->s[k], 1, v->e[k + w - 1] - v->s[k]);
 		}
@@ -179,7 +192,7 @@ static void flush(struct scan *sc)
 
 static void push(struct scan *sc, uint8_t b, size_t s, size_t e)
 {
-	struct view *v = sc->v;
+	struct redact_view *v = sc->v;
 
 	if (v->n == VIEW_MAX) {
 		/* A long run: look up what is there, keep a window's worth
@@ -272,7 +285,7 @@ static void view_percent(struct scan *sc, const uint8_t *t, size_t len, bool plu
 }
 
 static void mark_all(const struct redact_set *rs, const uint8_t *t, size_t len, uint8_t *mark,
-		     struct view *v)
+		     struct redact_view *v)
 {
 	struct scan sc = {rs, mark, v};
 
@@ -298,9 +311,13 @@ void redactor_free(struct redactor *r)
 {
 	if (r->buf)
 		OPENSSL_cleanse(r->buf, r->cap);
+	if (r->view)
+		OPENSSL_cleanse(r->view, sizeof(*r->view));
 	free(r->buf);
 	free(r->mark);
+	free(r->view);
 	r->buf = r->mark = NULL;
+	r->view = NULL;
 	r->len = r->cap = r->ctx = 0;
 }
 
@@ -381,10 +398,14 @@ int redactor_feed(struct redactor *r, const uint8_t *in, size_t n, bool final, r
 		  void *arg)
 {
 	size_t hold = r->rs->longest > SPAN_MAX ? r->rs->longest - 1 : SPAN_MAX - 1, end;
-	struct view *v;
 	long done;
 	int err;
 
+	if (!r->len && !n) {
+		r->ctx = 0;
+		r->in_run = false;
+		return 0;   /* nothing held, nothing to say (buf may be NULL) */
+	}
 	if ((err = grow(r, r->len + n)))
 		return err;
 	if (n)
@@ -393,11 +414,9 @@ int redactor_feed(struct redactor *r, const uint8_t *in, size_t n, bool final, r
 	end = final ? r->len : r->len > r->ctx + hold ? r->len - hold : r->ctx;
 	if (end == r->ctx && !final)
 		return 0;
-	if (!(v = malloc(sizeof(*v))))
+	if (!r->view && !(r->view = malloc(sizeof(*r->view))))
 		return -ENOMEM;
-	mark_all(r->rs, r->buf, r->len, r->mark, v);
-	OPENSSL_cleanse(v, sizeof(*v));
-	free(v);
+	mark_all(r->rs, r->buf, r->len, r->mark, r->view);
 	if ((done = emit_upto(r, end, emit, arg)) < 0)
 		return (int)done;
 	if (final) {

@@ -52,6 +52,7 @@ struct redactor {
 	const struct redact_set *rs;
 	uint8_t *buf;            /* emitted context, then bytes not yet emitted */
 	uint8_t *mark;
+	struct redact_view *view;   /* decoding scratch, kept for the stream */
 	size_t len, cap, ctx;
 	bool in_run;             /* the last byte emitted was in a marked run */
 };
