@@ -8,11 +8,13 @@
 #include <openssl/crypto.h>
 
 #define VALUE_MAX 8192
-/* The longest text one REDACT_RUN-byte window can take: percent-encoded,
- * 3 characters a byte.  Context kept before the unemitted bytes must cover
- * a window that began there, plus a partial %XX or base64 group. */
-#define SPAN_MAX (3 * REDACT_RUN)
-#define CONTEXT (SPAN_MAX + 8)
+/* The longest text one decoded byte can take (an escape such as
+ * "&#x10FFFF;"), and so one REDACT_RUN-byte window.  Context kept before
+ * the unemitted bytes must cover a window that began there, plus a
+ * partial escape or base64 group. */
+#define ESC_MAX 10
+#define SPAN_MAX (ESC_MAX * REDACT_RUN)
+#define CONTEXT (SPAN_MAX + 16)
 #define VIEW_MAX 4096
 
 /* A set of packed windows of one length, open addressing; 0 is empty (a
@@ -284,6 +286,103 @@ static void view_percent(struct scan *sc, const uint8_t *t, size_t len, bool plu
 	flush(sc);
 }
 
+/* A code point as the UTF-8 bytes it stands for, all from one span. */
+static void push_utf8(struct scan *sc, uint32_t cp, size_t s, size_t e)
+{
+	if (cp < 0x80) {
+		push(sc, (uint8_t)cp, s, e);
+	} else if (cp < 0x800) {
+		push(sc, (uint8_t)(0xc0 | cp >> 6), s, e);
+		push(sc, (uint8_t)(0x80 | (cp & 0x3f)), s, e);
+	} else if (cp < 0x10000) {
+		push(sc, (uint8_t)(0xe0 | cp >> 12), s, e);
+		push(sc, (uint8_t)(0x80 | (cp >> 6 & 0x3f)), s, e);
+		push(sc, (uint8_t)(0x80 | (cp & 0x3f)), s, e);
+	} else {
+		push(sc, (uint8_t)(0xf0 | cp >> 18), s, e);
+		push(sc, (uint8_t)(0x80 | (cp >> 12 & 0x3f)), s, e);
+		push(sc, (uint8_t)(0x80 | (cp >> 6 & 0x3f)), s, e);
+		push(sc, (uint8_t)(0x80 | (cp & 0x3f)), s, e);
+	}
+}
+
+/* Digits in base from t[i], at most max of them, ended by term (0: no
+ * terminator).  Returns the text used, 0 if it is not such a number. */
+static size_t number(const uint8_t *t, size_t len, size_t i, int base, size_t max, uint8_t term,
+		     uint32_t *cp)
+{
+	size_t k = 0;
+	int d;
+
+	*cp = 0;
+	while (k < max && i + k < len && (d = hexval(t[i + k])) >= 0 && d < base) {
+		*cp = *cp * (uint32_t)base + (uint32_t)d;
+		k++;
+	}
+	if (!k || *cp > 0x10ffff)
+		return 0;
+	if (!term)
+		return k == max ? k : 0;
+	return i + k < len && t[i + k] == term ? k + 1 : 0;
+}
+
+/* The length of the escape at t[i] (JSON, JavaScript, HTML) and what it
+ * stands for, or 0. */
+static size_t escape_at(const uint8_t *t, size_t len, size_t i, uint32_t *cp)
+{
+	static const struct {
+		const char *name;
+		char c;
+	} ent[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+	size_t n;
+
+	if (t[i] == '\\' && i + 1 < len) {
+		uint8_t c = t[i + 1];
+		if (c == '/' || c == '\\' || c == '"' || c == '\'') {
+			*cp = c;
+			return 2;
+		}
+		if (c == 'u' && (n = number(t, len, i + 2, 16, 4, 0, cp)))
+			return 2 + n;
+		if (c == 'x' && (n = number(t, len, i + 2, 16, 2, 0, cp)))
+			return 2 + n;
+		return 0;
+	}
+	if (t[i] != '&')
+		return 0;
+	if (i + 2 < len && t[i + 1] == '#' && (t[i + 2] | 0x20) == 'x' &&
+	    (n = number(t, len, i + 3, 16, 6, ';', cp)))
+		return 3 + n;
+	if (i + 1 < len && t[i + 1] == '#' && (n = number(t, len, i + 2, 10, 7, ';', cp)))
+		return 2 + n;
+	for (size_t k = 0; k < sizeof(ent) / sizeof(ent[0]); k++) {
+		n = strlen(ent[k].name);
+		if (n <= len - i && !memcmp(t + i, ent[k].name, n)) {
+			*cp = (uint8_t)ent[k].c;
+			return n;
+		}
+	}
+	return 0;
+}
+
+/* JSON and JavaScript backslash escapes, HTML character references: a
+ * value echoed inside a JSON string or an HTML page. */
+static void view_escapes(struct scan *sc, const uint8_t *t, size_t len)
+{
+	for (size_t i = 0; i < len;) {
+		uint32_t cp;
+		size_t n = escape_at(t, len, i, &cp);
+		if (n) {
+			push_utf8(sc, cp, i, i + n);
+			i += n;
+		} else {
+			push(sc, t[i], i, i + 1);
+			i++;
+		}
+	}
+	flush(sc);
+}
+
 static void mark_all(const struct redact_set *rs, const uint8_t *t, size_t len, uint8_t *mark,
 		     struct redact_view *v)
 {
@@ -294,6 +393,7 @@ static void mark_all(const struct redact_set *rs, const uint8_t *t, size_t len, 
 	view_percent(&sc, t, len, false);
 	if (rs->has_space)
 		view_percent(&sc, t, len, true);
+	view_escapes(&sc, t, len);
 	for (size_t a = 0; a < 2; a++)
 		view_hex(&sc, t, len, a);
 	for (size_t a = 0; a < 4; a++)

@@ -11,6 +11,8 @@
  *     any byte offset of the value; padded or not),
  *   - percent-encoded (%XX in either case mixed with plain bytes; '+' as a
  *     space too when a value holds a space),
+ *   - escaped as in a JSON or JavaScript string (\/ \" \\ \uXXXX \xXX) or
+ *     an HTML page (&#NN; &#xHH; &amp; &lt; &gt; &quot; &apos;),
  *
  * by decoding the text each of those ways and looking up every window of
  * REDACT_RUN decoded bytes among the windows of the values.  A run that

@@ -65,7 +65,7 @@ static char *run(const struct redact_set *rs, const char *text, size_t cut, bool
 	return o.p;
 }
 
-enum enc { PLAIN, HEX_LO, HEX_UP, B64, B64URL, PCT_UP, PCT_LO, NENC };
+enum enc { PLAIN, HEX_LO, HEX_UP, B64, B64URL, PCT_UP, PCT_LO, JSON_SLASH, JSON_U, JS_X, HTML_HEX, HTML_DEC, NENC };
 
 static void encode(enum enc e, const uint8_t *p, size_t n, char *out)
 {
@@ -79,6 +79,18 @@ static void encode(enum enc e, const uint8_t *p, size_t n, char *out)
 	case HEX_UP:
 		for (size_t i = 0; i < n; i++)
 			o += (size_t)sprintf(out + o, e == HEX_LO ? "%02x" : "%02X", p[i]);
+		break;
+	case JSON_SLASH:
+		for (size_t i = 0; i < n; i++)
+			o += (size_t)sprintf(out + o, p[i] == '/' ? "\\/" : "%c", p[i]);
+		break;
+	case JSON_U:
+	case JS_X:
+	case HTML_HEX:
+	case HTML_DEC:
+		for (size_t i = 0; i < n; i++)
+			o += (size_t)sprintf(out + o, e == JSON_U ? "\\u%04X" : e == JS_X ? "\\x%02x"
+						 : e == HTML_HEX ? "&#x%x;" : "&#%d;", p[i]);
 		break;
 	case PCT_UP:
 	case PCT_LO:
@@ -154,7 +166,7 @@ static void test_runs_every_offset(void **state)
 	struct redact_set *rs = one_set();
 	const uint8_t *v = (const uint8_t *)VALUE;
 	size_t L = strlen(VALUE);
-	char enc[256], text[400];
+	char enc[512], text[600];
 
 	for (size_t o = 0; o + REDACT_RUN <= L; o++) {
 		size_t lens[] = {REDACT_RUN, REDACT_RUN + 1, REDACT_RUN + 4, L - o};
