@@ -388,6 +388,7 @@ static void mark_all(const struct redact_set *rs, const uint8_t *t, size_t len, 
 {
 	struct scan sc = {rs, mark, v};
 
+	v->n = 0;
 	memset(mark, 0, len);
 	view_plain(&sc, t, len);
 	view_percent(&sc, t, len, false);
