@@ -518,21 +518,27 @@ static void test_header_parse(void **state)
 	assert_int_equal(egress_parse_header((const uint8_t *)"K8E1\x04\x01\x00\x50", 8, &fam, a, &port), -EBADMSG);
 }
 
+/* TLS 1.3 and TLS 1.2 (encrypted handshake records after
+ * change_cipher_spec) pass the relay's record checks. */
 static void test_tls_allowed(void **state)
 {
+	static const char *const opts[] = {"", "--tls-max 1.2"};
 	char *out;
 
-	reset();
-	set_dest_name(API, 443);
-	assert_int_equal(curl(API, "https", "/path", "/ca.crt", ""), 0);
-	out = slurp("out");
-	assert_non_null(strstr(out, "GET /path HTTP/1.1"));
-	free(out);
-	wait_served(1);
-	assert_string_equal(field(last_connect(), "decision"), "allow");
-	assert_string_equal(field(last_connect(), "sni"), API);
-	assert_false(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "intercepted")));
-	assert_true(cJSON_GetObjectItem(last_connect(), "bytes_down")->valuedouble > 100);
+	for (size_t i = 0; i < 2; i++) {
+		reset();
+		set_dest_name(API, 443);
+		assert_int_equal(curl(API, "https", "/path", "/ca.crt", opts[i]), 0);
+		out = slurp("out");
+		assert_non_null(strstr(out, "GET /path HTTP/1.1"));
+		free(out);
+		wait_served(1);
+		assert_string_equal(field(last_connect(), "decision"), "allow");
+		assert_string_equal(field(last_connect(), "sni"), API);
+		assert_string_equal(field(last_connect(), "reason"), "");
+		assert_false(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "intercepted")));
+		assert_true(cJSON_GetObjectItem(last_connect(), "bytes_down")->valuedouble > 100);
+	}
 }
 
 static void test_sni_mismatch_and_missing(void **state)
@@ -772,22 +778,12 @@ static void test_tls_framing_after_hello(void **state)
 	raw_banner = "";
 }
 
-/* Real TLS through the checked relay: TLS 1.3, TLS 1.2 (encrypted handshake
- * records after change_cipher_spec), and a HelloRetryRequest (a second
+/* Real TLS through the checked relay with a HelloRetryRequest (a second
  * ClientHello in the clear, after a change_cipher_spec). */
-static void test_tls_framing_real(void **state)
+static void test_tls_framing_hrr(void **state)
 {
 	char *out;
 
-	reset();
-	set_dest_name(API, 443);
-	assert_int_equal(curl(API, "https", "/v12", "/ca.crt", "--tls-max 1.2"), 0);
-	out = slurp("out");
-	assert_non_null(strstr(out, "GET /v12 HTTP/1.1"));
-	free(out);
-	wait_served(1);
-	assert_string_equal(field(last_connect(), "decision"), "allow");
-	assert_string_equal(field(last_connect(), "reason"), "");
 	reset();
 	set_dest_name(HRR, 443);
 	assert_int_equal(sh("curl -sS --max-time 30 -o %s/out --resolve " HRR ":%u:127.0.0.1 --cacert %s/ca.crt "
@@ -916,6 +912,49 @@ static void write_text(const char *rel, const char *text)
 	fclose(f);
 }
 
+/* Turns interception on for the secrets of set: the sandbox CA (its
+ * certificate in tmp/sandbox-ca.crt for curl), upstream trusted by the
+ * test CA. */
+static void intercept_on(struct secret_set *set, struct egress_ca **ca)
+{
+	static char cafile[300];
+
+	assert_int_equal(egress_ca_open(tmp, "test", ca), 0);
+	write_text("sandbox-ca.crt", egress_ca_cert_pem(*ca));
+	snprintf(cafile, sizeof(cafile), "%s/ca.crt", tmp);
+	ctx.secrets = set;
+	ctx.ca = *ca;
+	ctx.upstream_ca_file = cafile;
+}
+
+static void intercept_off(struct secret_set *set, struct egress_ca *ca)
+{
+	ctx.secrets = NULL;
+	ctx.ca = NULL;
+	ctx.upstream_ca_file = NULL;
+	secret_set_free(set);
+	egress_ca_free(ca);
+}
+
+/* A connection to name:port, where no secret is bound: not intercepted,
+ * the placeholder reaches the server as the guest sent it. */
+static void placeholder_untouched(const char *name, uint16_t port, const char *ph)
+{
+	char opts[512], *log;
+
+	reset();
+	write_text("requests.log", "");
+	set_dest_name(name, port);
+	snprintf(opts, sizeof(opts), "-H 'Authorization: Bearer %s'", ph);
+	assert_int_equal(curl(name, "https", "/path", "/ca.crt", opts), 0);
+	log = slurp("requests.log");
+	assert_non_null(strstr(log, ph));
+	assert_null(strstr(log, TOKEN_VALUE));
+	free(log);
+	wait_served(1);
+	assert_false(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "intercepted")));
+}
+
 /* Whether out holds any REDACT-long run of v as it is, in hex (either
  * case), base64 (any offset) or percent-encoded. */
 static bool leaks(const char *out, const char *v)
@@ -957,15 +996,10 @@ static void test_intercept_encoded(void **state)
 	static const char *const codings[] = {"", "gzip", "gzip2", "deflate", "raw"};
 	struct secret_set *set = load_secrets();
 	const char *ph_tok = secret_set_get(set, 0)->placeholder;
-	char cafile[300], opts[512], path[32], *out, *log;
+	char opts[512], path[32], *out, *log;
 	struct egress_ca *ca;
 
-	assert_int_equal(egress_ca_open(tmp, "test", &ca), 0);
-	write_text("sandbox-ca.crt", egress_ca_cert_pem(ca));
-	snprintf(cafile, sizeof(cafile), "%s/ca.crt", tmp);
-	ctx.secrets = set;
-	ctx.ca = ca;
-	ctx.upstream_ca_file = cafile;
+	intercept_on(set, &ca);
 	snprintf(opts, sizeof(opts), "-H 'X-Echo: %s'", ph_tok);
 	for (size_t i = 0; i < sizeof(codings) / sizeof(codings[0]); i++) {
 		reset();
@@ -995,23 +1029,9 @@ static void test_intercept_encoded(void **state)
 
 	/* Issue 23 item 10: bound to API:443, not to API:8443 (same host,
 	 * another port): the placeholder goes there untouched. */
-	reset();
-	write_text("requests.log", "");
-	set_dest_name(API, 8443);
-	snprintf(opts, sizeof(opts), "-H 'Authorization: Bearer %s'", ph_tok);
-	assert_int_equal(curl(API, "https", "/port", "/ca.crt", opts), 0);
-	log = slurp("requests.log");
-	assert_non_null(strstr(log, ph_tok));
-	assert_null(strstr(log, TOKEN_VALUE));
-	free(log);
-	wait_served(1);
-	assert_false(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "intercepted")));
+	placeholder_untouched(API, 8443, ph_tok);
 
-	ctx.secrets = NULL;
-	ctx.ca = NULL;
-	ctx.upstream_ca_file = NULL;
-	secret_set_free(set);
-	egress_ca_free(ca);
+	intercept_off(set, ca);
 }
 
 static void test_intercept(void **state)
@@ -1019,15 +1039,10 @@ static void test_intercept(void **state)
 	struct secret_set *set = load_secrets();
 	const char *ph_tok = secret_set_get(set, 0)->placeholder;
 	const char *ph_hdr = secret_set_get(set, 1)->placeholder;
-	char cafile[300], opts[512], *out, *log, *audit, *heads;
+	char opts[512], *out, *log, *audit, *heads;
 	struct egress_ca *ca;
 
-	assert_int_equal(egress_ca_open(tmp, "test", &ca), 0);
-	write_text("sandbox-ca.crt", egress_ca_cert_pem(ca));
-	snprintf(cafile, sizeof(cafile), "%s/ca.crt", tmp);
-	ctx.secrets = set;
-	ctx.ca = ca;
-	ctx.upstream_ca_file = cafile;
+	intercept_on(set, &ca);
 
 	/* The placeholder in a header becomes the value upstream; the
 	 * configured header is set; what comes back is redacted. */
@@ -1106,17 +1121,7 @@ static void test_intercept(void **state)
 
 	/* A host the secret is not bound to: not intercepted, the placeholder
 	 * arrives as it was sent. */
-	reset();
-	write_text("requests.log", "");
-	set_dest_name(OTHER, 443);
-	snprintf(opts, sizeof(opts), "-H 'Authorization: Bearer %s'", ph_tok);
-	assert_int_equal(curl(OTHER, "https", "/path", "/ca.crt", opts), 0);
-	log = slurp("requests.log");
-	assert_non_null(strstr(log, ph_tok));
-	assert_null(strstr(log, TOKEN_VALUE));
-	free(log);
-	wait_served(1);
-	assert_false(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "intercepted")));
+	placeholder_untouched(OTHER, 443, ph_tok);
 
 	/* Upstream whose certificate nothing trusts: refused, nothing sent. */
 	reset();
@@ -1130,11 +1135,7 @@ static void test_intercept(void **state)
 	assert_string_equal(log, "");
 	free(log);
 
-	ctx.secrets = NULL;
-	ctx.ca = NULL;
-	ctx.upstream_ca_file = NULL;
-	secret_set_free(set);
-	egress_ca_free(ca);
+	intercept_off(set, ca);
 }
 
 int main(void)
@@ -1146,7 +1147,7 @@ int main(void)
 		cmocka_unit_test(test_http_host),
 		cmocka_unit_test(test_second_request_host),
 		cmocka_unit_test(test_tls_framing_after_hello),
-		cmocka_unit_test(test_tls_framing_real),
+		cmocka_unit_test(test_tls_framing_hrr),
 		cmocka_unit_test(test_ip_literal),
 		cmocka_unit_test(test_default_connector_and_timeout),
 		cmocka_unit_test(test_deny_and_ask),
