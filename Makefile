@@ -19,7 +19,7 @@ CSTD    := -std=gnu11
 WARN    := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wvla -Wno-unused-parameter \
            -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS_COMMON := $(CSTD) $(WARN) -Isrc -D_GNU_SOURCE -pthread -g
-LIBS    := -lcjson -lssl -lcrypto -lseccomp -lpthread
+LIBS    := -lcjson -lssl -lcrypto -lseccomp -lz -lpthread
 TESTLIBS := -lcmocka
 
 # Parts linked into the kosa8 binary (and into unit tests).

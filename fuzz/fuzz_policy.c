@@ -107,7 +107,10 @@ static enum policy_action ref_decide(const char *name, unsigned port)
 	long best = -1;
 
 	for (size_t i = 0; i < nref; i++) {
-		if (!ref_matches(&ref[i], name) || (ref[i].port && ref[i].port != port))
+		/* docs/policy.md: no port is the web ports, for a deny every port. */
+		bool covers = ref[i].port ? ref[i].port == port
+					  : ref[i].action == POLICY_DENY || port == 443 || port == 80;
+		if (!ref_matches(&ref[i], name) || !covers)
 			continue;
 		if (ref[i].action == POLICY_DENY)
 			return POLICY_DENY;
@@ -120,14 +123,14 @@ static enum policy_action ref_decide(const char *name, unsigned port)
 static void check_decisions(struct policy *p, const char *name)
 {
 	char norm[POLICY_NAME_MAX + 1];
-	unsigned ports[4] = {443, 1, 0, 0};
+	unsigned ports[6] = {443, 1, 80, 25, 0, 0};
 
 	if (policy_normalise_name(name, norm, sizeof(norm)))
 		return;
-	for (size_t i = 0, n = 2; i < nref && n < 4; i++)
+	for (size_t i = 0, n = 4; i < nref && n < 6; i++)
 		if (ref[i].port && ref_matches(&ref[i], norm))
 			ports[n++] = ref[i].port;
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 6; i++)
 		if (ports[i] && policy_decide(p, norm, (uint16_t)ports[i], NULL, 0) != ref_decide(norm, ports[i]))
 			abort();
 }

@@ -6,7 +6,7 @@ SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 PKGS="
   build-essential pkg-config clang libclang-rt-14-dev
-  libssl-dev libcjson-dev libcmocka-dev libseccomp-dev
+  libssl-dev libcjson-dev libcmocka-dev libseccomp-dev zlib1g-dev
   linux-source-6.1 bc flex bison libelf-dev cpio xz-utils kmod lz4
   busybox-static
   mmdebstrap e2fsprogs

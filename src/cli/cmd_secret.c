@@ -54,16 +54,14 @@ static int read_value(const char *name, char *buf, size_t cap, size_t *len)
 
 static int add_host(struct secret *s, const char *h)
 {
-	if (s->nhosts == SECRET_HOSTS_MAX) {
+	int err = secret_add_host(s, h);
+
+	if (err == -E2BIG)
 		fprintf(stderr, "kosa8 secret: at most %d hosts\n", SECRET_HOSTS_MAX);
-		return -1;
-	}
-	if (policy_normalise_name(h, s->hosts[s->nhosts], sizeof(s->hosts[0]))) {
-		fprintf(stderr, "kosa8 secret: '%s' is not a host name (IP addresses and wildcards are not allowed)\n", h);
-		return -1;
-	}
-	s->nhosts++;
-	return 0;
+	else if (err)
+		fprintf(stderr, "kosa8 secret: '%s' is not HOST or HOST:PORT (IP addresses and wildcards "
+				"are not allowed)\n", h);
+	return err ? -1 : 0;
 }
 
 static int copy_opt(char *dst, size_t cap, const char *opt, const char *v)
@@ -183,7 +181,7 @@ static int secret_ls_cmd(void)
 		snprintf(src, sizeof(src), "%s%s", s.from_env[0] ? "env:" : "stored", s.from_env);
 		printf("%-24s %-12s %-24s", s.name, src, s.header[0] ? s.header : "-");
 		for (size_t h = 0; h < s.nhosts; h++)
-			printf("%s%s", h ? "," : " ", s.hosts[h]);
+			printf("%s%s:%u", h ? "," : " ", s.hosts[h], s.ports[h] ? s.ports[h] : SECRET_PORT_DEFAULT);
 		printf("\n");
 	}
 	secret_names_free(names, (size_t)n);

@@ -256,7 +256,7 @@ static const struct cli_cmd image_subs[] = {
 };
 
 static const struct cli_opt secret_add_opts[] = {
-	{"host", 0, "HOST", "a host the secret may be sent to (repeatable, at least one)"},
+	{"host", 0, "HOST[:PORT]", "a host and port the secret may be sent to, 443 when no port is given (repeatable, at least one)"},
 	{"header", 0, "FIELD", "set this request header to --format rather than replace the placeholder"},
 	{"format", 0, "FORMAT", "with --header: the header's value, {} being the secret (e.g. 'Bearer {}')"},
 	{"from-env", 0, "VAR", "read the value from this host environment variable when a sandbox starts"},
@@ -266,7 +266,7 @@ static const struct cli_opt secret_add_opts[] = {
 
 static const struct cli_cmd secret_subs[] = {
 	{"add", "add a secret; the value is read from stdin (without echo on a terminal)",
-	 "NAME --host HOST [--host HOST...] [--header FIELD [--format FORMAT]] [--from-env VAR] [--force]",
+	 "NAME --host HOST[:PORT] [--host ...] [--header FIELD [--format FORMAT]] [--from-env VAR] [--force]",
 	 NULL, secret_add_opts, NULL, NULL, -1, CLI_OPERAND_NONE, false},
 	{"ls", "list secrets: name, value source, header, hosts", "", NULL, NULL, NULL, NULL, -1, CLI_OPERAND_NONE, false},
 	{"rm", "remove a secret", "NAME", NULL, NULL, NULL, NULL, -1, CLI_OPERAND_NONE, false},
@@ -378,12 +378,12 @@ const struct cli_cmd cli_commands[] = {
 	 cmd_image, -1, CLI_OPERAND_NONE, false},
 	{"secret", "API keys the egress proxy adds for the guest (never in the VM)", "COMMAND ...",
 	 "A sandbox run with --secret NAME sees NAME=<placeholder>; the egress proxy puts the real value in "
-	 "place of the placeholder in request headers sent over TLS to the secret's hosts only. Secrets are "
+	 "place of the placeholder in request headers sent over TLS to the secret's hosts and ports only. Secrets are "
 	 "stored under the kosa8 config folder, mode 0600.",
 	 NULL, secret_subs, cmd_secret, -1, CLI_OPERAND_NONE, false},
 	{"policy", "show a sandbox's egress policy, check HOST[:PORT] against it", "COMMAND [--sandbox NAME]",
 	 "The policy is <config>/policy (the user's defaults) with the sandbox's own <state>/sandboxes/NAME/policy "
-	 "over it; see docs/policy.md.",
+	 "over it; see docs/policy.md.  A rule without a port allows ports 443 and 80 only (a deny: every port).",
 	 policy_opts, policy_subs, cmd_policy, -1, CLI_OPERAND_NONE, false},
 	{"approvals", "list and answer network requests waiting for approval", "[NAME]\nCOMMAND ...",
 	 "Without a command: list the requests waiting in NAME (default: every running sandbox). "

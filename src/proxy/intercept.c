@@ -28,7 +28,9 @@
 #include <openssl/x509v3.h>
 
 #include "proxy/ca.h"
+#include "proxy/inflate.h"
 #include "proxy/proxy_int.h"
+#include "proxy/redact.h"
 #include "proxy/secrets.h"
 
 #define IO_CHUNK (16 * 1024)
@@ -99,9 +101,6 @@ struct intercept {
 	/* placeholder -> value for the secrets bound to this host */
 	struct pattern inject[SECRET_SET_MAX];
 	size_t ninject;
-	/* value -> placeholder for every secret of the set */
-	struct pattern redact[SECRET_SET_MAX];
-	size_t nredact, hold;
 	/* requests, guest -> upstream */
 	struct buf req;              /* plaintext not yet parsed */
 	enum http_body req_body;
@@ -115,7 +114,8 @@ struct intercept {
 	enum http_body resp_body;
 	uint64_t resp_left;
 	struct http_chunked resp_chunked;
-	struct buf tail;             /* redaction hold-back */
+	struct redactor red;         /* response bodies, every secret of the set */
+	struct inflater inf;         /* a body compressed although not asked */
 	bool done;                   /* a close-delimited response ended */
 };
 
@@ -251,6 +251,8 @@ static int guest_tls(struct intercept *x)
 		err = -EACCES;
 	} else if (ctx && !(err = egress_ca_leaf(x->c->ctx->ca, x->c->name, &cert, &key))) {
 		SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+		/* A renegotiation's hello is one the checks never saw. */
+		SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
 		SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
 		if (SSL_CTX_use_certificate(ctx, cert) != 1 || SSL_CTX_use_PrivateKey(ctx, key) != 1)
 			err = -EIO;
@@ -277,6 +279,7 @@ static int upstream_tls(struct intercept *x)
 
 	if (ctx) {
 		SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+		SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
 		SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
 		if (cafile ? SSL_CTX_load_verify_locations(ctx, cafile, NULL) != 1
 			   : SSL_CTX_set_default_verify_paths(ctx) != 1)
@@ -302,26 +305,23 @@ static void patterns(struct intercept *x)
 {
 	const struct secret_set *set = x->c->ctx->secrets;
 
-	for (size_t i = 0; i < secret_set_count(set) && x->nredact < SECRET_SET_MAX; i++) {
+	for (size_t i = 0; i < secret_set_count(set) && x->ninject < SECRET_SET_MAX; i++) {
 		const struct secret *s = secret_set_get(set, i);
 		struct pattern p = {s->placeholder, s->value, strlen(s->placeholder), s->value_len};
-		if (secret_bound_to(s, x->c->name) && !s->header[0])
+		if (secret_bound_to(s, x->c->name, x->c->port) && !s->header[0])
 			x->inject[x->ninject++] = p;
-		x->redact[x->nredact++] = (struct pattern){p.to, p.from, p.to_len, p.from_len};
-		if (s->value_len > x->hold + 1)
-			x->hold = s->value_len - 1;
 	}
+	redactor_init(&x->red, secret_set_redactions(set));
 }
 
 /* ---- rewriting ---- */
 
 /* Copies in to out with every occurrence of a pattern's from replaced by
- * its to, leftmost first.  Returns the bytes of in consumed: all of it, or
- * with hold > 0 all but up to hold trailing bytes that may begin a match. */
+ * its to, leftmost first (the placeholders of a request's header value). */
 static long replace(struct buf *out, const uint8_t *in, size_t n, const struct pattern *pat,
-		    size_t npat, size_t hold)
+		    size_t npat)
 {
-	size_t pos = 0, keep;
+	size_t pos = 0;
 
 	if (!n)
 		return 0;   /* in may be NULL then: an empty body */
@@ -340,10 +340,14 @@ static long replace(struct buf *out, const uint8_t *in, size_t n, const struct p
 			return -ENOMEM;
 		pos = (size_t)(best - in) + pat[bi].from_len;
 	}
-	keep = hold < n - pos ? hold : n - pos;
-	if (buf_add(out, in + pos, n - pos - keep))
+	if (buf_add(out, in + pos, n - pos))
 		return -ENOMEM;
-	return (long)(n - keep);
+	return (long)n;
+}
+
+static int emit_buf(void *arg, const uint8_t *p, size_t n)
+{
+	return buf_add(arg, p, n);
 }
 
 static void audit_secret_use(struct intercept *x, const struct secret *s)
@@ -365,7 +369,7 @@ static const struct secret *header_secret(struct intercept *x, const uint8_t *b,
 
 	for (size_t k = 0; k < secret_set_count(set); k++) {
 		const struct secret *s = secret_set_get(set, k);
-		if (s->header[0] && secret_bound_to(s, x->c->name) && http_field_is(b, h, i, s->header))
+		if (s->header[0] && secret_bound_to(s, x->c->name, x->c->port) && http_field_is(b, h, i, s->header))
 			return s;
 	}
 	return NULL;
@@ -379,7 +383,7 @@ static int add_secret_headers(struct intercept *x, struct buf *out)
 	for (size_t k = 0; !err && k < secret_set_count(set); k++) {
 		const struct secret *s = secret_set_get(set, k);
 		const char *at = strstr(s->format, "{}");
-		if (!s->header[0] || !secret_bound_to(s, x->c->name))
+		if (!s->header[0] || !secret_bound_to(s, x->c->name, x->c->port))
 			continue;
 		if ((err = buf_str(out, s->header)) || (err = buf_str(out, ": ")) ||
 		    (err = buf_add(out, s->format, (size_t)(at - s->format))) ||
@@ -398,7 +402,7 @@ static void audit_injected(struct intercept *x, const uint8_t *v, size_t n, bool
 
 	for (size_t k = 0; k < secret_set_count(set) && k < SECRET_SET_MAX; k++) {
 		const struct secret *s = secret_set_get(set, k);
-		if (!used[k] && !s->header[0] && secret_bound_to(s, x->c->name) &&
+		if (!used[k] && !s->header[0] && secret_bound_to(s, x->c->name, x->c->port) &&
 		    memmem(v, n, s->placeholder, strlen(s->placeholder))) {
 			used[k] = true;
 			audit_secret_use(x, s);
@@ -419,7 +423,7 @@ static int rewrite_request(struct intercept *x, const uint8_t *b, const struct h
 			continue;
 		audit_injected(x, b + f->value.off, f->value.len, used);
 		if ((err = buf_add(out, b + f->name.off, f->name.len)) || (err = buf_str(out, ": ")) ||
-		    replace(out, b + f->value.off, f->value.len, x->inject, x->ninject, 0) < 0 ||
+		    replace(out, b + f->value.off, f->value.len, x->inject, x->ninject) < 0 ||
 		    (err = buf_str(out, "\r\n")))
 			err = err ? err : -ENOMEM;
 	}
@@ -523,36 +527,72 @@ static int emit_chunk(struct intercept *x, const uint8_t *p, size_t n)
 	return 0;
 }
 
-/* Body data from upstream: redacted (holding back what may start a
- * value), then sent as a chunk.  final flushes the hold-back. */
+/* Body data from upstream: redacted (the redactor holds back what may
+ * still start a match), then sent as a chunk.  final flushes it all. */
+static int body_redact(struct intercept *x, const uint8_t *p, size_t n, bool final)
+{
+	struct buf out = {0};
+	int err = redactor_feed(&x->red, p, n, final, emit_buf, &out);
+
+	if (!err)
+		err = emit_chunk(x, out.p, out.len);
+	buf_free(&out, true);
+	return err;
+}
+
+static int decoded_data(void *arg, const uint8_t *p, size_t n)
+{
+	return body_redact(arg, p, n, false);
+}
+
 static int body_data(void *arg, const uint8_t *p, size_t n)
 {
 	struct intercept *x = arg;
-	struct buf out = {0};
-	long used;
 	int err;
 
-	if ((err = buf_add(&x->tail, p, n)))
-		return err;
-	used = replace(&out, x->tail.p, x->tail.len, x->redact, x->nredact, x->hold);
-	err = used < 0 ? (int)used : emit_chunk(x, out.p, out.len);
-	if (used > 0)
-		buf_drop(&x->tail, (size_t)used);
-	buf_free(&out, false);
+	if (x->inf.kind == INFLATE_NONE)
+		return body_redact(x, p, n, false);
+	if ((err = inflater_feed(&x->inf, p, n, decoded_data, x)) == -EBADMSG || err == -EFBIG)
+		x->c->reason = err == -EFBIG ? "decompressed response body too large"
+					     : "malformed compressed response body";
 	return err;
 }
 
 static int body_end(struct intercept *x)
 {
-	struct buf out = {0};
-	int err = replace(&out, x->tail.p, x->tail.len, x->redact, x->nredact, 0) < 0 ? -ENOMEM : 0;
+	int err = inflater_finish(&x->inf);
 
+	if (err)
+		x->c->reason = "compressed response body cut short";
+	inflater_free(&x->inf);
+	inflater_init(&x->inf, INFLATE_NONE);
 	if (!err)
-		err = emit_chunk(x, out.p, out.len);
-	buf_free(&out, false);
-	x->tail.len = 0;
+		err = body_redact(x, NULL, 0, true);
 	x->in_resp_body = false;
 	return err ? err : guest_write(x, "0\r\n\r\n", 5);
+}
+
+/* The server was not asked to compress (Accept-Encoding is dropped), but
+ * may: gzip and deflate are decoded so the redaction sees the body; any
+ * other coding, or more than one, is refused. */
+static int content_coding(struct intercept *x, const uint8_t *b, const struct http_head *h)
+{
+	int kind = INFLATE_NONE;
+
+	for (size_t i = 0; i < h->nfields; i++) {
+		int k;
+		if (!http_field_is(b, h, i, "content-encoding"))
+			continue;
+		k = inflate_coding(b + h->fields[i].value.off, h->fields[i].value.len);
+		if (k < 0 || (k != INFLATE_NONE && kind != INFLATE_NONE)) {
+			x->c->reason = "response with a Content-Encoding that cannot be checked";
+			return -EPROTO;
+		}
+		if (k != INFLATE_NONE)
+			kind = k;
+	}
+	inflater_init(&x->inf, x->resp_body == HTTP_BODY_NONE ? INFLATE_NONE : (enum inflate_kind)kind);
+	return 0;
 }
 
 static int response_head_out(struct intercept *x, const uint8_t *b, const struct http_head *h)
@@ -562,9 +602,12 @@ static int response_head_out(struct intercept *x, const uint8_t *b, const struct
 
 	for (size_t i = 0; !err && i < h->nfields; i++) {
 		const struct http_field *f = &h->fields[i];
-		/* The body is re-framed, so its old framing goes. */
+		/* The body is re-framed, so its old framing goes; a decoded
+		 * body loses its coding. */
 		if (x->resp_body != HTTP_BODY_NONE && (http_field_is(b, h, i, "content-length") ||
 						       http_field_is(b, h, i, "transfer-encoding")))
+			continue;
+		if (x->inf.kind != INFLATE_NONE && http_field_is(b, h, i, "content-encoding"))
 			continue;
 		if ((err = buf_add(&head, b + f->name.off, f->name.len)) || (err = buf_str(&head, ": ")) ||
 		    (err = buf_add(&head, b + f->value.off, f->value.len)) || (err = buf_str(&head, "\r\n")))
@@ -574,12 +617,16 @@ static int response_head_out(struct intercept *x, const uint8_t *b, const struct
 		err = buf_str(&head, "Transfer-Encoding: chunked\r\n");
 	if (!err)
 		err = buf_str(&head, "\r\n");
-	if (!err && replace(&out, head.p, head.len, x->redact, x->nredact, 0) < 0)
-		err = -ENOMEM;
+	if (!err) {
+		struct redactor r;
+		redactor_init(&r, secret_set_redactions(x->c->ctx->secrets));
+		err = redactor_feed(&r, head.p, head.len, true, emit_buf, &out);
+		redactor_free(&r);
+	}
 	if (!err)
 		err = guest_write(x, out.p, out.len);
 	buf_free(&head, true);
-	buf_free(&out, false);
+	buf_free(&out, true);
 	return err;
 }
 
@@ -603,7 +650,7 @@ static int response_head(struct intercept *x)
 		x->c->reason = "response with ambiguous framing";
 		return -EPROTO;
 	}
-	if ((err = response_head_out(x, x->resp.p, &h)))
+	if ((err = content_coding(x, x->resp.p, &h)) || (err = response_head_out(x, x->resp.p, &h)))
 		return err;
 	if (h.status >= 200) {   /* 1xx are interim: the request still waits */
 		x->wait_first = (x->wait_first + 1) % PIPELINE_MAX;
@@ -782,7 +829,8 @@ int egress_intercept(struct egress_conn *c)
 	end_free(&x->u);
 	buf_free(&x->req, true);
 	buf_free(&x->resp, true);
-	buf_free(&x->tail, true);
+	redactor_free(&x->red);
+	inflater_free(&x->inf);
 	free(x);
 	ERR_clear_error();
 	return err;

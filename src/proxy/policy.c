@@ -23,7 +23,7 @@
 struct rule {
 	enum policy_action action;
 	bool wildcard;          /* "*.name": names strictly below name */
-	uint16_t port;          /* 0: any port */
+	uint16_t port;          /* 0: none given (web ports; a deny: every port) */
 	uint16_t labels;        /* labels in name: how specific the rule is */
 	unsigned line;
 	uint32_t origin;        /* index into policy->origins */
@@ -570,6 +570,16 @@ static bool more_specific(const struct rule *a, size_t ai, const struct rule *b,
 	return ai > bi;
 }
 
+/* A rule without a port lets through the web ports only: a bare name must
+ * not open SMTP or SSH at the same address.  A deny without a port closes
+ * every port (the safe reading for a deny). */
+static bool rule_covers(const struct rule *r, uint16_t port)
+{
+	if (r->port)
+		return r->port == port;
+	return r->action == POLICY_DENY || port == 443 || port == 80;
+}
+
 /* The decision for one concrete port (0: a port no rule names).  *which is
  * the deciding rule's index or -1 for the default. */
 static enum policy_action decide_port(const struct policy *p, const char *name, uint16_t port,
@@ -581,7 +591,7 @@ static enum policy_action decide_port(const struct policy *p, const char *name, 
 	match_begin(&it, p, name);
 	while ((i = match_next(&it)) >= 0) {
 		const struct rule *r = &p->rules[i];
-		if (r->port && r->port != port)
+		if (!rule_covers(r, port))
 			continue;
 		/* A deny is never overridden; the first in the files is named. */
 		if (r->action == POLICY_DENY)
@@ -613,16 +623,19 @@ static enum policy_action decide_any_port(const struct policy *p, const char *na
 	match_begin(&it, p, name);
 	while (best != POLICY_ALLOW && (i = match_next(&it)) >= 0) {
 		const struct rule *r = &p->rules[i];
-		long w;
-		enum policy_action a;
-		/* Only a port named by a rule more permissive than what we have
-		 * can do better (a port named only by denies is denied). */
-		if (!r->port || permissiveness(r->action) <= permissiveness(best))
+		static const uint16_t web[] = {443, 80};
+		/* Only a port a rule more permissive than what we have lets
+		 * through can do better (a port named only by denies is
+		 * denied); a rule without a port names the web ports. */
+		if (r->action == POLICY_DENY || permissiveness(r->action) <= permissiveness(best))
 			continue;
-		a = decide_port(p, name, r->port, &w);
-		if (permissiveness(a) > permissiveness(best)) {
-			best = a;
-			*which = w;
+		for (size_t k = 0; k < (r->port ? 1 : 2); k++) {
+			long w;
+			enum policy_action a = decide_port(p, name, r->port ? r->port : web[k], &w);
+			if (permissiveness(a) > permissiveness(best)) {
+				best = a;
+				*which = w;
+			}
 		}
 	}
 	return best;
@@ -731,8 +744,10 @@ int policy_format(const struct policy *p, char **out)
 		port[0] = '\0';
 		if (r->port)
 			snprintf(port, sizeof(port), ":%u", r->port);
-		sb_printf(&b, "%s %s%s%s\t# %s:%u\n", policy_action_name(r->action),
-			  r->wildcard ? "*." : "", r->name, port, p->origins[r->origin], r->line);
+		sb_printf(&b, "%s %s%s%s\t# %s%s:%u\n", policy_action_name(r->action),
+			  r->wildcard ? "*." : "", r->name, port,
+			  r->port ? "" : r->action == POLICY_DENY ? "every port, " : "ports 443 and 80, ",
+			  p->origins[r->origin], r->line);
 	}
 	pthread_rwlock_unlock(&mp->lock);
 	if (b.err) {

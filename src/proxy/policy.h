@@ -53,7 +53,8 @@ int policy_add_allow(struct policy *p, const char *spec, struct policy_error *er
  * is not a host name (an IP literal is not one: -EINVAL too). */
 int policy_normalise_name(const char *in, char *out, size_t outlen);
 
-/* The decision for name:port (port 0: "any port", as DNS asks).  name need
+/* The decision for name:port (port 0: "any port", as DNS asks).  A rule
+ * without a port covers 443 and 80 (allow, ask) or every port (deny).  name need
  * not be normalised; one that is not a valid host name is denied.  If rule
  * is not NULL it gets a short description of the deciding rule
  * ("allow *.github.com:443 (policy:3)" or "default deny"). */

@@ -7,7 +7,9 @@
  *              HTTP/1.x request whose Host equals the name; nothing else
  *   upstream -> the host connects (public addresses only by default)
  *   relay   -> both ways, poll, bounded buffers; plain HTTP has every
- *              request head checked, not just the first
+ *              request head checked, not just the first; TLS has every
+ *              byte both ways held to record framing (tls_records.h), so
+ *              a valid ClientHello cannot front another protocol
  *
  * Only TLS and HTTP are let through, on any port: an opaque protocol (SSH,
  * SMTP, a raw socket) carries no name the proxy can hold to the policy, so
@@ -33,6 +35,7 @@
 #include "common/util.h"
 #include "proxy/proxy_int.h"
 #include "proxy/secrets.h"
+#include "proxy/tls_records.h"
 
 #define FIRST_BYTES_TIMEOUT_MS 15000   /* clients send their hello at once */
 #define CONNECT_TIMEOUT_MS 15000
@@ -364,6 +367,8 @@ struct pipe {
 	size_t start, end, checked;
 	bool eof, shut;
 	bool filter;                    /* guest -> upstream of plain HTTP */
+	struct tls_records *tls;        /* TLS: every byte must be a record */
+	struct tls_records_ctx *tx;
 	enum http_body body;
 	uint64_t body_left;
 	struct http_chunked chunked;
@@ -415,7 +420,21 @@ static int filter_requests(struct egress_conn *c, struct pipe *p)
 
 static size_t writable(const struct pipe *p)
 {
-	return (p->filter ? p->checked : p->end) - p->start;
+	return (p->filter || p->tls ? p->checked : p->end) - p->start;
+}
+
+/* Holds what arrived to TLS record framing; a record header not yet whole
+ * is kept back until it can be judged. */
+static int check_records(struct egress_conn *c, struct pipe *p)
+{
+	const char *why = NULL;
+
+	if (tls_records_feed(p->tx, p->tls, p->buf + p->checked, p->end - p->checked, &why)) {
+		c->reason = why;
+		return -EACCES;
+	}
+	p->checked = p->end - tls_records_pending(p->tls);
+	return 0;
 }
 
 /* Room to read into; an unvetted head is kept whole by moving the
@@ -445,10 +464,14 @@ static int pipe_read(struct egress_conn *c, int fd, struct pipe *p)
 			c->reason = "client closed inside a request";
 			return -EACCES;
 		}
+		if (p->tls && tls_records_pending(p->tls)) {
+			c->reason = "stream ended inside a TLS record header";
+			return -EACCES;
+		}
 		return 0;
 	}
 	p->end += (size_t)n;
-	return p->filter ? filter_requests(c, p) : 0;
+	return p->filter ? filter_requests(c, p) : p->tls ? check_records(c, p) : 0;
 }
 
 static int pipe_write(int fd, struct pipe *p, uint64_t *count)
@@ -515,24 +538,52 @@ static int relay_loop(struct egress_conn *c, struct pipe *up, struct pipe *down)
 	return err;
 }
 
+/* Every ClientHello on a relayed TLS connection, the first included, is
+ * held to the name: a second one (after a HelloRetryRequest, or forged)
+ * must not name another host. */
+static int recheck_hello(void *arg, const struct tls_hello *h, const char **why)
+{
+	struct egress_conn *c = arg;
+
+	if (check_tls(c, 0, h)) {
+		*why = c->reason;
+		return -EACCES;
+	}
+	return 0;
+}
+
 static int relay(struct egress_conn *c)
 {
 	struct pipe up = {.filter = !strcmp(c->proto, "http")}, down = {0};
+	struct tls_records_ctx *tx = NULL;
 	int err = -ENOMEM;
 
 	fcntl(c->gfd, F_SETFL, fcntl(c->gfd, F_GETFL) | O_NONBLOCK);
 	fcntl(c->ufd, F_SETFL, fcntl(c->ufd, F_GETFL) | O_NONBLOCK);
+	if (!strcmp(c->proto, "tls") && !(tx = malloc(sizeof(*tx))))
+		goto out;
+	if (tx) {
+		tls_records_init(tx);
+		tx->on_hello = recheck_hello;
+		tx->arg = c;
+		up.tx = down.tx = tx;
+		up.tls = &tx->up;
+		down.tls = &tx->down;
+	}
 	if ((up.buf = malloc(RELAY_BUF)) && (down.buf = malloc(RELAY_BUF))) {
-		/* The bytes read for the checks go first (and plain HTTP heads
-		 * are vetted again by the same filter as every later one). */
+		/* The bytes read for the checks go first, vetted again by the
+		 * same filter as every later byte (the first ClientHello, or
+		 * the first HTTP head, and whatever came right after it). */
 		memcpy(up.buf, c->first, c->first_len);
 		up.end = c->first_len;
-		err = up.filter ? filter_requests(c, &up) : 0;
+		err = up.filter ? filter_requests(c, &up) : tx ? check_records(c, &up) : 0;
 		if (!err)
 			err = relay_loop(c, &up, &down);
 	}
+out:
 	free(up.buf);
 	free(down.buf);
+	free(tx);
 	return err;
 }
 
@@ -603,7 +654,7 @@ static int serve(struct egress_conn *c, const char **decision, char *rule, size_
 		return err;
 	/* Secrets go only over TLS, and only to the hosts they are bound to;
 	 * every other connection is relayed untouched. */
-	if (!strcmp(c->proto, "tls") && c->ctx->secrets && secret_set_binds(c->ctx->secrets, c->name)) {
+	if (!strcmp(c->proto, "tls") && c->ctx->secrets && secret_set_binds(c->ctx->secrets, c->name, c->port)) {
 		c->intercepted = true;
 		return egress_intercept(c);
 	}

@@ -17,6 +17,7 @@
 #include <openssl/rand.h>
 
 #include "common/util.h"
+#include "proxy/redact.h"
 
 #define SECRET_FILE_MAX (64 * 1024)
 #define PLACEHOLDERS_FILE "secret-placeholders.json"
@@ -25,7 +26,38 @@ struct secret_set {
 	struct secret *items;
 	size_t n;
 	char **env;   /* n + 1 entries, NULL-terminated */
+	struct redact_set *redact;
 };
+
+static uint16_t host_port(const struct secret *s, size_t i)
+{
+	return s->ports[i] ? s->ports[i] : SECRET_PORT_DEFAULT;
+}
+
+int secret_add_host(struct secret *s, const char *spec)
+{
+	char host[POLICY_NAME_MAX + 8];
+	const char *colon = strrchr(spec, ':');
+	unsigned long port = SECRET_PORT_DEFAULT;
+
+	if (s->nhosts == SECRET_HOSTS_MAX)
+		return -E2BIG;
+	if (colon) {
+		char *end;
+		if (colon[1] < '0' || colon[1] > '9')
+			return -EINVAL;
+		errno = 0;
+		port = strtoul(colon + 1, &end, 10);
+		if (*end || errno || port == 0 || port > 65535)
+			return -EINVAL;
+	}
+	if ((size_t)snprintf(host, sizeof(host), "%.*s", (int)(colon ? (size_t)(colon - spec) : strlen(spec)),
+			     spec) >= sizeof(host) ||
+	    policy_normalise_name(host, s->hosts[s->nhosts], sizeof(s->hosts[0])))
+		return -EINVAL;
+	s->ports[s->nhosts++] = (uint16_t)port;
+	return 0;
+}
 
 bool secret_name_valid(const char *name)
 {
@@ -155,8 +187,11 @@ static cJSON *secret_to_json(const struct secret *s, const char *value, size_t v
 	char *v = NULL;
 	bool ok = o && hosts && cJSON_AddStringToObject(o, "name", s->name);
 
-	for (size_t i = 0; ok && i < s->nhosts; i++)
-		ok = cJSON_AddItemToArray(hosts, cJSON_CreateString(s->hosts[i]));
+	for (size_t i = 0; ok && i < s->nhosts; i++) {
+		char hp[POLICY_NAME_MAX + 8];
+		snprintf(hp, sizeof(hp), "%s:%u", s->hosts[i], host_port(s, i));
+		ok = cJSON_AddItemToArray(hosts, cJSON_CreateString(hp));
+	}
 	if (ok && s->header[0])
 		ok = cJSON_AddStringToObject(o, "header", s->header) &&
 		     cJSON_AddStringToObject(o, "format", s->format);
@@ -240,11 +275,10 @@ static int secret_from_json(const cJSON *o, struct secret *s)
 	if (!cJSON_IsArray(hosts))
 		return -EBADMSG;
 	cJSON_ArrayForEach(h, hosts) {
-		if (s->nhosts == SECRET_HOSTS_MAX)
+		/* "host:port"; a file from before ports were bound says "host",
+		 * which meant port 443. */
+		if (!cJSON_IsString(h) || secret_add_host(s, h->valuestring))
 			return -EBADMSG;
-		if ((err = copy_str(s->hosts[s->nhosts], sizeof(s->hosts[0]), h, true)))
-			return err;
-		s->nhosts++;
 	}
 	return secret_def_valid(s) ? -EBADMSG : 0;
 }
@@ -484,6 +518,18 @@ static int set_env(struct secret_set *set)
 	return 0;
 }
 
+/* Every value of the set is kept out of every intercepted response, not
+ * only the values bound to that host. */
+static int set_redactions(struct secret_set *set)
+{
+	int err = redact_set_new(&set->redact);
+
+	for (size_t i = 0; !err && i < set->n; i++)
+		err = redact_set_add(set->redact, set->items[i].value, set->items[i].value_len,
+				     set->items[i].placeholder);
+	return err;
+}
+
 int secret_set_load(const char *const *names, size_t n, const char *state_dir,
 		    struct secret_set **out)
 {
@@ -509,6 +555,8 @@ int secret_set_load(const char *const *names, size_t n, const char *state_dir,
 		err = set_placeholders(set, state_dir);
 	if (!err)
 		err = set_env(set);
+	if (!err)
+		err = set_redactions(set);
 	if (err) {
 		secret_set_free(set);
 		return err;
@@ -528,6 +576,7 @@ void secret_set_free(struct secret_set *set)
 	}
 	free(set->env);
 	free(set->items);
+	redact_set_free(set->redact);
 	free(set);
 }
 
@@ -536,27 +585,33 @@ const char *const *secret_set_env(const struct secret_set *set)
 	return (const char *const *)set->env;
 }
 
-bool secret_bound_to(const struct secret *s, const char *host)
+bool secret_bound_to(const struct secret *s, const char *host, uint16_t port)
 {
 	for (size_t i = 0; i < s->nhosts; i++) {
-		if (!strcmp(s->hosts[i], host))
+		if (!strcmp(s->hosts[i], host) && host_port(s, i) == port)
 			return true;
 	}
 	return false;
 }
 
-bool secret_set_binds(const struct secret_set *set, const char *host)
+bool secret_set_binds(const struct secret_set *set, const char *host, uint16_t port)
 {
 	char norm[POLICY_NAME_MAX + 1];
 
 	if (!set || policy_normalise_name(host, norm, sizeof(norm)))
 		return false;
 	for (size_t i = 0; i < set->n; i++) {
-		if (secret_bound_to(&set->items[i], norm))
+		if (secret_bound_to(&set->items[i], norm, port))
 			return true;
 	}
 	return false;
 }
+
+const struct redact_set *secret_set_redactions(const struct secret_set *set)
+{
+	return set ? set->redact : NULL;
+}
+
 
 size_t secret_set_count(const struct secret_set *set)
 {

@@ -17,11 +17,13 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "proxy/policy.h"
 
 #define SECRET_NAME_MAX 64          /* an environment variable name */
 #define SECRET_HOSTS_MAX 16
+#define SECRET_PORT_DEFAULT 443
 #define SECRET_HEADER_MAX 64
 #define SECRET_FORMAT_MAX 256
 #define SECRET_VALUE_MAX 8192
@@ -32,6 +34,9 @@
 struct secret {
 	char name[SECRET_NAME_MAX + 1];
 	char hosts[SECRET_HOSTS_MAX][POLICY_NAME_MAX + 1];   /* normalised */
+	/* The port each host is bound with; 0 means SECRET_PORT_DEFAULT.  A
+	 * secret goes to host:port, not to every port of the host. */
+	uint16_t ports[SECRET_HOSTS_MAX];
 	size_t nhosts;
 	/* "" : the placeholder is replaced wherever it appears in a request
 	 * header value.  Otherwise this header is set on every request to a
@@ -71,6 +76,7 @@ void secret_names_free(char **names, size_t n);
 
 /* The secrets one sandbox uses, values loaded. */
 struct secret_set;
+struct redact_set;
 
 /* Loads the named secrets (values included) and gives each its placeholder,
  * made on first use and kept in state_dir.  Any missing or unusable secret
@@ -87,11 +93,17 @@ int secret_placeholders_copy(const char *from_dir, const char *to_dir);
 /* "NAME=placeholder" for each secret, NULL-terminated, owned by the set:
  * what the exec path adds to the guest's environment. */
 const char *const *secret_set_env(const struct secret_set *set);
-/* Whether any secret of the set is bound to host (normalised or not). */
-bool secret_set_binds(const struct secret_set *set, const char *host);
+/* Whether any secret of the set is bound to host:port (host normalised or
+ * not). */
+bool secret_set_binds(const struct secret_set *set, const char *host, uint16_t port);
 size_t secret_set_count(const struct secret_set *set);
 const struct secret *secret_set_get(const struct secret_set *set, size_t i);
-/* Whether secret s may be sent to host (a normalised name). */
-bool secret_bound_to(const struct secret *s, const char *host);
+/* Whether secret s may be sent to host:port (host a normalised name). */
+bool secret_bound_to(const struct secret *s, const char *host, uint16_t port);
+/* Parses "HOST" or "HOST:PORT" into s's next host (normalised; port 443
+ * when none is given).  -EINVAL, -E2BIG past SECRET_HOSTS_MAX. */
+int secret_add_host(struct secret *s, const char *spec);
+/* The values of the set, for the redaction of responses (redact.h). */
+const struct redact_set *secret_set_redactions(const struct secret_set *set);
 
 #endif

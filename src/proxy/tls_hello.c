@@ -12,6 +12,7 @@
 #define EXT_ECH 0xfe0d          /* draft-ietf-tls-esni: encrypted_client_hello */
 #define EXT_ESNI 0xffce         /* the older draft's encrypted_server_name */
 #define EXT_MAX 128
+#define EXT_SUPPORTED_VERSIONS 43
 
 /* A cursor that only advances over bytes it has. */
 struct cur {
@@ -109,6 +110,7 @@ static int parse_client_hello(struct cur c, struct tls_hello *h)
 	size_t version;
 	int err;
 
+	memset(h, 0, sizeof(*h));
 	if ((err = u16(&c, &version)))
 		return err;
 	h->legacy_version = (uint16_t)version;
@@ -175,4 +177,36 @@ int tls_hello_parse(const uint8_t *buf, size_t len, struct tls_hello *h)
 		return used;
 	err = parse_client_hello((struct cur){hs + 4, hslen - 4}, h);
 	return err ? err : used;
+}
+
+int tls_client_hello_body(const uint8_t *body, size_t len, struct tls_hello *h)
+{
+	return parse_client_hello((struct cur){body, len}, h);
+}
+
+int tls_server_hello_version(const uint8_t *body, size_t len)
+{
+	struct cur c = {body, len}, v, exts;
+	size_t version, type, sel;
+	int err;
+
+	if ((err = u16(&c, &version)) || (err = take(&c, 32, NULL)) ||   /* random */
+	    (err = vec(&c, 1, NULL)) || (err = take(&c, 3, NULL)))       /* id, suite, compression */
+		return err;
+	if (!c.left)
+		return (int)version;
+	if (vec(&c, 2, &exts) || c.left)
+		return -EBADMSG;
+	/* RFC 8446 4.2.1: TLS 1.3 is chosen in supported_versions, never in
+	 * legacy_version. */
+	while (exts.left) {
+		if (u16(&exts, &type) || vec(&exts, 2, &v))
+			return -EBADMSG;
+		if (type == EXT_SUPPORTED_VERSIONS) {
+			if (u16(&v, &sel) || v.left)
+				return -EBADMSG;
+			version = sel;
+		}
+	}
+	return (int)version;
 }

@@ -31,4 +31,12 @@ struct tls_hello {
  * -EBADMSG if it is malformed, -E2BIG if it would exceed TLS_HELLO_MAX. */
 int tls_hello_parse(const uint8_t *buf, size_t len, struct tls_hello *h);
 
+/* The body of one ClientHello handshake message (after its 4-byte
+ * header): 0 or -EBADMSG.  tls_records.c reads later hellos with it. */
+int tls_client_hello_body(const uint8_t *body, size_t len, struct tls_hello *h);
+/* The version a ServerHello body (after its 4-byte header) chose: the
+ * supported_versions extension's if present, else legacy_version (e.g.
+ * 0x0304, 0x0303), or -EBADMSG. */
+int tls_server_hello_version(const uint8_t *body, size_t len);
+
 #endif

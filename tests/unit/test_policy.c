@@ -205,11 +205,50 @@ static void test_syntax_accepted(void **state)
 	struct policy *p = load("  # comment\r\n\n\tallow a.com  b.com:8080 # trailing\r\n"
 				"deny\tc.com\ndefault   ask   \nask *.d.com");
 
-	assert_int_equal(decide(p, "a.com", 1), POLICY_ALLOW);
+	assert_int_equal(decide(p, "a.com", 443), POLICY_ALLOW);
+	assert_int_equal(decide(p, "a.com", 1), POLICY_ASK);
 	assert_int_equal(decide(p, "b.com", 8080), POLICY_ALLOW);
 	assert_int_equal(decide(p, "b.com", 80), POLICY_ASK);
 	assert_int_equal(decide(p, "c.com", 80), POLICY_DENY);
 	assert_int_equal(decide(p, "e.d.com", 80), POLICY_ASK);
+	policy_free(p);
+}
+
+/* Issue 23 item 5: a bare name is the web ports, never every port (it
+ * was how a guest reached port 25 of an allowed name); other ports are
+ * named; a bare deny still closes every port. */
+static void test_bare_name_web_ports(void **state)
+{
+	struct policy *p = load("allow a.com\nallow b.com:25\nallow *.c.com\ndeny d.com\nallow d.com:443\n"
+				"ask e.com\nallow e.com:22\n");
+	static const uint16_t other[] = {25, 22, 21, 8080, 465, 587, 1, 65535};
+	char *shown = NULL;
+
+	for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+		assert_int_equal(decide(p, "a.com", other[i]), POLICY_DENY);
+		assert_int_equal(decide(p, "x.c.com", other[i]), POLICY_DENY);
+		assert_int_equal(decide(p, "d.com", other[i]), POLICY_DENY);
+	}
+	assert_int_equal(decide(p, "a.com", 443), POLICY_ALLOW);
+	assert_int_equal(decide(p, "a.com", 80), POLICY_ALLOW);
+	assert_int_equal(decide(p, "x.c.com", 443), POLICY_ALLOW);
+	assert_int_equal(decide(p, "b.com", 25), POLICY_ALLOW);
+	assert_int_equal(decide(p, "b.com", 443), POLICY_DENY);
+	assert_int_equal(decide(p, "d.com", 443), POLICY_DENY);
+	assert_int_equal(decide(p, "e.com", 443), POLICY_ASK);
+	assert_int_equal(decide(p, "e.com", 22), POLICY_ALLOW);
+	assert_int_equal(decide(p, "e.com", 25), POLICY_DENY);
+	/* DNS (port 0): a name resolves if some port of it may be reached. */
+	assert_int_equal(decide(p, "a.com", 0), POLICY_ALLOW);
+	assert_int_equal(decide(p, "b.com", 0), POLICY_ALLOW);
+	assert_int_equal(decide(p, "d.com", 0), POLICY_DENY);
+	assert_int_equal(decide(p, "e.com", 0), POLICY_ALLOW);
+	/* `policy show` says what a bare rule means. */
+	assert_int_equal(policy_format(p, &shown), 0);
+	assert_non_null(strstr(shown, "allow a.com\t# ports 443 and 80, "));
+	assert_non_null(strstr(shown, "deny d.com\t# every port, "));
+	assert_non_null(strstr(shown, "allow b.com:25\t# t:2"));
+	free(shown);
 	policy_free(p);
 }
 
@@ -426,6 +465,7 @@ int main(void)
 		cmocka_unit_test(test_ports),
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_syntax_accepted),
+		cmocka_unit_test(test_bare_name_web_ports),
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_add_allow),
 		cmocka_unit_test(test_format_round_trip),

@@ -140,7 +140,7 @@ static void test_show(void **state)
 	assert_int_equal(run("$K policy show --sandbox sb"), 0);
 	snprintf(want, sizeof(want),
 		 "# user defaults: %s/cfg/policy\n# sandbox:       %s/state/sandboxes/sb/policy\n"
-		 "default ask\t# %s/cfg/policy:1\nallow a.com\t# %s/cfg/policy:2\n"
+		 "default ask\t# %s/cfg/policy:1\nallow a.com\t# ports 443 and 80, %s/cfg/policy:2\n"
 		 "deny b.com:25\t# %s/state/sandboxes/sb/policy:1\n",
 		 dir, dir, dir, dir, dir);
 	assert_string_equal(out, want);
@@ -149,6 +149,8 @@ static void test_show(void **state)
 			     "rm $D/state/sandboxes/sb/policy && mv $D/cfg/policy.new $D/cfg/policy && "
 			     "$K policy check b.com:25 && echo unexpected"), 1);
 	assert_int_equal(run("$K policy check a.com:80"), 0);
+	/* A bare allow is not port 25 (default ask here): asked, not allowed. */
+	assert_int_equal(run("$K policy check a.com:25"), 3);
 	/* A bad file: path, line, reason, exit 2. */
 	put("cfg/policy", "allow a.com\n\nallow b..com\n");
 	assert_int_equal(run("$K policy show"), 2);

