@@ -534,11 +534,28 @@ int cli_remove_tree(const char *dir)
 	return nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) < 0 ? -errno : 0;
 }
 
+/* The sandbox's directory moved out of its name (to ".rm-NAME-PID" beside
+ * it, which no command lists or finds) while rm holds its lock: no start
+ * can take a new lock in it while the tree is removed.  The directory to
+ * remove: the new name, or dir itself if it could not be moved. */
+static const char *unnamed_dir(const char *dir, const char *name, char *buf, size_t len)
+{
+	const char *slash = strrchr(dir, '/');
+	int n;
+
+	if (!slash)
+		return dir;
+	n = snprintf(buf, len, "%.*s/.rm-%s-%d", (int)(slash - dir), dir, name, (int)getpid());
+	if (n < 0 || (size_t)n >= len || renameat2(AT_FDCWD, dir, AT_FDCWD, buf, RENAME_NOREPLACE) < 0)
+		return dir;
+	return buf;
+}
+
 int cmd_rm(int argc, char **argv)
 {
 	bool force = argc == 3 && !strcmp(argv[1], "-f");
 	const char *name = argv[argc - 1];
-	char dir[PATH_MAX], child[SANDBOX_NAME_MAX + 1], why[320];
+	char dir[PATH_MAX], gone[PATH_MAX + 80], child[SANDBOX_NAME_MAX + 1], why[320];
 	struct sandbox_owner who;
 	struct sandbox_cfg cfg;
 	int fd, err;
@@ -563,7 +580,7 @@ int cmd_rm(int argc, char **argv)
 		return cli_fail("rm", "cannot lock sandbox '%s': %s", name, strerror(-fd));
 	if (fd < 0)
 		return 1;
-	err = cli_remove_tree(dir);
+	err = cli_remove_tree(unnamed_dir(dir, name, gone, sizeof(gone)));
 	close(fd);
 	if (err < 0)
 		return cli_fail("rm", "cannot remove %s: %s", dir, strerror(-err));

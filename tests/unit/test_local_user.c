@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -30,6 +31,7 @@
 #include <cmocka.h>
 
 #include "common/util.h"
+#include "sandbox/owner.h"
 #include "supervisor/control.h"
 #include "supervisor/sandbox.h"
 
@@ -215,7 +217,7 @@ static void test_client_refuses_foreign_socket(void **state)
 	const char *const stop[] = {"stop", "sb", NULL};
 	char path[PATH_MAX + 16], sub[PATH_MAX], out[2048];
 	struct server s;
-	int rc;
+	int rc, lk;
 
 	make_nobody_home();
 	nobody_sandbox();
@@ -226,7 +228,15 @@ static void test_client_refuses_foreign_socket(void **state)
 	snprintf(path, sizeof(path), "%s/control.sock", sub);
 	unlink(path);
 	serve_as_root(&s, path);
+	/* nobody's sandbox is running (its owner lock is held), so stop goes
+	 * to the socket where its supervisor would be. */
+	snprintf(sub, sizeof(sub), "%s/nb/state/sandboxes/sb/" SANDBOX_OWNER_FILE, dir);
+	lk = open(sub, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(lk >= 0 && fchown(lk, 65534, 65534) == 0 && flock(lk, LOCK_EX) == 0);
 	rc = kosa8_as_nobody(out, sizeof(out), stop);
+	close(lk);
+	unlink(sub);
+	snprintf(sub, sizeof(sub), "%s/sb", rundir);
 	print_message("kosa8 stop as nobody: %d: %s", rc, out);
 	assert_false(server_stop(&s));
 	assert_int_not_equal(rc, 0);

@@ -171,9 +171,11 @@ static void racer(int id, volatile int *owners, volatile int *max, volatile int 
 			*max = now;
 		__atomic_add_fetch(taken, 1, __ATOMIC_SEQ_CST);
 		usleep(200);
+		/* A remover owns nothing once the file is unlinked (a lock on it
+		 * is on no path): it stops counting first. */
+		__atomic_sub_fetch(owners, 1, __ATOMIC_SEQ_CST);
 		if (what)
 			unlink(path);
-		__atomic_sub_fetch(owners, 1, __ATOMIC_SEQ_CST);
 		close(fd);
 	}
 }
