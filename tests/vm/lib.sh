@@ -27,12 +27,13 @@ not_ok() {
 # tests/run repeats in its summary.
 retried=()
 once_more() {
-	local before=$failures log=$WORK/attempt n=1
+	local before=$failures log=$WORK/attempt n=1 start=$SECONDS
 	while :; do
 		"$@" >"$log"
 		if [ "$failures" -eq "$before" ] || [ "$n" -ge "${ONCE_MORE_TRIES:-2}" ]; then
 			cat "$log"
 			[ "$failures" -eq "$before" ] && [ "$n" -gt 1 ] && retried+=("$2")
+			took "$2" "$start" "$n"
 			return 0
 		fi
 		sed "s/^/# attempt $n: /" "$log"
@@ -40,6 +41,25 @@ once_more() {
 		[ -z "${ONCE_MORE_BEFORE:-}" ] || "$ONCE_MORE_BEFORE"
 		n=$((n + 1))
 	done
+}
+
+# took NAME START [ATTEMPTS]: "# time NAME: N s" for a test or group that
+# began at $SECONDS = START, so that a run's log shows where its time went
+# (tests/run's table gives each suite's total).  A comment line: tests/run
+# counts only "ok "/"not ok " lines.
+took() {
+	local a=
+	[ "${3:-1}" -gt 1 ] && a=", $3 attempts"
+	echo "# time $1: $((SECONDS - $2)) s$a"
+}
+
+# timed NAME CMD...: CMD with its time under NAME (took), for tests that
+# run without once_more.
+timed() {
+	local name=$1 start=$SECONDS
+	shift
+	"$@"
+	took "$name" "$start"
 }
 
 sb() { timeout -k 5 600 build/kosa8 "$@" </dev/null; }
