@@ -41,7 +41,7 @@ def smaps_overhead_kib(pid, guest_map_name):
     return total - guest, guest
 
 
-def one_run(cmd, guest_map_name, timeout):
+def one_run(cmd, guest_map_name, timeout, log=None, dmesg=False):
     start = time.monotonic()
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT)
@@ -63,13 +63,23 @@ def one_run(cmd, guest_map_name, timeout):
         if t_marker is None and MARKER in buf:
             t_marker = time.monotonic() - start
         m = re.search(rb"k8: uptime=([0-9.]+)", buf)
+        if m and dmesg and b"k8: dmesg-end" not in buf:
+            continue
         if m and uptime is None:
             uptime = float(m.group(1))
             # The guest now sits in its shell: a quiet, booted machine.
             time.sleep(0.5)
             overhead, guest = smaps_overhead_kib(p.pid, guest_map_name)
+            if log:
+                for what in ("smaps", "status"):
+                    with open(f"/proc/{p.pid}/{what}") as src, \
+                            open(f"{log}.{what}", "w") as dst:
+                        dst.write(src.read())
             break
     p.send_signal(signal.SIGTERM)
+    if log:
+        with open(log, "wb") as f:
+            f.write(buf)
     try:
         p.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -88,18 +98,34 @@ def summary(values):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kosa8", required=True)
+    ap.add_argument("--before", help="a second kosa8 binary (e.g. built before a change), "
+                    "booted in the same rounds as kosa8-before")
     ap.add_argument("--kernel", required=True)
     ap.add_argument("--initrd", required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--mem", type=int, default=128, help="MiB")
     ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--append", default="",
+                    help="more kernel arguments for both VMMs, e.g. initcall_debug")
+    ap.add_argument("--dmesg", action="store_true",
+                    help="quiet boot (loglevel=0 initcall_debug): the guest prints its "
+                    "kernel log once in user space, kept with --log-dir; the serial "
+                    "console costs the boot nothing then")
+    ap.add_argument("--log-dir", help="keep each run's console output here "
+                    "(NAME-RUN.log, for bench/boot/dmesg-diff.py) and the VMM's "
+                    "/proc smaps and status once booted (NAME-RUN.log.smaps)")
     a = ap.parse_args()
 
-    append = "k8.test=shell"
+    append = ("k8.test=shell " + a.append).strip()
+    if a.dmesg:
+        append += " loglevel=0 initcall_debug printk.time=1 k8.dmesg"
+    def kosa8(binary):
+        return ([binary, "vm", "--no-emulate", "--kernel", a.kernel, "--initrd", a.initrd,
+                 "--mem", f"{a.mem}M", "--cpus", "1", "--cmdline", append], "kosa8-guest-ram")
+
     vmms = {
-        "kosa8": ([a.kosa8, "vm", "--no-emulate", "--kernel", a.kernel, "--initrd", a.initrd,
-                   "--mem", f"{a.mem}M", "--cpus", "1", "--cmdline", append],
-                  "kosa8-guest-ram"),
+        "kosa8": kosa8(a.kosa8),
+        **({"kosa8-before": kosa8(a.before)} if a.before else {}),
         # The same devices the guest uses: a serial port, nothing else.  Guest
         # RAM as a memfd so that smaps separates it, as for kosa8.
         "qemu-microvm": (["qemu-system-x86_64", "-M", "microvm,acpi=off,memory-backend=ram",
@@ -114,7 +140,8 @@ def main():
     # Interleave the VMMs so that drift in the machine hits both alike.
     for i in range(a.runs):
         for name, (cmd, mapname) in vmms.items():
-            results[name].append(one_run(cmd, mapname, a.timeout))
+            log = a.log_dir and os.path.join(a.log_dir, f"{name}-{i + 1}.log")
+            results[name].append(one_run(cmd, mapname, a.timeout, log, a.dmesg))
             print(f"run {i + 1} {name}: {results[name][-1]}", file=sys.stderr)
 
     print(f"| VMM | start to userspace, s (median / min / max) | guest uptime at userspace, s "
@@ -125,12 +152,16 @@ def main():
         w = summary([r[0] for r in rs])
         u = summary([r[1] for r in rs])
         o = statistics.median([r[2] for r in rs]) / 1024
-        med[name] = (w[0], o)
+        med[name] = (w[0], o, u[0])
         print(f"| {name} | {w[0]:.3f} / {w[1]:.3f} / {w[2]:.3f} | {u[0]:.3f} / {u[1]:.3f} / "
               f"{u[2]:.3f} | {o:.2f} | {len(rs)} |")
     ratio = med["kosa8"][0] / med["qemu-microvm"][0]
     print()
     print(f"Ratio kosa8 / QEMU microvm, median start to userspace: **{ratio:.2f}**")
+    for name in med:
+        if name.startswith("kosa8"):
+            print(f"Ratio {name} / QEMU microvm, median guest uptime at userspace: "
+                  f"**{med[name][2] / med['qemu-microvm'][2]:.2f}**")
     print(f"kosa8 VMM memory overhead (1 vCPU, {a.mem} MiB): **{med['kosa8'][1]:.2f} MiB**")
 
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "vmm/cpuid.h"
 
 /* Where KVM on Intel wants three private pages for its real-mode TSS and
  * identity map: just below the 4 GiB boundary, clear of RAM and of the
@@ -100,6 +101,11 @@ static int kvm_check_caps(struct accel_vm *vm, const char **err_msg)
 		n = ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, KVM_CAP_NR_VCPUS);
 	vm->caps.max_vcpus = n > 0 ? n : 1;
 	return 0;
+}
+
+static bool kvm_has(struct accel_vm *vm, int cap)
+{
+	return ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, cap) > 0;
 }
 
 /* Unknown MSRs exit to us instead of being handled silently in the kernel,
@@ -304,6 +310,13 @@ int accel_supported_cpuid(struct accel_vm *vm, struct cpuid_leaf *leaves,
 					 CPUID_FLAG_SIGNIFICANT_INDEX : 0,
 			.eax = e->eax, .ebx = e->ebx, .ecx = e->ecx, .edx = e->edx,
 		};
+		/* KVM's LAPIC (in-kernel irqchip, which kosa8 always creates)
+		 * emulates the TSC-deadline timer on any host, but leaves the bit
+		 * out of KVM_GET_SUPPORTED_CPUID (api.rst: check the capability).
+		 * Without it the guest calibrates the LAPIC timer against a
+		 * periodic tick at boot. */
+		if (e->function == 1 && kvm_has(vm, KVM_CAP_TSC_DEADLINE_TIMER))
+			leaves[i].ecx |= CPUID_1_ECX_TSC_DEADLINE;
 	}
 	*count = c->nent;
 out:
@@ -606,11 +619,6 @@ static size_t kvm_xsave_size(struct accel_vm *vm)
 	int n = ioctl(vm->vm_fd, KVM_CHECK_EXTENSION, KVM_CAP_XSAVE2);
 
 	return n > (int)sizeof(struct kvm_xsave) ? (size_t)n : sizeof(struct kvm_xsave);
-}
-
-static bool kvm_has(struct accel_vm *vm, int cap)
-{
-	return ioctl(vm->kvm_fd, KVM_CHECK_EXTENSION, cap) > 0;
 }
 
 /* KVM_GET_MSR_INDEX_LIST names the MSRs KVM saves and restores, but some of
