@@ -223,11 +223,17 @@ int gw_file_done(struct gw *g, int fd, uint32_t mode)
 }
 
 /* A target that is absolute or climbs above the root when read lexically
- * from the link's directory is refused at once; chains through other links
- * are caught by gw_finish. */
+ * from the link's directory is refused at once, and so is one that climbs
+ * after a name ("a/.."): that name may be, or later become, a link, and
+ * its ".." then climbs from wherever the link leads, which no sweep of the
+ * links made by one tree sees when the link comes in a later tree.  With
+ * every climb first, each link climbs only from its own real directory, so
+ * a chain of such links stays inside; links the host had there are caught
+ * by gw_finish. */
 bool gw_target_inside(const char *path, const char *target)
 {
 	long depth = 0;
+	bool named = false;
 	size_t i = 0, tlen = strlen(target);
 
 	if (!tlen || tlen > GW_MAX_PATH || target[0] == '/')
@@ -240,10 +246,10 @@ bool gw_target_inside(const char *path, const char *target)
 			j++;
 		size_t n = j - i;
 		if (n == 2 && target[i] == '.' && target[i + 1] == '.') {
-			if (--depth < 0)
+			if (named || --depth < 0)
 				return false;
 		} else if (n > 0 && !(n == 1 && target[i] == '.')) {
-			depth++;
+			named = true;
 		}
 		i = j + 1;
 	}
