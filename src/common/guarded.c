@@ -186,14 +186,23 @@ static int clear_slot(struct gw *g, int pfd, const char *base, const char *path)
 	return 0;
 }
 
+/* Charges size bytes against max_bytes: file data, and a link's target,
+ * which the host disk holds as well. */
+static int charge(struct gw *g, const char *path, uint64_t size)
+{
+	if (g->o.max_bytes && size > g->o.max_bytes - g->bytes)
+		return fail(g, -EDQUOT, "%.300s: %llu more bytes would pass the bound of %llu bytes",
+			    path, (unsigned long long)size, (unsigned long long)g->o.max_bytes);
+	return 0;
+}
+
 int gw_file(struct gw *g, const char *path, uint64_t size)
 {
 	const char *base;
 	int pfd, fd, rc;
 
-	if (g->o.max_bytes && size > g->o.max_bytes - g->bytes)
-		return fail(g, -EDQUOT, "%.300s: %llu more bytes would pass the bound of %llu bytes",
-			    path, (unsigned long long)size, (unsigned long long)g->o.max_bytes);
+	if ((rc = charge(g, path, size)))
+		return rc;
 	if ((pfd = open_parent(g, path, &base)) < 0)
 		return pfd;
 	rc = count_entry(g, path) ?: clear_slot(g, pfd, base, path);
@@ -283,6 +292,8 @@ int gw_symlink(struct gw *g, const char *path, const char *target)
 	if (!gw_target_inside(path, target))
 		return fail(g, -EXDEV, "%.300s: symlink target %.300s leaves the destination", path,
 			    target);
+	if ((rc = charge(g, path, strlen(target))))
+		return rc;
 	if ((pfd = open_parent(g, path, &base)) < 0)
 		return pfd;
 	rc = count_entry(g, path) ?: clear_slot(g, pfd, base, path);
@@ -292,6 +303,8 @@ int gw_symlink(struct gw *g, const char *path, const char *target)
 		unlinkat(pfd, base, 0);
 	if (rc == 0 && g->o.chown && fchownat(pfd, base, g->o.uid, g->o.gid, AT_SYMLINK_NOFOLLOW) < 0)
 		rc = fail(g, -errno, "%.300s: %s", path, strerror(errno));
+	if (rc == 0)
+		g->bytes += strlen(target);
 	close(pfd);
 	return rc == -ENOMEM ? fail(g, rc, "out of memory") : rc;
 }

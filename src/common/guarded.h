@@ -38,7 +38,7 @@ struct gw_opts {
 	bool chown;           /* give everything created to uid:gid */
 	uid_t uid;
 	gid_t gid;
-	uint64_t max_bytes;   /* file data, 0: no bound */
+	uint64_t max_bytes;   /* file data and link targets, 0: no bound */
 	uint64_t max_entries; /* entries created, 0: no bound */
 };
 

@@ -321,10 +321,37 @@ static void test_bounds(void **state)
 	assert_int_equal(put(&g, "b", "123456", 0644), -EDQUOT);
 	assert_non_null(strstr(g.err, "bound"));
 	assert_false(exists_in_dest("b"));
-	assert_int_equal(put(&g, "c", "12345", 0644), 0);
+	assert_int_equal(put(&g, "c", "1234", 0644), 0);
 	assert_int_equal(gw_dir(&g, "d", 0755), 0);
 	assert_int_equal(gw_symlink(&g, "e", "a"), 0);
 	assert_int_equal(gw_dir(&g, "f", 0755), -EDQUOT);
+	gw_close(&g);
+	markers_untouched();
+}
+
+/* A link's target is data on the host disk too (a block each once it is
+ * long): a million links of 4 KiB targets must not pass a byte bound that
+ * files are held to. */
+static void test_link_bytes_bounded(void **state)
+{
+	struct gw_opts o = { .max_bytes = 1000 };
+	char target[301], name[16];
+	struct gw g;
+	fresh(&g, &o);
+	memset(target, 'x', 300);
+	target[300] = 0;
+	for (int i = 0; i < 3; i++) {
+		snprintf(name, sizeof(name), "l%d", i);
+		assert_int_equal(gw_symlink(&g, name, target), 0);
+	}
+	assert_int_equal(gw_symlink(&g, "l3", target), -EDQUOT);
+	assert_non_null(strstr(g.err, "bound"));
+	assert_false(exists_in_dest("l3"));
+	/* 900 bytes used: files get the 100 left, no more. */
+	target[101] = 0;
+	assert_int_equal(put(&g, "f", target, 0644), -EDQUOT);
+	target[100] = 0;
+	assert_int_equal(put(&g, "g", target, 0644), 0);
 	gw_close(&g);
 	markers_untouched();
 }
@@ -409,6 +436,7 @@ int main(void)
 		cmocka_unit_test(test_special_kinds_refused),
 		cmocka_unit_test(test_modes_and_owner),
 		cmocka_unit_test(test_bounds),
+		cmocka_unit_test(test_link_bytes_bounded),
 		cmocka_unit_test(test_open_read),
 		cmocka_unit_test(test_remove),
 	};
