@@ -42,15 +42,24 @@
 /* `ps`: a supervisor this slow to answer is busy (a checkpoint). */
 #define PS_STATUS_MS 1000
 
+/* Errors quote what a guest named (files, link targets, the agent's own
+ * messages), so they reach the terminal escaped like its console. */
 int cli_fail(const char *cmd, const char *fmt, ...)
 {
 	va_list ap;
+	char *msg = NULL;
+	int n;
 
-	fprintf(stderr, "kosa8 %s: ", cmd);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	n = vasprintf(&msg, fmt, ap);
 	va_end(ap);
+	fprintf(stderr, "kosa8 %s: ", cmd);
+	if (n < 0)
+		fputs("(out of memory for the message)", stderr);
+	else
+		term_write(stderr, msg, (size_t)n, TERM_KEEP_LINES | TERM_FINAL);
 	fputc('\n', stderr);
+	free(msg);
 	return 1;
 }
 

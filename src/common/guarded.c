@@ -186,14 +186,23 @@ static int clear_slot(struct gw *g, int pfd, const char *base, const char *path)
 	return 0;
 }
 
+/* Charges size bytes against max_bytes: file data, and a link's target,
+ * which the host disk holds as well. */
+static int charge(struct gw *g, const char *path, uint64_t size)
+{
+	if (g->o.max_bytes && size > g->o.max_bytes - g->bytes)
+		return fail(g, -EDQUOT, "%.300s: %llu more bytes would pass the bound of %llu bytes",
+			    path, (unsigned long long)size, (unsigned long long)g->o.max_bytes);
+	return 0;
+}
+
 int gw_file(struct gw *g, const char *path, uint64_t size)
 {
 	const char *base;
 	int pfd, fd, rc;
 
-	if (g->o.max_bytes && size > g->o.max_bytes - g->bytes)
-		return fail(g, -EDQUOT, "%.300s: %llu more bytes would pass the bound of %llu bytes",
-			    path, (unsigned long long)size, (unsigned long long)g->o.max_bytes);
+	if ((rc = charge(g, path, size)))
+		return rc;
 	if ((pfd = open_parent(g, path, &base)) < 0)
 		return pfd;
 	rc = count_entry(g, path) ?: clear_slot(g, pfd, base, path);
@@ -223,11 +232,17 @@ int gw_file_done(struct gw *g, int fd, uint32_t mode)
 }
 
 /* A target that is absolute or climbs above the root when read lexically
- * from the link's directory is refused at once; chains through other links
- * are caught by gw_finish. */
+ * from the link's directory is refused at once, and so is one that climbs
+ * after a name ("a/.."): that name may be, or later become, a link, and
+ * its ".." then climbs from wherever the link leads, which no sweep of the
+ * links made by one tree sees when the link comes in a later tree.  With
+ * every climb first, each link climbs only from its own real directory, so
+ * a chain of such links stays inside; links the host had there are caught
+ * by gw_finish. */
 bool gw_target_inside(const char *path, const char *target)
 {
 	long depth = 0;
+	bool named = false;
 	size_t i = 0, tlen = strlen(target);
 
 	if (!tlen || tlen > GW_MAX_PATH || target[0] == '/')
@@ -240,10 +255,10 @@ bool gw_target_inside(const char *path, const char *target)
 			j++;
 		size_t n = j - i;
 		if (n == 2 && target[i] == '.' && target[i + 1] == '.') {
-			if (--depth < 0)
+			if (named || --depth < 0)
 				return false;
 		} else if (n > 0 && !(n == 1 && target[i] == '.')) {
-			depth++;
+			named = true;
 		}
 		i = j + 1;
 	}
@@ -277,6 +292,8 @@ int gw_symlink(struct gw *g, const char *path, const char *target)
 	if (!gw_target_inside(path, target))
 		return fail(g, -EXDEV, "%.300s: symlink target %.300s leaves the destination", path,
 			    target);
+	if ((rc = charge(g, path, strlen(target))))
+		return rc;
 	if ((pfd = open_parent(g, path, &base)) < 0)
 		return pfd;
 	rc = count_entry(g, path) ?: clear_slot(g, pfd, base, path);
@@ -286,6 +303,8 @@ int gw_symlink(struct gw *g, const char *path, const char *target)
 		unlinkat(pfd, base, 0);
 	if (rc == 0 && g->o.chown && fchownat(pfd, base, g->o.uid, g->o.gid, AT_SYMLINK_NOFOLLOW) < 0)
 		rc = fail(g, -errno, "%.300s: %s", path, strerror(errno));
+	if (rc == 0)
+		g->bytes += strlen(target);
 	close(pfd);
 	return rc == -ENOMEM ? fail(g, rc, "out of memory") : rc;
 }

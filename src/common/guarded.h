@@ -13,9 +13,10 @@
  *    non-directory in its place): an existing file, a hard link to
  *    something else or a FIFO there is never opened or written through;
  *  - only regular files, directories and symlinks exist; a symlink is
- *    written as a link, and every link made is checked once the tree is
- *    complete: one whose target leads out of the root (absolutely, by
- *    "..", or through a chain of links) is removed and reported;
+ *    written as a link whose target climbs ("..") only before its first
+ *    name, so that no chain of such links leaves; every link made is
+ *    checked once the tree is complete: one whose target leads out of the
+ *    root (through a link the host had there) is removed and reported;
  *  - names are checked: relative, no "", "." or ".." component, no NUL,
  *    at most GW_MAX_PATH bytes and NAME_MAX per component;
  *  - modes are masked (by default setuid, setgid and sticky go, and the
@@ -37,7 +38,7 @@ struct gw_opts {
 	bool chown;           /* give everything created to uid:gid */
 	uid_t uid;
 	gid_t gid;
-	uint64_t max_bytes;   /* file data, 0: no bound */
+	uint64_t max_bytes;   /* file data and link targets, 0: no bound */
 	uint64_t max_entries; /* entries created, 0: no bound */
 };
 
@@ -57,8 +58,9 @@ int gw_open(struct gw *g, const char *dir, const struct gw_opts *o);
 /* Checks a relative entry path (see above); 0 or -EBADMSG. */
 int gw_path_check(const char *path, size_t len);
 /* Whether a symlink at path with this target stays beneath the root when
- * read lexically (relative, never climbing above it).  Chains through
- * other links are judged by gw_finish. */
+ * read lexically: relative, never climbing above it, and every ".." before
+ * the first name (no "a/..", since a may be or become a link).  Chains
+ * through links the host had are judged by gw_finish. */
 bool gw_target_inside(const char *path, const char *target);
 
 /* A directory at path: created with mode, or kept as it is if one is there

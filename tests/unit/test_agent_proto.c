@@ -402,8 +402,9 @@ static void test_flush_stall(void **state)
 
 /* Issue 23's stream, as the unmodified agent sends a guest's trust store:
  * a chain of links, each lexically inside, that leads to a host file; and
- * a file written through the chain.  The host file stays as it was, the
- * escaping link is removed and the stream fails. */
+ * a file written through the chain.  The link that climbs through another
+ * is refused as it comes, nothing is written through p, and the host file
+ * stays as it was. */
 static void test_writer_link_chain(void **state)
 {
 	struct ap_tree_writer w;
@@ -417,8 +418,6 @@ static void test_writer_link_chain(void **state)
 	for (int i = 0; i < 6; i++)
 		assert_int_equal(entry(&w, AP_E_DIR, 0755, 0, dirs[i], NULL), 0);
 	assert_int_equal(entry(&w, AP_E_SYMLINK, 0777, 0, "d1/d2/d3/d4/d5/d6/p", "../../../../../.."), 0);
-	assert_int_equal(entry(&w, AP_E_SYMLINK, 0777, 0, "ca-certificates.crt",
-			       "d1/d2/d3/d4/d5/d6/p/../marker"), 0);
 	assert_int_equal(entry(&w, AP_E_FILE, 0644, 4, "d1/d2/d3/d4/d5/d6/p/escape", NULL), -ELOOP);
 	ap_tw_close(&w);
 	open_root(&w, "chain2");
@@ -426,9 +425,8 @@ static void test_writer_link_chain(void **state)
 		assert_int_equal(entry(&w, AP_E_DIR, 0755, 0, dirs[i], NULL), 0);
 	assert_int_equal(entry(&w, AP_E_SYMLINK, 0777, 0, "d1/d2/d3/d4/d5/d6/p", "../../../../../.."), 0);
 	assert_int_equal(entry(&w, AP_E_SYMLINK, 0777, 0, "ca-certificates.crt",
-			       "d1/d2/d3/d4/d5/d6/p/../marker"), 0);
-	assert_int_equal(tree_end(&w, 8, 0), -EXDEV);
-	assert_non_null(strstr(w.err, "ca-certificates.crt: symlink leads out"));
+			       "d1/d2/d3/d4/d5/d6/p/../marker"), -EXDEV);
+	assert_non_null(strstr(w.err, "ca-certificates.crt: symlink target"));
 	ap_tw_close(&w);
 	struct stat sb;
 	snprintf(p, sizeof(p), "%s/chain2/ca-certificates.crt", tmp);

@@ -154,32 +154,59 @@ static void test_symlink_targets_refused(void **state)
 
 /* The issue's chain: d1/.../d6/p -> ../../../../../.. (the root, lexically
  * fine), then a link through p climbing six more: lexically inside, really
- * outside.  Writing through either is refused (no link is a parent) and
- * the finished tree keeps no link that leads out. */
+ * outside.  A climb after a name is refused when the link is made, writing
+ * through p is refused (no link is a parent), and the finished tree keeps
+ * no link that leads out. */
 static void test_link_chain_escape(void **state)
 {
-	char target[PATH_MAX];
 	struct gw g;
 	fresh(&g, NULL);
 	assert_int_equal(gw_parents(&g, "d1/d2/d3/d4/d5/d6/p"), 0);
 	assert_int_equal(gw_symlink(&g, "d1/d2/d3/d4/d5/d6/p", "../../../../../.."), 0);
 	/* p is dest itself, so p/.. is dest's parent, where the marker is. */
-	snprintf(target, sizeof(target), "d1/d2/d3/d4/d5/d6/p/../marker");
-	assert_int_equal(gw_symlink(&g, "ca.crt", target), 0);
-	assert_int_equal(gw_symlink(&g, "hd", "d1/d2/d3/d4/d5/d6/p/../hostdir"), 0);
-	/* Writing through the links: refused, never followed. */
-	assert_int_equal(put(&g, "ca.crt/x", "evil", 0644), -ELOOP);
-	assert_int_equal(put(&g, "hd/escaped", "evil", 0644), -ELOOP);
+	assert_int_equal(gw_symlink(&g, "ca.crt", "d1/d2/d3/d4/d5/d6/p/../marker"), -EXDEV);
+	assert_int_equal(gw_symlink(&g, "hd", "d1/d2/d3/d4/d5/d6/p/../hostdir"), -EXDEV);
+	assert_non_null(strstr(g.err, "leaves the destination"));
+	/* Writing through the link: refused, never followed. */
 	assert_int_equal(put(&g, "d1/d2/d3/d4/d5/d6/p/escaped", "evil", 0644), -ELOOP);
-	assert_int_equal(gw_dir(&g, "hd/sub", 0755), -ELOOP);
-	assert_int_equal(gw_parents(&g, "hd/a/b"), -ELOOP);
-	assert_int_equal(gw_remove(&g, "hd/x"), -ELOOP);
-	assert_int_equal(gw_finish(&g), -EXDEV);
-	assert_non_null(strstr(g.err, "leads out"));
+	assert_int_equal(gw_dir(&g, "d1/d2/d3/d4/d5/d6/p/sub", 0755), -ELOOP);
+	assert_int_equal(gw_parents(&g, "d1/d2/d3/d4/d5/d6/p/a/b"), -ELOOP);
+	assert_int_equal(gw_remove(&g, "d1/d2/d3/d4/d5/d6/p/x"), -ELOOP);
+	assert_int_equal(gw_finish(&g), 0);
 	gw_close(&g);
 	assert_false(exists_in_dest("ca.crt"));
 	assert_false(exists_in_dest("hd"));
 	assert_true(exists_in_dest("d1/d2/d3/d4/d5/d6/p")); /* the root itself: inside */
+	markers_untouched();
+}
+
+/* Two trees written one after the other into the same destination (two
+ * kosa8 cp, two diff --apply): the first leaves a dangling link that climbs
+ * through a name not yet there, the second makes that name a link that is
+ * itself inside.  Each sweep only sees its own links, so the climb through
+ * a link must be refused when the link is made. */
+static void test_link_chain_across_streams(void **state)
+{
+	struct gw g;
+	fresh(&g, NULL);
+	assert_int_equal(gw_dir(&g, "d", 0755), 0);
+	assert_int_equal(gw_symlink(&g, "d/x", "sub/../marker"), -EXDEV);
+	assert_int_equal(gw_symlink(&g, "d/y", "sub/./../hostdir"), -EXDEV);
+	assert_int_equal(gw_finish(&g), 0);
+	gw_close(&g);
+	assert_int_equal(gw_open(&g, dest, NULL), 0);
+	assert_int_equal(gw_symlink(&g, "d/sub", ".."), 0);
+	assert_int_equal(gw_finish(&g), 0);
+	gw_close(&g);
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/d/x", dest);
+	assert_int_equal(open(p, O_RDONLY), -1);
+	assert_false(exists_in_dest("d/x") || exists_in_dest("d/y"));
+	/* Climbing first, then down, stays allowed. */
+	assert_int_equal(gw_open(&g, dest, NULL), 0);
+	assert_int_equal(gw_symlink(&g, "d/z", "../d/./sub"), 0);
+	assert_int_equal(gw_finish(&g), 0);
+	gw_close(&g);
 	markers_untouched();
 }
 
@@ -294,10 +321,37 @@ static void test_bounds(void **state)
 	assert_int_equal(put(&g, "b", "123456", 0644), -EDQUOT);
 	assert_non_null(strstr(g.err, "bound"));
 	assert_false(exists_in_dest("b"));
-	assert_int_equal(put(&g, "c", "12345", 0644), 0);
+	assert_int_equal(put(&g, "c", "1234", 0644), 0);
 	assert_int_equal(gw_dir(&g, "d", 0755), 0);
 	assert_int_equal(gw_symlink(&g, "e", "a"), 0);
 	assert_int_equal(gw_dir(&g, "f", 0755), -EDQUOT);
+	gw_close(&g);
+	markers_untouched();
+}
+
+/* A link's target is data on the host disk too (a block each once it is
+ * long): a million links of 4 KiB targets must not pass a byte bound that
+ * files are held to. */
+static void test_link_bytes_bounded(void **state)
+{
+	struct gw_opts o = { .max_bytes = 1000 };
+	char target[301], name[16];
+	struct gw g;
+	fresh(&g, &o);
+	memset(target, 'x', 300);
+	target[300] = 0;
+	for (int i = 0; i < 3; i++) {
+		snprintf(name, sizeof(name), "l%d", i);
+		assert_int_equal(gw_symlink(&g, name, target), 0);
+	}
+	assert_int_equal(gw_symlink(&g, "l3", target), -EDQUOT);
+	assert_non_null(strstr(g.err, "bound"));
+	assert_false(exists_in_dest("l3"));
+	/* 900 bytes used: files get the 100 left, no more. */
+	target[101] = 0;
+	assert_int_equal(put(&g, "f", target, 0644), -EDQUOT);
+	target[100] = 0;
+	assert_int_equal(put(&g, "g", target, 0644), 0);
 	gw_close(&g);
 	markers_untouched();
 }
@@ -376,11 +430,13 @@ int main(void)
 		cmocka_unit_test(test_names_refused),
 		cmocka_unit_test(test_symlink_targets_refused),
 		cmocka_unit_test(test_link_chain_escape),
+		cmocka_unit_test(test_link_chain_across_streams),
 		cmocka_unit_test(test_host_links_in_dest),
 		cmocka_unit_test(test_existing_hardlink_and_fifo),
 		cmocka_unit_test(test_special_kinds_refused),
 		cmocka_unit_test(test_modes_and_owner),
 		cmocka_unit_test(test_bounds),
+		cmocka_unit_test(test_link_bytes_bounded),
 		cmocka_unit_test(test_open_read),
 		cmocka_unit_test(test_remove),
 	};

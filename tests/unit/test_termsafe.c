@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
+#include "cli/commands.h"
 #include "common/termsafe.h"
 
 static char got[4096];
@@ -99,6 +101,32 @@ static void test_no_raw_controls_ever(void **state)
 		}
 }
 
+/* A CLI error quotes what a guest named (a file in kosa8 cp, a link
+ * target, the agent's own message): none of it may act on the terminal,
+ * while the message's own line breaks stay. */
+static void test_cli_fail_escapes(void **state)
+{
+	char path[] = "/tmp/kosa8-termsafe-XXXXXX";
+	int fd = mkstemp(path), saved = dup(2);
+	ssize_t n;
+
+	assert_true(fd >= 0 && saved >= 0);
+	fflush(stderr);
+	assert_int_equal(dup2(fd, 2), 2);
+	assert_int_equal(cli_fail("cp", "%s: refused\n%s", "a\x1b]0;owned\x07" "b\r",
+				  "c\xc2\x9b" "2Jd\xe2\x80\xae" "e"), 1);
+	fflush(stderr);
+	assert_int_equal(dup2(saved, 2), 2);
+	close(saved);
+	n = pread(fd, got, sizeof(got) - 1, 0);
+	close(fd);
+	unlink(path);
+	assert_true(n > 0);
+	got[n] = 0;
+	assert_string_equal(got, "kosa8 cp: a\\x1b]0;owned\\x07b\\x0d: refused\n"
+				 "c\\u009b2Jd\\u202ee\n");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -108,6 +136,7 @@ int main(void)
 		cmocka_unit_test(test_invalid_utf8),
 		cmocka_unit_test(test_json_mode),
 		cmocka_unit_test(test_no_raw_controls_ever),
+		cmocka_unit_test(test_cli_fail_escapes),
 	};
 	return cmocka_run_group_tests_name("termsafe", tests, NULL, NULL);
 }
