@@ -44,6 +44,7 @@
 #include "audit/audit.h"
 #include "cli/cmd_table.h"
 #include "cli/commands.h"
+#include "common/termsafe.h"
 #include "common/util.h"
 #include "supervisor/control.h"
 #include "supervisor/sandbox.h"
@@ -370,7 +371,15 @@ static int show_patch(const struct wsdiff *d, int out)
 
 	if (in < 0)
 		return -errno;
-	err = copy_fd(in, out);
+	/* The guest wrote the files' contents: escaped on a terminal (escape
+	 * sequences in a file must not act on the user's terminal), as they
+	 * are into a pipe or a file, where a patch must stay a patch. */
+	if (out == 1 && isatty(1)) {
+		fflush(stdout);
+		err = term_copy_fd(in, stdout, false);
+	} else {
+		err = copy_fd(in, out);
+	}
 	close(in);
 	return err;
 }

@@ -1,6 +1,9 @@
 #include "common/termsafe.h"
 
 #include <stdint.h>
+#include <errno.h>
+#include <unistd.h>
+#include <string.h>
 
 /* Length of the well-formed UTF-8 sequence at p (RFC 3629, table 3-7 of
  * the Unicode standard), 0 when the bytes there are not one, -1 when the
@@ -92,4 +95,27 @@ size_t term_write(FILE *f, const void *buf, size_t n, unsigned flags)
 		i += (size_t)len;
 	}
 	return i;
+}
+
+int term_copy_fd(int in, FILE *f, bool raw)
+{
+	unsigned char buf[65536];
+	size_t have = 0, used;
+	ssize_t n;
+
+	while ((n = read(in, buf + have, sizeof(buf) - have)) > 0) {
+		have += (size_t)n;
+		if (raw) {
+			fwrite(buf, 1, have, f);
+			have = 0;
+			continue;
+		}
+		used = term_write(f, buf, have, TERM_KEEP_LINES);
+		memmove(buf, buf + used, have - used);
+		have -= used;
+	}
+	if (have)
+		term_write(f, buf, have, TERM_KEEP_LINES | TERM_FINAL);
+	fflush(f);
+	return n < 0 ? -errno : 0;
 }

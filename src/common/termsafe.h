@@ -33,4 +33,9 @@
  * again in front of its next chunk. */
 size_t term_write(FILE *f, const void *buf, size_t n, unsigned flags);
 
+/* Copies everything from fd in to f, escaped with TERM_KEEP_LINES (a
+ * UTF-8 sequence cut between reads is carried to the next), or as it is
+ * with raw.  0, or -errno of a read. */
+int term_copy_fd(int in, FILE *f, bool raw);
+
 #endif

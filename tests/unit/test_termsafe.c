@@ -127,6 +127,35 @@ static void test_cli_fail_escapes(void **state)
 				 "c\\u009b2Jd\\u202ee\n");
 }
 
+/* A file as kosa8 logs and kosa8 diff (on a terminal) print it: escaped,
+ * a UTF-8 character cut by the pipe's reads kept whole; raw as written. */
+static void test_copy_fd(void **state)
+{
+	/* "é" is c3 a9: the writer's first write ends after c3. */
+	const char part1[] = "ok \x1b]0;title\x07 \xc3", part2[] = "\xa9\n";
+	char *out = NULL;
+	size_t len = 0;
+	int p[2];
+	FILE *f;
+
+	for (int raw = 0; raw < 2; raw++) {
+		assert_int_equal(pipe(p), 0);
+		assert_int_equal(write(p[1], part1, sizeof(part1) - 1), (ssize_t)sizeof(part1) - 1);
+		assert_int_equal(write(p[1], part2, sizeof(part2) - 1), (ssize_t)sizeof(part2) - 1);
+		close(p[1]);
+		f = open_memstream(&out, &len);
+		assert_int_equal(term_copy_fd(p[0], f, raw), 0);
+		fclose(f);
+		close(p[0]);
+		if (raw)
+			assert_string_equal(out, "ok \x1b]0;title\x07 \xc3\xa9\n");
+		else
+			assert_string_equal(out, "ok \\x1b]0;title\\x07 \xc3\xa9\n");
+		free(out);
+		out = NULL;
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -137,6 +166,7 @@ int main(void)
 		cmocka_unit_test(test_json_mode),
 		cmocka_unit_test(test_no_raw_controls_ever),
 		cmocka_unit_test(test_cli_fail_escapes),
+		cmocka_unit_test(test_copy_fd),
 	};
 	return cmocka_run_group_tests_name("termsafe", tests, NULL, NULL);
 }
