@@ -894,7 +894,7 @@ static int archive_v1(struct audit_log *l)
 /* The audit.archived record, first in the new log, and a head over it. */
 static int write_archived(struct audit_log *l)
 {
-	struct audit_event ev = {"", "kosa8", "audit.archived", l->archived};
+	struct audit_event ev = {"", "kosa8", AUDIT_ARCHIVED_TYPE, l->archived};
 	struct pending p = {.ev = &ev};
 	int n = audit_event_check(&ev), err;
 

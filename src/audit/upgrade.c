@@ -215,7 +215,8 @@ int audit_v1_archive(const char *path, int fd, int *new_fd, char **det)
 	struct audit_header old, fresh;
 	struct v1_facts f = {0};
 	struct stat a, b;
-	bool moved_heads = false, moved_state = false;
+	struct audit_event ev = {"", "kosa8", AUDIT_ARCHIVED_TYPE, NULL};
+	bool moved_heads = false, moved_state = false, has_state;
 	int nfd, err;
 
 	if (pread(fd, hb, sizeof(hb), 0) != (ssize_t)sizeof(hb) ||
@@ -244,9 +245,26 @@ int audit_v1_archive(const char *path, int fd, int *new_fd, char **det)
 	err = gather(fd, heads, &f);
 	if (err)
 		return err;
+	/* The record is checked before anything moves: a path that is not
+	 * UTF-8 text must not leave the archive unnamed. */
+	has_state = stat(state, &b) == 0 && b.st_size > 0;
+	*det = details(&f, &old, alog, aheads, has_state ? astate : NULL);
+	if (!*det)
+		return -ENOMEM;
+	ev.details = *det;
+	if (audit_event_check(&ev) < 0) {
+		log_err("audit: %s is a format-1 log, but its path is not UTF-8 text, which the "
+			"record naming its archive must be; refusing to move it", path);
+		free(*det);
+		*det = NULL;
+		return -EINVAL;
+	}
 	nfd = new_log(path, tmp, sizeof(tmp), &fresh);
-	if (nfd < 0)
+	if (nfd < 0) {
+		free(*det);
+		*det = NULL;
 		return nfd;
+	}
 	/* Companions first, so that a writer never pairs the new log with
 	 * the old heads; RENAME_NOREPLACE and link() never overwrite. */
 	err = renameat2(AT_FDCWD, heads, AT_FDCWD, aheads, RENAME_NOREPLACE) < 0 && errno != ENOENT
@@ -272,16 +290,13 @@ int audit_v1_archive(const char *path, int fd, int *new_fd, char **det)
 			renameat2(AT_FDCWD, aheads, AT_FDCWD, heads, RENAME_NOREPLACE);
 		unlink(tmp);
 		close(nfd);
+		free(*det);
+		*det = NULL;
 		log_err("audit: %s is a format-1 log; moving it aside failed: %s (nothing was changed)",
 			path, strerror(-err));
 		return err;
 	}
 	sync_dir_of(path);
-	*det = details(&f, &old, alog, aheads, moved_state ? astate : NULL);
-	if (!*det) {
-		close(nfd);
-		return -ENOMEM;
-	}
 	log_warn("audit: %s was a format-1 log (%llu records, written by an older kosa8); moved it "
 		 "to %s%s%s and started a format-2 log whose first record (audit.archived) names "
 		 "them ('kosa8 audit show' prints it)", path, (unsigned long long)f.records, alog,

@@ -1355,6 +1355,35 @@ static void test_v1_archive_name_taken(void **state)
 	}
 }
 
+/* A log path that is not UTF-8: the record could not name the archive, so
+ * nothing is moved (checked before the first rename). */
+static void test_v1_path_not_text(void **state)
+{
+	struct audit_opts o = {.head_secs = 3600};
+	char sub[PATH_MAX], log[PATH_MAX + 64];
+	struct audit_log *l = NULL;
+	uint8_t *v1, *heads;
+	size_t len, hlen;
+	struct fx f;
+
+	fx_init(&f);
+	snprintf(sub, sizeof(sub), "%s/\xff", f.dir);
+	assert_int_equal(mkdir(sub, 0700), 0);
+	snprintf(log, sizeof(log), "%s/a.log", sub);
+	assert_int_equal(read_file(V1_LOG, 1 << 20, &v1, &len), 0);
+	assert_int_equal(read_file(V1_HEADS, 1 << 20, &heads, &hlen), 0);
+	put_file(log, v1, len);
+	o.path = log;
+	o.key_dir = f.keys;
+	assert_int_equal(audit_log_open(&o, &l), -EINVAL);
+	assert_file_is(log, v1, len);
+	snprintf(log, sizeof(log), "%s/a.log.v1-" V1_ID, sub);
+	assert_int_equal(access(log, F_OK), -1);
+	free(v1);
+	free(heads);
+	fx_done(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1390,6 +1419,7 @@ int main(void)
 		cmocka_unit_test(test_v1_log_archived),
 		cmocka_unit_test(test_v1_only_whole_header),
 		cmocka_unit_test(test_v1_archive_name_taken),
+		cmocka_unit_test(test_v1_path_not_text),
 		cmocka_unit_test(test_writer_refuses_tampered),
 		cmocka_unit_test(test_torn_every_offset),
 		cmocka_unit_test(test_concurrent_threads),
