@@ -17,6 +17,7 @@
 
 #include "audit/merkle.h"
 #include "audit/sign.h"
+#include "audit/upgrade.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -54,6 +55,7 @@ struct audit_log {
 	bool created; /* this handle created the log */
 	bool from_state; /* the records were taken from PATH.state, not read */
 	bool lazy_close; /* close signs only a head that is due */
+	char *archived;  /* details of the audit.archived record still to write */
 	EVP_PKEY *key;
 	struct audit_header hdr;
 
@@ -135,19 +137,6 @@ static int lock_file(struct audit_log *l)
 static void unlock_file(struct audit_log *l)
 {
 	flock(l->fd, LOCK_UN);
-}
-
-static void sync_dir_of(const char *path)
-{
-	char copy[PATH_MAX];
-	int dfd;
-
-	snprintf(copy, sizeof(copy), "%s", path);
-	dfd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		fsync(dfd);
-		close(dfd);
-	}
 }
 
 /* Under the lock: reads the header.  A log is created whole (create_log),
@@ -624,19 +613,13 @@ static void restore(struct audit_log *l, const struct saved *s)
 
 /* The leader's I/O, under the file lock.  The records reach the disk before
  * any head that covers them. */
-static int write_batch(struct audit_log *l, struct pending *batch)
+static int write_locked(struct audit_log *l, struct pending *batch)
 {
 	struct saved s;
 	uint64_t t;
 	size_t len = 0;
 	int err;
 
-	err = lock_file(l);
-	if (err)
-		return err;
-	err = catch_up(l);
-	if (err)
-		goto out;
 	save(l, &s);
 	t = now_ns();
 	if (t < l->last_time)
@@ -652,13 +635,24 @@ static int write_batch(struct audit_log *l, struct pending *batch)
 			log_warn("audit: could not undo a failed write on %s; the next "
 				 "writer will cut it", l->path);
 		restore(l, &s);
-		goto out;
+		return err;
 	}
 	l->end += len;
 	l->last_time = t;
 	write_heads(l);
 	state_save(l);
-out:
+	return 0;
+}
+
+static int write_batch(struct audit_log *l, struct pending *batch)
+{
+	int err = lock_file(l);
+
+	if (err)
+		return err;
+	err = catch_up(l);
+	if (!err)
+		err = write_locked(l, batch);
 	unlock_file(l);
 	return err;
 }
@@ -838,6 +832,29 @@ int audit_log_tick(struct audit_log *l)
 	return sign_if_due(l, false, NULL);
 }
 
+static int open_companions(struct audit_log *l)
+{
+	char state[PATH_MAX];
+
+	l->hfd = open(l->heads_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (l->hfd < 0)
+		return -errno;
+	if (snprintf(state, sizeof(state), "%s.state", l->path) < (int)sizeof(state))
+		l->sfd = open(state, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	return 0;
+}
+
+static void close_files(struct audit_log *l)
+{
+	if (l->fd >= 0)
+		close(l->fd);
+	if (l->hfd >= 0)
+		close(l->hfd);
+	if (l->sfd >= 0)
+		close(l->sfd);
+	l->fd = l->hfd = l->sfd = -1;
+}
+
 static int open_files(struct audit_log *l)
 {
 	char dir[PATH_MAX];
@@ -856,12 +873,42 @@ static int open_files(struct audit_log *l)
 	}
 	if (l->fd < 0)
 		return -errno;
-	l->hfd = open(l->heads_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	if (l->hfd < 0)
-		return -errno;
-	if (snprintf(dir, sizeof(dir), "%s.state", l->path) < (int)sizeof(dir))
-		l->sfd = open(dir, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	return 0;
+	return open_companions(l);
+}
+
+/* Under the lock on a format-1 log: it is moved aside and a new log, already
+ * locked, takes its place (upgrade.c); its first record names the old one. */
+static int archive_v1(struct audit_log *l)
+{
+	int nfd, err = audit_v1_archive(l->path, l->fd, &nfd, &l->archived);
+
+	if (err)
+		return err;
+	close_files(l); /* drops the old file's lock: its waiters find it moved */
+	l->fd = nfd;
+	l->created = true;
+	err = open_companions(l);
+	return err ? err : read_header(l);
+}
+
+/* The audit.archived record, first in the new log, and a head over it. */
+static int write_archived(struct audit_log *l)
+{
+	struct audit_event ev = {"", "kosa8", AUDIT_ARCHIVED_TYPE, l->archived};
+	struct pending p = {.ev = &ev};
+	int n = audit_event_check(&ev), err;
+
+	if (n < 0)
+		return n;
+	p.size = (size_t)n;
+	err = write_locked(l, &p);
+	if (!err)
+		err = add_head(l, l->last_time);
+	if (!err)
+		err = write_heads(l);
+	free(l->archived);
+	l->archived = NULL;
+	return err;
 }
 
 /* Under the lock, after catch_up: the first head (size 0) signs the header
@@ -883,13 +930,25 @@ static int first_head(struct audit_log *l)
 	return err ? err : write_heads(l);
 }
 
+/* A file this handle opened that PATH no longer names: another writer
+ * moved a format-1 log aside while this one waited for its lock. */
+static bool moved_away(struct audit_log *l)
+{
+	struct stat a, b;
+
+	return fstat(l->fd, &a) == 0 && stat(l->path, &b) == 0 &&
+	       (a.st_ino != b.st_ino || a.st_dev != b.st_dev);
+}
+
 static int init_log(struct audit_log *l)
 {
 	int err = lock_file(l);
 
 	if (err)
 		return err;
-	err = read_header(l);
+	err = moved_away(l) ? -ESTALE : read_header(l);
+	if (err == -EPROTONOSUPPORT)
+		err = archive_v1(l);
 	if (!err) {
 		state_load(l);
 		err = catch_up(l);
@@ -906,6 +965,8 @@ static int init_log(struct audit_log *l)
 	}
 	if (!err)
 		err = first_head(l);
+	if (!err && l->archived)
+		err = write_archived(l);
 	if (!err)
 		state_save(l);
 	unlock_file(l);
@@ -953,10 +1014,15 @@ int audit_log_open(const struct audit_opts *o, struct audit_log **out)
 		err = audit_heads_path(l->path, l->heads_path, sizeof(l->heads_path));
 	if (!err)
 		err = audit_key_load_or_create(o ? o->key_dir : NULL, &l->key);
-	if (!err)
+	for (int tries = 0; !err && tries < 3; tries++) {
 		err = open_files(l);
-	if (!err)
-		err = init_log(l);
+		if (!err)
+			err = init_log(l);
+		if (err != -ESTALE)
+			break;
+		close_files(l);
+		err = tries < 2 ? 0 : -ESTALE;
+	}
 	if (err) {
 		l->broken = true; /* nothing to sign on close */
 		audit_log_close(l);
@@ -975,12 +1041,8 @@ void audit_log_close(struct audit_log *l)
 	if (!l->broken && l->count > signed_size(l) &&
 	    (l->lazy_close ? audit_log_tick(l) : audit_log_sign_head(l, NULL)))
 		log_warn("audit: %s: could not sign the final head", l->path);
-	if (l->fd >= 0)
-		close(l->fd);
-	if (l->hfd >= 0)
-		close(l->hfd);
-	if (l->sfd >= 0)
-		close(l->sfd);
+	close_files(l);
+	free(l->archived);
 	EVP_PKEY_free(l->key);
 	free(l->buf);
 	free(l->fresh);

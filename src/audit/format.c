@@ -48,6 +48,17 @@ void audit_header_encode(const struct audit_header *h, uint8_t out[AUDIT_HDR_LEN
 	put64(out + 24, h->created_ns);
 }
 
+int audit_header_version(const uint8_t *buf, size_t len)
+{
+	size_t m = len < 4 ? len : 4;
+
+	if (memcmp(buf, AUDIT_HDR_MAGIC, m))
+		return -EBADMSG;
+	if (len < AUDIT_HDR_LEN)
+		return -EAGAIN;
+	return get32(buf + 4) > INT32_MAX ? -EPROTONOSUPPORT : (int)get32(buf + 4);
+}
+
 int audit_header_parse(const uint8_t *buf, size_t len, struct audit_header *h)
 {
 	size_t m = len < 4 ? len : 4;

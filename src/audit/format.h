@@ -83,6 +83,9 @@ struct audit_head {
 	uint8_t sig[AUDIT_SIG_LEN];
 };
 
+/* The version of a whole header (AUDIT_HDR_LEN bytes, magic right), else
+ * -EAGAIN (too short) or -EBADMSG (not a kosa8 log). */
+int audit_header_version(const uint8_t *buf, size_t len);
 void audit_header_encode(const struct audit_header *h, uint8_t out[AUDIT_HDR_LEN]);
 /* 0, -EAGAIN (fewer than AUDIT_HDR_LEN bytes), -EBADMSG (not a kosa8 log),
  * -EPROTONOSUPPORT (another version). */

@@ -637,6 +637,25 @@ static int check_pinned(const struct aopts *o, const struct proved *p)
 	return 0;
 }
 
+/* A format-1 log (one an upgrade moved aside, or one not yet upgraded):
+ * say so plainly instead of a header failure. */
+static bool format1_log(const char *path)
+{
+	uint8_t hdr[AUDIT_HDR_LEN];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : pread(fd, hdr, sizeof(hdr), 0);
+
+	if (fd >= 0)
+		close(fd);
+	if (n != (ssize_t)sizeof(hdr) || audit_header_version(hdr, sizeof(hdr)) != 1)
+		return false;
+	fprintf(stderr, "kosa8 audit: %s: format 1 log: written by kosa8 before format 2; this "
+		"kosa8 verifies format 2 only (kosa8 42588ff or earlier verifies it).  When a "
+		"writer moved it aside, the first record (audit.archived) of the log that replaced "
+		"it holds its SHA-256 and that of its heads, under signed heads\n", path);
+	return true;
+}
+
 static int do_verify(struct aopts *o)
 {
 	struct audit_verify_result r;
@@ -648,6 +667,8 @@ static int do_verify(struct aopts *o)
 
 	if (o->bundle)
 		return verify_bundle(o);
+	if (format1_log(o->log))
+		return 2;
 	if (trusted_key(o, log_named_key(o->log, &first), NULL, &t))
 		return 2;
 	if (o->pin_head) {

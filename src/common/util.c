@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -339,4 +340,20 @@ uint64_t mono_ns(void)
 uint64_t mono_ms(void)
 {
 	return mono_ns() / 1000000u;
+}
+
+int sync_dir_of(const char *path)
+{
+	char c[PATH_MAX];
+	int fd, rc = 0;
+
+	if (snprintf(c, sizeof(c), "%s", path) >= (int)sizeof(c))
+		return -ENAMETOOLONG;
+	fd = open(dirname(c), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
 }

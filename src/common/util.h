@@ -81,6 +81,10 @@ int private_dir(const char *path, bool create, char *why, size_t len);
 /* mkdir -p with the given mode for each created component. */
 int mkdir_p(const char *path, mode_t mode);
 
+/* fsync(2) of the folder holding path: makes a create, link or rename there
+ * durable.  0 or -errno. */
+int sync_dir_of(const char *path);
+
 /* Little-endian fields of kosa8's file formats, whatever the host's order. */
 static inline void put_le32(uint8_t *p, uint32_t v)
 {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
 #include "disk/format.h"
 #include "disk/layer.h"
 
@@ -60,22 +61,6 @@ static int parent_ref(const char *child, const char *parent_real, char *out, siz
 	else
 		n = snprintf(out, len, "%s", parent_real);
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
-static int sync_dir_of(const char *path)
-{
-	char c[PATH_MAX];
-	int fd, rc = 0;
-
-	if (snprintf(c, sizeof(c), "%s", path) >= (int)sizeof(c))
-		return -ENAMETOOLONG;
-	fd = open(dirname(c), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fsync(fd) < 0)
-		rc = -errno;
-	close(fd);
-	return rc;
 }
 
 /* Writes a new, empty delta with header h (uuid and layout filled here):

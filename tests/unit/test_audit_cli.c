@@ -363,10 +363,35 @@ static void test_independent_verifier(void **state)
 	assert_non_null(strstr(out, "0 disagreements"));
 }
 
+/* A format-1 log (tests/audit/v1, by kosa8 42588ff): verify says what it is
+ * (status 2); `audit append` moves it aside, says so in one line, and the
+ * new log verifies; the archive still gets the format-1 answer. */
+static void test_v1_upgrade(void **state)
+{
+	const char *arch = "$D/v1/a.log.v1-2440df7045288c13ee63d5d30e0364f1";
+
+	assert_int_equal(run("mkdir $D/v1 && cp tests/audit/v1/v1.log $D/v1/a.log && "
+			     "cp tests/audit/v1/v1.log.heads $D/v1/a.log.heads"), 0);
+	assert_int_equal(run("$K audit verify --log $D/v1/a.log"), 2);
+	assert_non_null(strstr(out, "format 1 log: written by kosa8 before format 2"));
+	assert_int_equal(run("$K audit append --log $D/v1/a.log --type exec --actor agent"), 0);
+	assert_non_null(strstr(out, "was a format-1 log (2 records"));
+	assert_int_equal(run("cmp tests/audit/v1/v1.log %s && "
+			     "cmp tests/audit/v1/v1.log.heads %s.heads", arch, arch), 0);
+	assert_int_equal(run("$K audit sign --log $D/v1/a.log && $K audit verify --log $D/v1/a.log"), 0);
+	assert_non_null(strstr(out, "OK: "));
+	assert_non_null(strstr(out, "2 records"));
+	assert_int_equal(run("$K audit show --log $D/v1/a.log --type audit.archived"), 0);
+	assert_non_null(strstr(out, "\"records\":2,"));
+	assert_int_equal(run("$K audit verify --log %s", arch), 2);
+	assert_non_null(strstr(out, "format 1 log"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_show_filters),
+		cmocka_unit_test(test_v1_upgrade),
 		cmocka_unit_test(test_append_rejects),
 		cmocka_unit_test(test_verify_and_tamper),
 		cmocka_unit_test(test_verify_tails),

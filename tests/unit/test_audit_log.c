@@ -3,6 +3,7 @@
  * appenders (threads and processes), a full disk, the signing key's mode. */
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -1183,6 +1184,206 @@ static void test_head_every_t_seconds(void **state)
 	fx_done(&f);
 }
 
+/* ---- a format-1 log on disk (upgrade) ---- */
+
+/* tests/audit/v1/: two records and two heads written by kosa8 42588ff (format
+ * 1), see tests/audit/v1/README. */
+#define V1_LOG "tests/audit/v1/v1.log"
+#define V1_HEADS "tests/audit/v1/v1.log.heads"
+#define V1_ID "2440df7045288c13ee63d5d30e0364f1"
+
+static void put_file(const char *path, const uint8_t *b, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, b, len), (ssize_t)len);
+	close(fd);
+}
+
+static void fx_put_v1(struct fx *f, uint8_t **log, size_t *len, uint8_t **heads, size_t *hlen)
+{
+	assert_int_equal(read_file(V1_LOG, 1 << 20, log, len), 0);
+	assert_int_equal(read_file(V1_HEADS, 1 << 20, heads, hlen), 0);
+	put_file(f->log, *log, *len);
+	put_file(f->heads, *heads, *hlen);
+}
+
+static void assert_file_is(const char *path, const uint8_t *b, size_t len)
+{
+	uint8_t *got;
+	size_t n;
+
+	assert_int_equal(read_file(path, 1 << 20, &got, &n), 0);
+	assert_int_equal(n, len);
+	assert_memory_equal(got, b, len);
+	free(got);
+}
+
+static bool has(const struct audit_record *r, const char *s)
+{
+	return memmem(r->details, r->details_len, s, strlen(s)) != NULL;
+}
+
+/* A writer meets a format-1 log: the old files are kept under names of
+ * their own, byte for byte, and the new log starts by naming them. */
+static void test_v1_log_archived(void **state)
+{
+	char alog[PATH_MAX + 64], aheads[PATH_MAX + 80], want[PATH_MAX + 128];
+	struct audit_verify_result res;
+	struct audit_record r;
+	uint8_t *log, *heads, *nlog;
+	size_t len, hlen, nlen;
+	struct audit_log *l;
+	struct fx f;
+	int n;
+
+	fx_init(&f);
+	fx_put_v1(&f, &log, &len, &heads, &hlen);
+	snprintf(want, sizeof(want), "%s.state", f.log);
+	put_file(want, (const uint8_t *)"K8AS cache", 10);
+	l = fx_open(&f, 5);
+	assert_int_equal(audit_log_count(l), 1);
+	append_n(l, 3, "after");
+	audit_log_close(l);
+
+	snprintf(alog, sizeof(alog), "%s.v1-" V1_ID, f.log);
+	snprintf(aheads, sizeof(aheads), "%s.heads", alog);
+	assert_file_is(alog, log, len);
+	assert_file_is(aheads, heads, hlen);
+	snprintf(want, sizeof(want), "%s.state", alog);
+	assert_file_is(want, (const uint8_t *)"K8AS cache", 10);
+
+	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+	assert_int_equal(res.records, 4);
+	assert_int_equal(res.unsigned_records, 0);
+	assert_int_equal(read_file(f.log, 1 << 20, &nlog, &nlen), 0);
+	assert_int_not_equal(memcmp(nlog + 8, log + 8, AUDIT_LOG_ID_LEN), 0);
+	n = audit_record_parse(nlog + AUDIT_HDR_LEN, nlen - AUDIT_HDR_LEN, &r);
+	assert_true(n > 0);
+	assert_int_equal(r.seq, 0);
+	assert_int_equal(r.type_len, strlen("audit.archived"));
+	assert_memory_equal(r.type, "audit.archived", r.type_len);
+	snprintf(want, sizeof(want), "\"log\":\"%s\"", alog);
+	assert_true(has(&r, want));
+	snprintf(want, sizeof(want), "\"heads\":\"%s\"", aheads);
+	assert_true(has(&r, want));
+	assert_true(has(&r, "\"log_id\":\"" V1_ID "\""));
+	assert_true(has(&r, "\"records\":2,"));
+	assert_true(has(&r, "\"newest_head\":{\"size\":2,\"root\":"
+			    "\"171ee063d3a13f138803cd4471c5e23e0bccc49f72db8ae8376b9efb984b0df1\"}"));
+	free(nlog);
+	free(log);
+	free(heads);
+	fx_done(&f);
+}
+
+/* Only a whole format-1 header is upgraded: garbage, a cut header and a
+ * newer version are refused as before, and nothing is moved or written;
+ * the same bytes with a whole format-1 header are taken. */
+static void test_v1_only_whole_header(void **state)
+{
+	static const struct {
+		const char *bytes;
+		size_t len;
+		int err;
+	} cases[] = {
+		{"garbage garbage garbage garbage garbage", 39, -EBADMSG},
+		{"K8AL\0\0\0\1 cut short", 19, -EBADMSG},
+		{"K8AL\0\0\0\3 0123456789abcdef01234567", 32, -EPROTONOSUPPORT},
+	};
+	struct audit_opts o = {.head_secs = 3600};
+	char alog[PATH_MAX + 16];
+	struct audit_log *l = NULL;
+	struct fx f;
+	glob_t g;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		fx_init(&f);
+		o.path = f.log;
+		o.key_dir = f.keys;
+		put_file(f.log, (const uint8_t *)cases[i].bytes, cases[i].len);
+		put_file(f.heads, (const uint8_t *)"old heads\n", 10);
+		assert_int_equal(audit_log_open(&o, &l), cases[i].err);
+		assert_file_is(f.log, (const uint8_t *)cases[i].bytes, cases[i].len);
+		assert_file_is(f.heads, (const uint8_t *)"old heads\n", 10);
+		snprintf(alog, sizeof(alog), "%s.v1-*", f.log);
+		assert_int_equal(glob(alog, 0, NULL, &g), GLOB_NOMATCH);
+		fx_done(&f);
+	}
+	fx_init(&f);
+	o.path = f.log;
+	o.key_dir = f.keys;
+	put_file(f.log, (const uint8_t *)"K8AL\0\0\0\1 0123456789abcdef01234567", 32);
+	assert_int_equal(audit_log_open(&o, &l), 0);
+	assert_int_equal(audit_log_count(l), 1);
+	audit_log_close(l);
+	snprintf(alog, sizeof(alog), "%s.v1-*[0-9a-f]", f.log);
+	assert_int_equal(glob(alog, 0, NULL, &g), 0);
+	assert_int_equal(g.gl_pathc, 1);
+	assert_file_is(g.gl_pathv[0], (const uint8_t *)"K8AL\0\0\0\1 0123456789abcdef01234567", 32);
+	globfree(&g);
+	fx_done(&f);
+}
+
+/* The archive's name already taken: nothing is overwritten or moved. */
+static void test_v1_archive_name_taken(void **state)
+{
+	struct audit_opts o = {.head_secs = 3600};
+	char alog[PATH_MAX + 64], aheads[PATH_MAX + 80];
+	struct audit_log *l = NULL;
+	uint8_t *log, *heads;
+	size_t len, hlen;
+	struct fx f;
+
+	for (int which = 0; which < 2; which++) {
+		fx_init(&f);
+		o.path = f.log;
+		o.key_dir = f.keys;
+		fx_put_v1(&f, &log, &len, &heads, &hlen);
+		snprintf(alog, sizeof(alog), "%s.v1-" V1_ID, f.log);
+		snprintf(aheads, sizeof(aheads), "%s.heads", alog);
+		put_file(which ? aheads : alog, (const uint8_t *)"keep me\n", 8);
+		assert_int_equal(audit_log_open(&o, &l), -EEXIST);
+		assert_file_is(which ? aheads : alog, (const uint8_t *)"keep me\n", 8);
+		assert_int_equal(access(which ? alog : aheads, F_OK), -1);
+		assert_file_is(f.log, log, len);
+		assert_file_is(f.heads, heads, hlen);
+		free(log);
+		free(heads);
+		fx_done(&f);
+	}
+}
+
+/* A log path that is not UTF-8: the record could not name the archive, so
+ * nothing is moved (checked before the first rename). */
+static void test_v1_path_not_text(void **state)
+{
+	struct audit_opts o = {.head_secs = 3600};
+	char sub[PATH_MAX], log[PATH_MAX + 64];
+	struct audit_log *l = NULL;
+	uint8_t *v1, *heads;
+	size_t len, hlen;
+	struct fx f;
+
+	fx_init(&f);
+	snprintf(sub, sizeof(sub), "%s/\xff", f.dir);
+	assert_int_equal(mkdir(sub, 0700), 0);
+	snprintf(log, sizeof(log), "%s/a.log", sub);
+	assert_int_equal(read_file(V1_LOG, 1 << 20, &v1, &len), 0);
+	assert_int_equal(read_file(V1_HEADS, 1 << 20, &heads, &hlen), 0);
+	put_file(log, v1, len);
+	o.path = log;
+	o.key_dir = f.keys;
+	assert_int_equal(audit_log_open(&o, &l), -EINVAL);
+	assert_file_is(log, v1, len);
+	snprintf(log, sizeof(log), "%s/a.log.v1-" V1_ID, sub);
+	assert_int_equal(access(log, F_OK), -1);
+	free(v1);
+	free(heads);
+	fx_done(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1215,6 +1416,10 @@ int main(void)
 		cmocka_unit_test(test_writer_keeps_cut_log),
 		cmocka_unit_test(test_writer_rejects_raw_bytes),
 		cmocka_unit_test(test_state_cache_damage),
+		cmocka_unit_test(test_v1_log_archived),
+		cmocka_unit_test(test_v1_only_whole_header),
+		cmocka_unit_test(test_v1_archive_name_taken),
+		cmocka_unit_test(test_v1_path_not_text),
 		cmocka_unit_test(test_writer_refuses_tampered),
 		cmocka_unit_test(test_torn_every_offset),
 		cmocka_unit_test(test_concurrent_threads),
