@@ -363,6 +363,37 @@ static void test_independent_verifier(void **state)
 	assert_non_null(strstr(out, "0 disagreements"));
 }
 
+/* $D/s.log is $LOG with its heads (or tail) changed by a shell line; both
+ * verifiers must refuse it. */
+static void both_refuse(const char *make)
+{
+	assert_int_equal(run("rm -f $D/s.log*; cp $LOG $D/s.log && cp $LOG.heads $D/s.log.heads && (%s) && "
+			     "$K audit verify --log $D/s.log --pubkey $D/pub.pem",
+			     make),
+			 1);
+	assert_int_equal(run("python3 tests/audit/verify_log.py log $D/s.log $D/pub.pem"), 1);
+	assert_non_null(strstr(out, "BAD "));
+}
+
+/* Section 5 allows one spelling of a head line and section 7 one shape of
+ * a torn tail; a forger without the key re-spells signed heads (upper-case
+ * hex, leading zeros, CRLF) or hides a whole record behind a cut-off one. */
+static void test_independent_verifier_strict(void **state)
+{
+	if (!have_python())
+		skip();
+	both_refuse("sed -i '$s/ \\([0-9a-f]*\\)$/ \\U\\1/' $D/s.log.heads");
+	both_refuse("sed -i 's/$/\\r/' $D/s.log.heads");
+	both_refuse("awk '{ if (NR == 2) $4 = \"0\" $4; print }' $LOG.heads > $D/s.log.heads");
+	both_refuse("awk '{ if (NR == 2) $3 = \"+\" $3; print }' $LOG.heads > $D/s.log.heads");
+	both_refuse("printf 'XYZ' >> $D/s.log");
+	both_refuse("python3 -c 'import sys; b = open(sys.argv[1], \"rb\").read(); "
+		    "n = int.from_bytes(b[36:40], \"big\"); "
+		    "open(sys.argv[1], \"ab\").write(b\"K8AR\" + (10**6).to_bytes(4, \"big\") + b[32:32 + n])' "
+		    "$D/s.log");
+	both_refuse("printf '\\n' >> $D/s.log.heads");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -374,6 +405,7 @@ int main(void)
 		cmocka_unit_test(test_export_bundle),
 		cmocka_unit_test(test_consistency),
 		cmocka_unit_test(test_independent_verifier),
+		cmocka_unit_test(test_independent_verifier_strict),
 		cmocka_unit_test(test_show_escapes),
 		cmocka_unit_test(test_logs_escapes),
 		cmocka_unit_test(test_forgery_with_swapped_pub_pem),
