@@ -301,6 +301,32 @@ static void test_verify_pinned_head(void **state)
 	assert_non_null(strstr(out, "another log"));
 }
 
+/* A pin that fails never reads "OK", and a saved-head file is exactly one
+ * head line: one with a second line or junk after it is not taken as its
+ * first line, nor is a CRLF copy. */
+static void test_verify_pinned_head_strict(void **state)
+{
+	assert_int_equal(run("rm -f $D/o.log*; $K audit append --log $D/o.log --type t >/dev/null 2>&1 && "
+			     "$K audit head --log $D/o.log > $D/other.head && "
+			     "$K audit verify --log $LOG --head $D/other.head"),
+			 1);
+	assert_non_null(strstr(out, "another log"));
+	assert_null(strstr(out, "OK"));
+	assert_int_equal(run("$K audit head --log $LOG > $D/p.head && cat $D/p.head $D/p.head > $D/two.head && "
+			     "$K audit verify --log $LOG --head $D/two.head"),
+			 2);
+	assert_non_null(strstr(out, "exactly one head line"));
+	assert_null(strstr(out, "OK"));
+	assert_int_equal(run("(cat $D/p.head; echo junk) > $D/junk.head && "
+			     "$K audit consistency $D/junk.head latest --log $LOG"),
+			 2);
+	assert_int_equal(run("sed 's/$/\\r/' $D/p.head > $D/crlf.head && "
+			     "$K audit verify --log $LOG --head $D/crlf.head"),
+			 2);
+	assert_null(strstr(out, "OK"));
+	assert_int_equal(run("$K audit verify --log $LOG --head $D/p.head"), 0);
+}
+
 /* Item 19: what export and prove write is private like the log. */
 static void test_outputs_private(void **state)
 {
@@ -410,6 +436,7 @@ int main(void)
 		cmocka_unit_test(test_logs_escapes),
 		cmocka_unit_test(test_forgery_with_swapped_pub_pem),
 		cmocka_unit_test(test_verify_pinned_head),
+		cmocka_unit_test(test_verify_pinned_head_strict),
 		cmocka_unit_test(test_outputs_private),
 		cmocka_unit_test(test_append_heads_per_interval),
 	};
