@@ -327,6 +327,24 @@ static void test_verify_pinned_head_strict(void **state)
 	assert_int_equal(run("$K audit verify --log $LOG --head $D/p.head"), 0);
 }
 
+/* PATH.state is the writer's cache, in a folder a log forger can write:
+ * a forged tree in it must not make the key holder sign a wrong root
+ * (which then fails the honest records as "rewritten"). */
+static void test_state_cache_forged(void **state)
+{
+	assert_int_equal(run("rm -f $D/c.log*; for i in 1 2 3; do $K audit append --log $D/c.log --type t "
+			     ">/dev/null 2>&1 || exit 1; done; $K audit sign --log $D/c.log >/dev/null && "
+			     "$K audit append --log $D/c.log --type t >/dev/null 2>&1 && "
+			     "$K audit append --log $D/c.log --type t >/dev/null 2>&1 && "
+			     "python3 -c 'import sys; b = bytearray(open(sys.argv[1], \"rb\").read()); "
+			     "b[96:96 + 64 * 32] = bytes(x ^ 0x55 for x in b[96:96 + 64 * 32]); "
+			     "open(sys.argv[1], \"wb\").write(b)' $D/c.log.state && "
+			     "$K audit sign --log $D/c.log >/dev/null && "
+			     "$K audit verify --log $D/c.log --pubkey $D/pub.pem"),
+			 0);
+	assert_non_null(strstr(out, "5 records, 3 signed heads verified"));
+}
+
 /* Item 19: what export and prove write is private like the log. */
 static void test_outputs_private(void **state)
 {
@@ -437,6 +455,7 @@ int main(void)
 		cmocka_unit_test(test_forgery_with_swapped_pub_pem),
 		cmocka_unit_test(test_verify_pinned_head),
 		cmocka_unit_test(test_verify_pinned_head_strict),
+		cmocka_unit_test(test_state_cache_forged),
 		cmocka_unit_test(test_outputs_private),
 		cmocka_unit_test(test_append_heads_per_interval),
 	};
