@@ -236,6 +236,23 @@ static void test_cli_reads_the_lock(void **state)
 	assert_int_equal(sh("$K create --name sb --image $R/image"), 0);
 }
 
+/* rm walks and deletes the sandbox's tree: in a state dir another user
+ * may write, they could swap a folder for a link mid-walk and have our
+ * files elsewhere deleted.  rm checks the dirs first, as start does. */
+static void test_rm_checks_private(void **state)
+{
+	assert_int_equal(sh("chmod 777 $R/state"), 0);
+	assert_int_equal(sh("$K rm sb"), 1);
+	assert_non_null(strstr(out, "must be yours and writable by you alone"));
+	assert_int_equal(sh("chmod 700 $R/state && chmod 755 $R/state/sandboxes/sb"), 0);
+	assert_int_equal(sh("$K rm sb"), 1);
+	assert_non_null(strstr(out, "open to other users"));
+	assert_int_equal(access(sdir, F_OK), 0);
+	assert_int_equal(sh("chmod 700 $R/state/sandboxes/sb && $K rm sb"), 0);
+	assert_int_equal(access(sdir, F_OK), -1);
+	assert_int_equal(sh("$K create --name sb --image $R/image"), 0);
+}
+
 /* Parallel `start`, `rm` and `ps` of one sandbox while it is owned: none
  * starts a supervisor (none gets past the lock: no supervisor.log line, no
  * run directory), none removes it. */
@@ -349,6 +366,7 @@ int main(void)
 		cmocka_unit_test(test_sigkill_releases),
 		cmocka_unit_test(test_race_one_owner),
 		cmocka_unit_test(test_cli_reads_the_lock),
+		cmocka_unit_test(test_rm_checks_private),
 		cmocka_unit_test(test_cli_race_while_owned),
 		cmocka_unit_test(test_concurrent_creates),
 		cmocka_unit_test(test_lock_not_a_file),
