@@ -60,6 +60,20 @@ static void test_c1_and_bidi(void **state)
 	assert_string_equal(got, "\xc3\xa9\xe6\x97\xa5\xf0\x9f\x98\x80\xe2\x80\xaf");
 }
 
+/* Characters that print as nothing hide text from the person reading: a
+ * guest's output or a log record can carry words in invisible tag
+ * characters (U+E0000 block, read by a program, unseen by a person),
+ * split a word with a zero-width space, or pad with fillers. */
+static void test_invisible_format_chars(void **state)
+{
+	/* U+200B, U+FEFF, U+00AD, U+2060, U+E0041 (tag 'A'), U+3164, U+200D */
+	ESC("a\xe2\x80\x8b" "b\xef\xbb\xbf" "c\xc2\xad" "d\xe2\x81\xa0" "e\xf3\xa0\x81\x81" "f\xe3\x85\xa4"
+	    "g\xe2\x80\x8d", TERM_FINAL);
+	assert_string_equal(got, "a\\u200bb\\ufeffc\\u00add\\u2060e\\U000e0041f\\u3164g\\u200d");
+	ESC("\"e\xf3\xa0\x81\x81\xe2\x80\x8b\"", TERM_JSON | TERM_FINAL);
+	assert_string_equal(got, "\"e\\udb40\\udc41\\u200b\"");
+}
+
 static void test_invalid_utf8(void **state)
 {
 	/* lone continuation, overlong '/', surrogate, > U+10FFFF, 0xff, cut sequence */
@@ -105,6 +119,7 @@ int main(void)
 		cmocka_unit_test(test_c0_del_escaped),
 		cmocka_unit_test(test_cr),
 		cmocka_unit_test(test_c1_and_bidi),
+		cmocka_unit_test(test_invisible_format_chars),
 		cmocka_unit_test(test_invalid_utf8),
 		cmocka_unit_test(test_json_mode),
 		cmocka_unit_test(test_no_raw_controls_ever),
