@@ -652,29 +652,13 @@ int cmd_ps(int argc, char **argv)
  * next one. */
 static int print_file(const char *path, bool raw)
 {
-	uint8_t buf[65536];
-	size_t have = 0, used;
-	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), err;
 
 	if (fd < 0)
 		return -errno;
-	while ((n = read(fd, buf + have, sizeof(buf) - have)) > 0) {
-		have += (size_t)n;
-		if (raw) {
-			write_all(1, buf, have);
-			have = 0;
-			continue;
-		}
-		used = term_write(stdout, buf, have, TERM_KEEP_LINES);
-		memmove(buf, buf + used, have - used);
-		have -= used;
-	}
-	if (have)
-		term_write(stdout, buf, have, TERM_KEEP_LINES | TERM_FINAL);
-	fflush(stdout);
+	err = term_copy_fd(fd, stdout, TERM_KEEP_LINES, raw);
 	close(fd);
-	return 0;
+	return err;
 }
 
 /* The console log is kept bounded (console_log.h): the older part, if

@@ -1,6 +1,9 @@
 #include "common/termsafe.h"
 
+#include <errno.h>
 #include <stdint.h>
+#include <string.h>
+#include <unistd.h>
 
 /* Length of the well-formed UTF-8 sequence at p (RFC 3629, table 3-7 of
  * the Unicode standard), 0 when the bytes there are not one, -1 when the
@@ -114,4 +117,25 @@ size_t term_write(FILE *f, const void *buf, size_t n, unsigned flags)
 		i += (size_t)len;
 	}
 	return i;
+}
+
+int term_copy_fd(int in, FILE *out, unsigned flags, bool raw)
+{
+	uint8_t buf[65536];
+	size_t have = 0, used;
+	ssize_t n;
+
+	while ((n = read(in, buf + have, sizeof(buf) - have)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		have += (size_t)n;
+		used = raw ? fwrite(buf, 1, have, out) : term_write(out, buf, have, flags);
+		memmove(buf, buf + used, have - used);
+		have -= used;
+	}
+	if (have)
+		term_write(out, buf, have, flags | TERM_FINAL);
+	return fflush(out) ? -errno : 0;
 }

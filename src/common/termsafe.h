@@ -37,4 +37,8 @@
  * again in front of its next chunk. */
 size_t term_write(FILE *f, const void *buf, size_t n, unsigned flags);
 
+/* Copies everything read from fd in to out, escaped with flags (plus
+ * TERM_FINAL at the end), or as it is when raw.  0 or -errno. */
+int term_copy_fd(int in, FILE *out, unsigned flags, bool raw);
+
 #endif

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "common/termsafe.h"
@@ -74,6 +75,46 @@ static void test_invisible_format_chars(void **state)
 	assert_string_equal(got, "\"e\\udb40\\udc41\\u200b\"");
 }
 
+/* term_copy_fd, as kosa8 logs and kosa8 diff on a terminal use it: a file
+ * larger than one read, a UTF-8 character across the read boundary, an
+ * OSC 52 (clipboard write) sequence; raw copies it exactly. */
+static void test_copy_fd(void **state)
+{
+	static const char esc_seq[] = "\x1b]52;c;ZXZpbA==\x07";
+	static const char want[] = "\xc3\xa9\\x1b]52;c;ZXZpbA==\\x07";
+	size_t n = 65535 + 2 + sizeof(esc_seq) - 1, outlen;
+	char *in = malloc(n), *outbuf;
+	FILE *tmp = tmpfile(), *out;
+
+	assert_non_null(in);
+	assert_non_null(tmp);
+	memset(in, 'x', 65535);
+	memcpy(in + 65535, "\xc3\xa9", 2); /* e-acute, split by the 64 KiB read */
+	memcpy(in + 65537, esc_seq, sizeof(esc_seq) - 1);
+	assert_int_equal(fwrite(in, 1, n, tmp), n);
+	fflush(tmp);
+
+	rewind(tmp);
+	assert_non_null(out = open_memstream(&outbuf, &outlen));
+	assert_int_equal(term_copy_fd(fileno(tmp), out, TERM_KEEP_LINES, false), 0);
+	fclose(out);
+	assert_null(memchr(outbuf, 0x1b, outlen));
+	assert_null(memchr(outbuf, 0x07, outlen));
+	assert_int_equal(outlen, 65535 + sizeof(want) - 1);
+	assert_memory_equal(outbuf + 65535, want, sizeof(want) - 1);
+	free(outbuf);
+
+	assert_int_equal(lseek(fileno(tmp), 0, SEEK_SET), 0);
+	assert_non_null(out = open_memstream(&outbuf, &outlen));
+	assert_int_equal(term_copy_fd(fileno(tmp), out, TERM_KEEP_LINES, true), 0);
+	fclose(out);
+	assert_int_equal(outlen, n);
+	assert_memory_equal(outbuf, in, n);
+	free(outbuf);
+	fclose(tmp);
+	free(in);
+}
+
 static void test_invalid_utf8(void **state)
 {
 	/* lone continuation, overlong '/', surrogate, > U+10FFFF, 0xff, cut sequence */
@@ -120,6 +161,7 @@ int main(void)
 		cmocka_unit_test(test_cr),
 		cmocka_unit_test(test_c1_and_bidi),
 		cmocka_unit_test(test_invisible_format_chars),
+		cmocka_unit_test(test_copy_fd),
 		cmocka_unit_test(test_invalid_utf8),
 		cmocka_unit_test(test_json_mode),
 		cmocka_unit_test(test_no_raw_controls_ever),
