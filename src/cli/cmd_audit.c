@@ -122,25 +122,54 @@ struct trust {
 	char why[PATH_MAX + 64];
 };
 
+/* Only the user (or root) may write what pins the key: the file, checked
+ * on the descriptor that is then read, and the folder it is in (else a
+ * file could be renamed over it), unless that folder is sticky like /tmp.
+ * The descriptor, or -errno (-EPERM said why). */
+static int open_trusted(const char *path)
+{
+	char *real = realpath(path, NULL), *slash;
+	struct stat st, dir;
+	bool ok;
+	int fd, e;
+
+	if (!real)
+		return -errno;
+	fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	e = errno;
+	slash = strrchr(real, '/');
+	*slash = '\0';
+	ok = fd >= 0 && fstat(fd, &st) == 0 && stat(*real ? real : "/", &dir) == 0 &&
+	     !(st.st_mode & 022) && (st.st_uid == geteuid() || st.st_uid == 0) &&
+	     (dir.st_uid == geteuid() || dir.st_uid == 0) &&
+	     (!(dir.st_mode & 022) || (dir.st_mode & S_ISVTX));
+	free(real);
+	if (fd < 0)
+		return -e;
+	if (!ok) {
+		close(fd);
+		fprintf(stderr, "kosa8 audit: %s may be written by others (the file or its folder): "
+			"not used as trusted keys\n", path);
+		return -EPERM;
+	}
+	return fd;
+}
+
 /* trusted-keys: one key a line (64 hex digits, then anything), '#'
  * comments.  Refused when others may write it: a pin anyone can change
  * pins nothing.  Picks the key `want` names if listed, else the first. */
 static int read_trusted_keys(const char *path, const uint8_t *want, struct trust *t)
 {
 	uint8_t *buf = NULL, k[AUDIT_PUBKEY_LEN];
-	struct stat st;
 	size_t len;
-	int err, found = 0;
+	int fd, err, found = 0;
 	char *text, *line, *save = NULL;
 
-	if (stat(path, &st) < 0)
-		return -errno;
-	if ((st.st_mode & 022) || (st.st_uid != geteuid() && st.st_uid != 0)) {
-		fprintf(stderr, "kosa8 audit: %s may be written by others: not used as trusted keys\n",
-			path);
-		return -EPERM;
-	}
-	if ((err = read_file(path, 1 * MiB, &buf, &len)))
+	if ((fd = open_trusted(path)) < 0)
+		return fd;
+	err = read_fd(fd, 1 * MiB, &buf, &len);
+	close(fd);
+	if (err)
 		return err;
 	text = strndup((const char *)buf, len);
 	free(buf);

@@ -345,6 +345,24 @@ static void test_state_cache_forged(void **state)
 	assert_non_null(strstr(out, "5 records, 3 signed heads verified"));
 }
 
+/* A trusted-keys file of ours, 0600, in a folder others may write (not
+ * sticky): they can rename their own file over it, so it pins nothing. */
+static void test_trusted_keys_folder(void **state)
+{
+	assert_int_equal(run("rm -rf $D/tkd && mkdir $D/tkd && chmod 777 $D/tkd && "
+			     "openssl pkey -pubin -in $D/pub.pem -outform DER | tail -c 32 | "
+			     "od -An -tx1 | tr -d ' \\n' > $D/tkd/tk && chmod 600 $D/tkd/tk && "
+			     "$K audit verify --log $LOG --trusted-keys $D/tkd/tk"),
+			 2);
+	assert_non_null(strstr(out, "may be written by others"));
+	/* sticky like /tmp: only the owner may replace it */
+	assert_int_equal(run("chmod 1777 $D/tkd && $K audit verify --log $LOG --trusted-keys $D/tkd/tk"), 0);
+	assert_int_equal(run("chmod 755 $D/tkd && ln -s tk $D/tkd/link && "
+			     "$K audit verify --log $LOG --trusted-keys $D/tkd/link"),
+			 0);
+	assert_non_null(strstr(out, "pinned in"));
+}
+
 /* Item 19: what export and prove write is private like the log. */
 static void test_outputs_private(void **state)
 {
@@ -456,6 +474,7 @@ int main(void)
 		cmocka_unit_test(test_verify_pinned_head),
 		cmocka_unit_test(test_verify_pinned_head_strict),
 		cmocka_unit_test(test_state_cache_forged),
+		cmocka_unit_test(test_trusted_keys_folder),
 		cmocka_unit_test(test_outputs_private),
 		cmocka_unit_test(test_append_heads_per_interval),
 	};
