@@ -4,8 +4,10 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -507,22 +509,28 @@ static int encode_batch(struct audit_log *l, struct pending *batch, uint64_t t, 
  * never reads it; a writer uses it only when it matches the log (log id,
  * the last record it names is there and hashes to what it says, and the
  * tree equals the newest head's when they cover the same records), else
- * it reads the whole log as before.  A wrong cache could only make the
- * writer sign a head that verify then finds wrong. */
+ * it reads the whole log as before.  The cache carries a MAC under the
+ * signing key (audit_key_mac): its tree cannot be checked against the
+ * records after the newest head without reading them, so a cache written
+ * by someone without the key (a forged tree) would make the writer sign a
+ * root of their choosing; a cache without a valid MAC is not used. */
 struct state_file {
 	char magic[4]; /* "K8AS" */
 	uint8_t log_id[AUDIT_LOG_ID_LEN];
 	uint64_t count, end, last_off, last_time;
 	merkle_hash last_hash;
 	struct merkle_frontier tree;
+	uint8_t mac[AUDIT_HASH_LEN]; /* of every byte before it */
 };
 
 static void state_save(struct audit_log *l)
 {
-	struct state_file st = {.magic = "K8AS"};
+	struct state_file st;
 
 	if (l->sfd < 0)
 		return;
+	memset(&st, 0, sizeof(st));
+	memcpy(st.magic, "K8AS", 4);
 	memcpy(st.log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN);
 	st.count = l->count;
 	st.end = l->end;
@@ -530,7 +538,8 @@ static void state_save(struct audit_log *l)
 	st.last_time = l->last_time;
 	memcpy(st.last_hash, l->last_hash, AUDIT_HASH_LEN);
 	st.tree = l->tree;
-	if (pwrite(l->sfd, &st, sizeof(st), 0) != (ssize_t)sizeof(st))
+	if (audit_key_mac(l->key, &st, offsetof(struct state_file, mac), st.mac) ||
+	    pwrite(l->sfd, &st, sizeof(st), 0) != (ssize_t)sizeof(st))
 		log_debug("audit: %s.state not written; the next writer reads the whole log", l->path);
 }
 
@@ -540,13 +549,14 @@ static void state_load(struct audit_log *l)
 	struct state_file st;
 	struct audit_record r;
 	struct stat fs;
-	merkle_hash h;
+	merkle_hash h, mac;
 	uint8_t *rec;
 	uint64_t len;
 	bool ok;
 
 	if (l->sfd < 0 || pread(l->sfd, &st, sizeof(st), 0) != (ssize_t)sizeof(st) ||
-	    memcmp(st.magic, "K8AS", 4) || memcmp(st.log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN) ||
+	    audit_key_mac(l->key, &st, offsetof(struct state_file, mac), mac) ||
+	    CRYPTO_memcmp(mac, st.mac, sizeof(mac)) || memcmp(st.magic, "K8AS", 4) || memcmp(st.log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN) ||
 	    fstat(l->fd, &fs) < 0 || st.end > (uint64_t)fs.st_size || st.tree.size != st.count ||
 	    st.count == 0 || st.last_off < AUDIT_HDR_LEN || st.last_off >= st.end ||
 	    st.end - st.last_off > AUDIT_REC_MAX)

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <openssl/bio.h>
+#include <openssl/crypto.h>
+#include <openssl/hmac.h>
 #include <openssl/pem.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +166,29 @@ int audit_key_public(EVP_PKEY *key, uint8_t pub[AUDIT_PUBKEY_LEN])
 	if (EVP_PKEY_get_raw_public_key(key, pub, &len) != 1 || len != AUDIT_PUBKEY_LEN)
 		return -EINVAL;
 	return 0;
+}
+
+int audit_key_mac(EVP_PKEY *key, const void *msg, size_t len, uint8_t out[AUDIT_HASH_LEN])
+{
+	static const char domain[] = "KOSA8 AUDIT STATE MAC V1\n";
+	uint8_t priv[32], k[AUDIT_HASH_LEN];
+	size_t plen = sizeof(priv);
+	unsigned int olen = AUDIT_HASH_LEN;
+	EVP_MD_CTX *c;
+	int ok;
+
+	if (EVP_PKEY_get_raw_private_key(key, priv, &plen) != 1 || plen != sizeof(priv))
+		return -EINVAL;
+	/* A key of its own for the MAC, never the signing key's bytes as such. */
+	c = EVP_MD_CTX_new();
+	ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1 &&
+	     EVP_DigestUpdate(c, domain, sizeof(domain) - 1) == 1 &&
+	     EVP_DigestUpdate(c, priv, sizeof(priv)) == 1 && EVP_DigestFinal_ex(c, k, NULL) == 1;
+	EVP_MD_CTX_free(c);
+	OPENSSL_cleanse(priv, sizeof(priv));
+	ok = ok && HMAC(EVP_sha256(), k, sizeof(k), msg, len, out, &olen) && olen == AUDIT_HASH_LEN;
+	OPENSSL_cleanse(k, sizeof(k));
+	return ok ? 0 : -EINVAL;
 }
 
 int audit_pubkey_parse(const uint8_t *buf, size_t len, uint8_t pub[AUDIT_PUBKEY_LEN])

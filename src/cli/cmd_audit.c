@@ -122,25 +122,54 @@ struct trust {
 	char why[PATH_MAX + 64];
 };
 
+/* Only the user (or root) may write what pins the key: the file, checked
+ * on the descriptor that is then read, and the folder it is in (else a
+ * file could be renamed over it), unless that folder is sticky like /tmp.
+ * The descriptor, or -errno (-EPERM said why). */
+static int open_trusted(const char *path)
+{
+	char *real = realpath(path, NULL), *slash;
+	struct stat st, dir;
+	bool ok;
+	int fd, e;
+
+	if (!real)
+		return -errno;
+	fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	e = errno;
+	slash = strrchr(real, '/');
+	*slash = '\0';
+	ok = fd >= 0 && fstat(fd, &st) == 0 && stat(*real ? real : "/", &dir) == 0 &&
+	     !(st.st_mode & 022) && (st.st_uid == geteuid() || st.st_uid == 0) &&
+	     (dir.st_uid == geteuid() || dir.st_uid == 0) &&
+	     (!(dir.st_mode & 022) || (dir.st_mode & S_ISVTX));
+	free(real);
+	if (fd < 0)
+		return -e;
+	if (!ok) {
+		close(fd);
+		fprintf(stderr, "kosa8 audit: %s may be written by others (the file or its folder): "
+			"not used as trusted keys\n", path);
+		return -EPERM;
+	}
+	return fd;
+}
+
 /* trusted-keys: one key a line (64 hex digits, then anything), '#'
  * comments.  Refused when others may write it: a pin anyone can change
  * pins nothing.  Picks the key `want` names if listed, else the first. */
 static int read_trusted_keys(const char *path, const uint8_t *want, struct trust *t)
 {
 	uint8_t *buf = NULL, k[AUDIT_PUBKEY_LEN];
-	struct stat st;
 	size_t len;
-	int err, found = 0;
+	int fd, err, found = 0;
 	char *text, *line, *save = NULL;
 
-	if (stat(path, &st) < 0)
-		return -errno;
-	if ((st.st_mode & 022) || (st.st_uid != geteuid() && st.st_uid != 0)) {
-		fprintf(stderr, "kosa8 audit: %s may be written by others: not used as trusted keys\n",
-			path);
-		return -EPERM;
-	}
-	if ((err = read_file(path, 1 * MiB, &buf, &len)))
+	if ((fd = open_trusted(path)) < 0)
+		return fd;
+	err = read_fd(fd, 1 * MiB, &buf, &len);
+	close(fd);
+	if (err)
 		return err;
 	text = strndup((const char *)buf, len);
 	free(buf);
@@ -587,53 +616,62 @@ out:
 	return rc;
 }
 
-/* --head FILE: the log must still hold the head an auditor saved, and
- * extend it (RFC 9162 consistency proof to the newest head). */
-static int check_pinned(const struct aopts *o, const struct proved *p)
+/* A file an auditor saved holding one head line (`kosa8 audit head`):
+ * exactly that line and nothing after it, so a file that holds more is
+ * not silently read as its first line.  0, or -EINVAL with the message. */
+static int read_head_file(const char *path, struct audit_head *h)
+{
+	uint8_t *buf = NULL;
+	size_t len;
+	int n = -EINVAL;
+
+	if (!read_file(path, 4096, &buf, &len))
+		n = audit_head_parse((const char *)buf, len, h);
+	free(buf);
+	if (n <= 0 || (size_t)n != len) {
+		fprintf(stderr, "kosa8 audit: %s does not hold exactly one head line\n", path);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* --head FILE: the log must still hold the head h an auditor saved, and
+ * extend it (RFC 9162 consistency proof to the newest head).  Prints the
+ * failure; on success *nproof is the proof's length. */
+static int check_pinned(const struct aopts *o, const struct proved *p, const struct audit_head *h,
+			int *nproof)
 {
 	const struct audit_head *now = p->nheads ? &p->heads[p->nheads - 1] : NULL;
 	merkle_hash path[MERKLE_MAX_PATH];
-	struct audit_head h;
-	uint8_t *buf = NULL;
-	size_t len;
 	int n;
 
-	if (read_file(o->pin_head, 4096, &buf, &len) ||
-	    audit_head_parse((const char *)buf, len, &h) <= 0) {
-		free(buf);
-		fprintf(stderr, "kosa8 audit: %s does not hold a head line\n", o->pin_head);
-		return 2;
-	}
-	free(buf);
-	if (audit_head_verify(p->pub, &h) || memcmp(h.pubkey, p->pub, AUDIT_PUBKEY_LEN)) {
+	if (audit_head_verify(p->pub, h) || memcmp(h->pubkey, p->pub, AUDIT_PUBKEY_LEN)) {
 		printf("FAILED: the pinned head in %s is not signed by the trusted key\n", o->pin_head);
 		return 1;
 	}
-	if (memcmp(h.log_id, p->r.header.log_id, AUDIT_LOG_ID_LEN) ||
-	    h.created_ns != p->r.header.created_ns) {
+	if (memcmp(h->log_id, p->r.header.log_id, AUDIT_LOG_ID_LEN) ||
+	    h->created_ns != p->r.header.created_ns) {
 		printf("FAILED: the pinned head belongs to another log: this log was replaced\n");
 		return 1;
 	}
-	if (h.index >= p->nheads || h.size > p->r.records) {
+	if (h->index >= p->nheads || h->size > p->r.records) {
 		printf("FAILED: truncated: the pinned head #%llu covers %llu records; the log now has "
-		       "%zu heads and %llu records\n", (unsigned long long)h.index,
-		       (unsigned long long)h.size, p->nheads, (unsigned long long)p->r.records);
+		       "%zu heads and %llu records\n", (unsigned long long)h->index,
+		       (unsigned long long)h->size, p->nheads, (unsigned long long)p->r.records);
 		return 1;
 	}
-	if (memcmp(&p->heads[h.index], &h, sizeof(h))) {
+	if (memcmp(&p->heads[h->index], h, sizeof(*h))) {
 		printf("FAILED: rewritten: signed head #%llu is not the one pinned\n",
-		       (unsigned long long)h.index);
+		       (unsigned long long)h->index);
 		return 1;
 	}
-	n = h.size ? merkle_consistency_proof(p->leaves, now->size, h.size, path) : 0;
-	if (n < 0 || merkle_verify_consistency(h.size, now->size, h.root, now->root, path, (size_t)n)) {
+	n = h->size ? merkle_consistency_proof(p->leaves, now->size, h->size, path) : 0;
+	if (n < 0 || merkle_verify_consistency(h->size, now->size, h->root, now->root, path, (size_t)n)) {
 		printf("FAILED: rewritten: the log no longer extends the pinned head of size %llu\n",
-		       (unsigned long long)h.size);
+		       (unsigned long long)h->size);
 		return 1;
 	}
-	printf("  pinned: head #%llu (size %llu) from %s is in the log, and the newest head "
-	       "extends it (consistency proof of %d hashes)\n", (unsigned long long)h.index,
-	       (unsigned long long)h.size, o->pin_head, n);
+	*nproof = n;
 	return 0;
 }
 
@@ -656,11 +694,34 @@ static bool format1_log(const char *path)
 	return true;
 }
 
+/* verify --head: the saved head is read before anything is checked, and
+ * "OK" is printed only when the log also holds and extends it. */
+static int verify_pinned(struct aopts *o, const struct trust *t)
+{
+	struct audit_head h;
+	struct proved p;
+	int rc, n = 0;
+
+	if (read_head_file(o->pin_head, &h))
+		return 2;
+	rc = load_proved(o, t, &p);
+	if (!rc)
+		rc = check_pinned(o, &p, &h, &n);
+	if (!rc) {
+		print_ok(&p.r, o->log);
+		printf("  pinned: head #%llu (size %llu) from %s is in the log, and the newest head "
+		       "extends it (consistency proof of %d hashes)\n", (unsigned long long)h.index,
+		       (unsigned long long)h.size, o->pin_head, n);
+	}
+	print_trust(t);
+	proved_free(&p);
+	return rc;
+}
+
 static int do_verify(struct aopts *o)
 {
 	struct audit_verify_result r;
 	struct audit_head first;
-	struct proved p;
 	struct trust t;
 	size_t torn = 0;
 	int err, rc;
@@ -671,16 +732,8 @@ static int do_verify(struct aopts *o)
 		return 2;
 	if (trusted_key(o, log_named_key(o->log, &first), NULL, &t))
 		return 2;
-	if (o->pin_head) {
-		rc = load_proved(o, &t, &p);
-		if (!rc) {
-			print_ok(&p.r, o->log);
-			rc = check_pinned(o, &p);
-		}
-		print_trust(&t);
-		proved_free(&p);
-		return rc;
-	}
+	if (o->pin_head)
+		return verify_pinned(o, &t);
 	/* One pass over the log (audit_log_verify), the snapshot's length
 	 * pass only when the log does not end in a complete record. */
 	signal(SIGBUS, on_sigbus);
@@ -942,9 +995,6 @@ static int do_check_proof(struct aopts *o)
 static int resolve_head(const struct proved *p, const char *spec, struct audit_head *out)
 {
 	const struct audit_head *h = find_head(p, spec);
-	uint8_t *buf = NULL;
-	size_t len;
-	int n;
 
 	if (h) {
 		*out = *h;
@@ -954,17 +1004,11 @@ static int resolve_head(const struct proved *p, const char *spec, struct audit_h
 		fprintf(stderr, "kosa8 audit: no signed head of size %s\n", spec);
 		return -ENOENT;
 	}
-	if (read_file(spec, 4096, &buf, &len)) {
+	if (access(spec, F_OK)) {
 		fprintf(stderr, "kosa8 audit: no signed head of size %s, and no such file\n", spec);
 		return -ENOENT;
 	}
-	n = audit_head_parse((const char *)buf, len, out);
-	free(buf);
-	if (n <= 0) {
-		fprintf(stderr, "kosa8 audit: %s does not hold a head line\n", spec);
-		return -EINVAL;
-	}
-	return 0;
+	return read_head_file(spec, out);
 }
 
 static int consistency_check(const struct aopts *o, const struct proved *p,

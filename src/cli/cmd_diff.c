@@ -365,21 +365,19 @@ static int copy_fd(int in, int out)
 	return 0;
 }
 
+/* The patch holds the guest's bytes (file contents and names): on a
+ * terminal they are escaped (termsafe.h) like `kosa8 logs`; into a pipe
+ * or file the patch goes exactly as it is, for git apply. */
 static int show_patch(const struct wsdiff *d, int out)
 {
 	int in = open(d->patch, O_RDONLY | O_CLOEXEC), err;
 
 	if (in < 0)
 		return -errno;
-	/* The guest wrote the files' contents: escaped on a terminal (escape
-	 * sequences in a file must not act on the user's terminal), as they
-	 * are into a pipe or a file, where a patch must stay a patch. */
-	if (out == 1 && isatty(1)) {
-		fflush(stdout);
-		err = term_copy_fd(in, stdout, false);
-	} else {
+	if (out == STDOUT_FILENO && isatty(out))
+		err = term_copy_fd(in, stdout, TERM_KEEP_LINES, false);
+	else
 		err = copy_fd(in, out);
-	}
 	close(in);
 	return err;
 }
@@ -461,7 +459,7 @@ int cmd_diff(int argc, char **argv)
 	if (wsdiff_make(&d) == 0) {
 		if (!d.files)
 			fprintf(stderr, "kosa8 diff: no changes under /workspace\n");
-		rc = (stat ? show_stat(&d) : show_patch(&d, 1)) ? 1 : 0;
+		rc = (stat ? show_stat(&d) : show_patch(&d, STDOUT_FILENO)) ? 1 : 0;
 	}
 	wsdiff_done(&d);
 	return rc;

@@ -573,6 +573,9 @@ int cmd_rm(int argc, char **argv)
 		return cli_usage_error("rm", NULL);
 	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
 		return cli_fail("rm", "no sandbox named '%s'", name);
+	/* The tree is walked and deleted by path: nobody else may write in it. */
+	if (sandbox_state_dir_private(name, false, dir, sizeof(dir), why, sizeof(why)))
+		return cli_fail("rm", "%s", why);
 	/* Forks read this sandbox's checkpoint files. */
 	if (ckpt_live_fork(dir, NULL, child, sizeof(child)))
 		return cli_fail("rm", "sandbox '%s' has forks that run from its checkpoints ('%s'): kosa8 rm them first",
@@ -661,7 +664,7 @@ static int print_file(const char *path, bool raw)
 
 	if (fd < 0)
 		return -errno;
-	err = term_copy_fd(fd, stdout, raw);
+	err = term_copy_fd(fd, stdout, TERM_KEEP_LINES, raw);
 	close(fd);
 	return err;
 }

@@ -1,9 +1,9 @@
 #include "common/termsafe.h"
 
-#include <stdint.h>
 #include <errno.h>
-#include <unistd.h>
+#include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Length of the well-formed UTF-8 sequence at p (RFC 3629, table 3-7 of
  * the Unicode standard), 0 when the bytes there are not one, -1 when the
@@ -45,11 +45,33 @@ static int utf8_len(const uint8_t *p, size_t n, uint32_t *cp)
 	return len;
 }
 
-/* Characters a terminal acts on although they are printable UTF-8. */
+/* Characters a terminal acts on although they are printable UTF-8 (C1,
+ * bidi controls, line separators), and those that print as nothing and so
+ * hide text from the reader (Unicode's default-ignorable code points but
+ * the variation selectors, which only pick a glyph: zero-width spaces and
+ * joiners, fillers, word joiners, BOM, the invisible tag block). */
 static bool invisible_control(uint32_t cp)
 {
-	return (cp >= 0x80 && cp <= 0x9f) || cp == 0x061c || cp == 0x200e || cp == 0x200f ||
-	       (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+	return (cp >= 0x80 && cp <= 0x9f) || cp == 0xad || cp == 0x34f || cp == 0x61c ||
+	       cp == 0x115f || cp == 0x1160 || cp == 0x17b4 || cp == 0x17b5 ||
+	       (cp >= 0x180b && cp <= 0x180f) || (cp >= 0x200b && cp <= 0x200f) ||
+	       (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2060 && cp <= 0x206f) || cp == 0x3164 ||
+	       cp == 0xfeff || cp == 0xffa0 || (cp >= 0xfff0 && cp <= 0xfffb) ||
+	       (cp >= 0x1bca0 && cp <= 0x1bca3) || (cp >= 0x1d173 && cp <= 0x1d17a) ||
+	       (cp >= 0xe0000 && cp <= 0xe007f);
+}
+
+/* \uXXXX (JSON: a surrogate pair above U+FFFF, so the output is the same
+ * JSON), else \uXXXX or \UXXXXXXXX. */
+static void put_escaped(FILE *f, uint32_t cp, bool json)
+{
+	if (cp <= 0xffff)
+		fprintf(f, "\\u%04x", (unsigned)cp);
+	else if (json)
+		fprintf(f, "\\u%04x\\u%04x", (unsigned)(0xd800 + ((cp - 0x10000) >> 10)),
+			(unsigned)(0xdc00 + ((cp - 0x10000) & 0x3ff)));
+	else
+		fprintf(f, "\\U%08x", (unsigned)cp);
 }
 
 size_t term_write(FILE *f, const void *buf, size_t n, unsigned flags)
@@ -89,7 +111,7 @@ size_t term_write(FILE *f, const void *buf, size_t n, unsigned flags)
 			continue;
 		}
 		if (invisible_control(cp))
-			fprintf(f, "\\u%04x", (unsigned)cp);
+			put_escaped(f, cp, flags & TERM_JSON);
 		else
 			fwrite(p + i, 1, (size_t)len, f);
 		i += (size_t)len;
@@ -97,25 +119,23 @@ size_t term_write(FILE *f, const void *buf, size_t n, unsigned flags)
 	return i;
 }
 
-int term_copy_fd(int in, FILE *f, bool raw)
+int term_copy_fd(int in, FILE *out, unsigned flags, bool raw)
 {
-	unsigned char buf[65536];
+	uint8_t buf[65536];
 	size_t have = 0, used;
 	ssize_t n;
 
-	while ((n = read(in, buf + have, sizeof(buf) - have)) > 0) {
-		have += (size_t)n;
-		if (raw) {
-			fwrite(buf, 1, have, f);
-			have = 0;
+	while ((n = read(in, buf + have, sizeof(buf) - have)) != 0) {
+		if (n < 0 && errno == EINTR)
 			continue;
-		}
-		used = term_write(f, buf, have, TERM_KEEP_LINES);
+		if (n < 0)
+			return -errno;
+		have += (size_t)n;
+		used = raw ? fwrite(buf, 1, have, out) : term_write(out, buf, have, flags);
 		memmove(buf, buf + used, have - used);
 		have -= used;
 	}
 	if (have)
-		term_write(f, buf, have, TERM_KEEP_LINES | TERM_FINAL);
-	fflush(f);
-	return n < 0 ? -errno : 0;
+		term_write(out, buf, have, flags | TERM_FINAL);
+	return fflush(out) ? -errno : 0;
 }

@@ -7,6 +7,10 @@
  *   C1 controls U+0080..U+009F                                   -> \u0085
  *   bidi controls U+061C, U+200E, U+200F, U+202A..U+202E,
  *   U+2066..U+2069, and the separators U+2028, U+2029            -> \u202e
+ *   characters that print as nothing (zero-width spaces/joiners,
+ *   U+00AD, U+2060..U+206F, U+FEFF, fillers, the tag block
+ *   U+E0000..U+E007F: text a reader cannot see)                  -> \u200b
+ *   (above U+FFFF: \U000e0041, in JSON a surrogate pair)
  *   bytes that are not well-formed UTF-8 (RFC 3629: no overlongs,
  *   no surrogates, nothing above U+10FFFF)                       -> \xHH
  *
@@ -33,9 +37,8 @@
  * again in front of its next chunk. */
 size_t term_write(FILE *f, const void *buf, size_t n, unsigned flags);
 
-/* Copies everything from fd in to f, escaped with TERM_KEEP_LINES (a
- * UTF-8 sequence cut between reads is carried to the next), or as it is
- * with raw.  0, or -errno of a read. */
-int term_copy_fd(int in, FILE *f, bool raw);
+/* Copies everything read from fd in to out, escaped with flags (plus
+ * TERM_FINAL at the end), or as it is when raw.  0 or -errno. */
+int term_copy_fd(int in, FILE *out, unsigned flags, bool raw);
 
 #endif

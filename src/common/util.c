@@ -49,43 +49,38 @@ int parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
-int read_file(const char *path, size_t max, uint8_t **buf, size_t *len)
+int read_fd(int fd, size_t max, uint8_t **buf, size_t *len)
 {
 	struct stat st;
-	uint8_t *p = NULL;
+	uint8_t *p;
 	ssize_t n;
-	int fd, err = 0;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (fstat(fd, &st) < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0) {
-		err = -errno;
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		err = -EINVAL;
-		goto out;
-	}
-	if ((uint64_t)st.st_size > max) {
-		err = -EFBIG;
-		goto out;
-	}
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
+	if ((uint64_t)st.st_size > max)
+		return -EFBIG;
 	p = malloc(st.st_size ? (size_t)st.st_size : 1);
-	if (!p) {
-		err = -ENOMEM;
-		goto out;
-	}
+	if (!p)
+		return -ENOMEM;
 	n = read_full(fd, p, (size_t)st.st_size);
 	if (n < 0) {
-		err = (int)n;
-		goto out;
+		free(p);
+		return (int)n;
 	}
 	*buf = p;
 	*len = (size_t)n;
-	p = NULL;
-out:
-	free(p);
+	return 0;
+}
+
+int read_file(const char *path, size_t max, uint8_t **buf, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC), err;
+
+	if (fd < 0)
+		return -errno;
+	err = read_fd(fd, max, buf, len);
 	close(fd);
 	return err;
 }

@@ -25,6 +25,8 @@ int parse_size(const char *s, uint64_t *out);
 
 /* Reads a whole file into a malloc'd buffer, refusing files over max bytes. */
 int read_file(const char *path, size_t max, uint8_t **buf, size_t *len);
+/* The same from an open descriptor of a regular file (not closed). */
+int read_fd(int fd, size_t max, uint8_t **buf, size_t *len);
 
 /* Adds one to an eventfd's counter, waking whoever polls it.  A counter
  * at its maximum (EAGAIN) already means a wake-up is pending: 0 then too.

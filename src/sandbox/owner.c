@@ -50,7 +50,7 @@ static void read_owner(int fd, struct sandbox_owner *who)
 
 static void write_owner(const char *path, const char *role)
 {
-	int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 
 	if (fd < 0)
 		return;
@@ -60,15 +60,32 @@ static void write_owner(const char *path, const char *role)
 	close(fd);
 }
 
+/* The lock file, opened so that whoever could write the folder cannot make
+ * us hang or misread: never through a link, never blocking on a FIFO, and
+ * only a regular file (a directory or FIFO there is -EINVAL, not "free"). */
+static int open_lock(const char *path, int flags)
+{
+	struct stat st;
+	int fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+
+	if (fd < 0)
+		return errno == EISDIR ? -EINVAL : -errno;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
+	return fd;
+}
+
 /* One attempt: the descriptor, -EBUSY when owned, -EAGAIN when only
  * probes were in the way or the file was removed under us. */
 static int try_take(const char *path, struct sandbox_owner *who)
 {
 	struct stat a, b;
-	int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600), e;
+	int fd = open_lock(path, O_RDONLY | O_CREAT), e;
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
 		/* `rm` unlinks the file it held: a lock on that one owns nothing. */
 		if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
@@ -140,9 +157,9 @@ int sandbox_owner_probe(const char *state_dir, struct sandbox_owner *who)
 	memset(who, 0, sizeof(*who));
 	if ((rc = lock_path(state_dir, SANDBOX_OWNER_FILE, path, sizeof(path))))
 		return rc;
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	fd = open_lock(path, O_RDONLY);
 	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
+		return fd == -ENOENT ? 0 : fd;
 	if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
 		close(fd);
 		return 0;
@@ -177,9 +194,9 @@ int sandbox_create_lock(void)
 	    (rc = lock_path(base, "sandboxes", dir, sizeof(dir))) ||
 	    (rc = lock_path(dir, SANDBOX_CREATE_LOCK, path, sizeof(path))) || (rc = mkdir_p(dir, 0700)))
 		return rc;
-	fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	fd = open_lock(path, O_RDONLY | O_CREAT);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 		rc = errno == EWOULDBLOCK ? (mono_ms() < deadline ? 0 : -ETIMEDOUT) : -errno;
 		if (rc) {

@@ -81,13 +81,71 @@ def parse_record(b, off):
     return L, seq, prev, t
 
 
+HEX = "0123456789abcdef"
+U64 = 2 ** 64 - 1
+
+
+def hex_field(f, n):
+    """Exactly 2n lower-case hex digits (section 5: one spelling only)."""
+    if len(f) != 2 * n or any(c not in HEX for c in f):
+        raise ValueError("bad hex field")
+    return bytes.fromhex(f)
+
+
+def dec_field(f):
+    """Decimal digits, no leading zero, no sign, at most 2^64-1."""
+    if not f or any(c not in "0123456789" for c in f) or (len(f) > 1 and f[0] == "0") \
+            or int(f) > U64:
+        raise ValueError("bad decimal field")
+    return int(f)
+
+
 def parse_head(line):
+    """One head line without its newline, as str or bytes."""
+    if isinstance(line, bytes):
+        if any(c >= 0x80 for c in line):
+            raise ValueError("bad head line")
+        line = line.decode("ascii")
     f = line.split(" ")
     if len(f) != 10 or f[0] != "K8AH2":
         raise ValueError("bad head line")
-    return {"id": bytes.fromhex(f[1]), "created": int(f[2]), "index": int(f[3]),
-            "prev": bytes.fromhex(f[4]), "size": int(f[5]), "time": int(f[6]),
-            "root": bytes.fromhex(f[7]), "pub": bytes.fromhex(f[8]), "sig": bytes.fromhex(f[9])}
+    return {"id": hex_field(f[1], 16), "created": dec_field(f[2]), "index": dec_field(f[3]),
+            "prev": hex_field(f[4], 32), "size": dec_field(f[5]), "time": dec_field(f[6]),
+            "root": hex_field(f[7], 32), "pub": hex_field(f[8], 32), "sig": hex_field(f[9], 64)}
+
+
+def torn(t):
+    """Section 7: bytes after the last whole record that are zeros or the
+    start of one record whose length runs past the end, with no whole record
+    anywhere after them."""
+    start = t[:4] == b"K8AR"[:len(t)]
+    if start and len(t) >= 8:
+        L = struct.unpack(">I", t[4:8])[0]
+        start = 71 <= L <= 1048576
+        if start and len(t) >= 66:
+            a, bb, c, d = struct.unpack(">HHHI", t[56:66])
+            start = L == 67 + a + bb + c + d and len(t) < L
+    if not start and t.strip(b"\x00") != b"":
+        return False
+    for q in range(1, len(t) - 70):
+        try:
+            parse_record(t[q:], 0)
+            return False
+        except ValueError:
+            pass
+    return True
+
+
+def read_heads(path):
+    """The whole lines of PATH.heads; an unterminated last line is a torn
+    write (never acknowledged) unless it is longer than any head line."""
+    if not os.path.exists(path):
+        return []
+    raw = open(path, "rb").read()
+    lines = raw.split(b"\n")
+    if len(lines[-1]) >= 512:
+        raise ValueError("unterminated head line")
+    return [parse_head(x) for x in lines[:-1]]
 
 
 def head_msg(h):
@@ -104,14 +162,13 @@ def verify_log(path, pub):
         return "BAD header"
     log_id, created = b[8:24], struct.unpack(">Q", b[24:32])[0]
     leaves, times, off, prev, last_t = [], [], 32, bytes(32), created
-    torn = False
+    is_torn = False
     while off < len(b):
         try:
             L, seq, p, t = parse_record(b, off)
         except ValueError as e:
-            if b[off:].strip(b"\x00") == b"" or off + 8 > len(b) or (
-                    b[off:off + 4] == b"K8AR" and off + struct.unpack(">I", b[off + 4:off + 8])[0] > len(b)):
-                torn = True
+            if torn(b[off:]):
+                is_torn = True
                 break  # torn tail: a note, unless a head covers it
             return "BAD malformed record %d (%s)" % (len(leaves), e)
         if seq != len(leaves) or p != prev:
@@ -122,11 +179,10 @@ def verify_log(path, pub):
         leaves.append(h)
         times.append(t)
         prev, off, last_t = h, off + L, t
-    heads = []
-    hp = path + ".heads"
-    if os.path.exists(hp):
-        for line in open(hp).read().split("\n")[:-1]:
-            heads.append(parse_head(line))
+    try:
+        heads = read_heads(path + ".heads")
+    except ValueError as e:
+        return "BAD heads file (%s)" % e
     if not heads:
         return "BAD no signed head"
     trusted = raw_pub(pub)
@@ -142,7 +198,7 @@ def verify_log(path, pub):
         if i and (h["size"] < heads[i - 1]["size"] or h["time"] < heads[i - 1]["time"]):
             return "BAD head %d order" % i
         if h["size"] > len(leaves):
-            return "BAD %s: head %d covers %d records" % ("malformed" if torn else "truncated",
+            return "BAD %s: head %d covers %d records" % ("malformed" if is_torn else "truncated",
                                                          i, h["size"])
         if mth(leaves[:h["size"]]) != h["root"]:
             return "BAD head %d root" % i

@@ -301,6 +301,68 @@ static void test_verify_pinned_head(void **state)
 	assert_non_null(strstr(out, "another log"));
 }
 
+/* A pin that fails never reads "OK", and a saved-head file is exactly one
+ * head line: one with a second line or junk after it is not taken as its
+ * first line, nor is a CRLF copy. */
+static void test_verify_pinned_head_strict(void **state)
+{
+	assert_int_equal(run("rm -f $D/o.log*; $K audit append --log $D/o.log --type t >/dev/null 2>&1 && "
+			     "$K audit head --log $D/o.log > $D/other.head && "
+			     "$K audit verify --log $LOG --head $D/other.head"),
+			 1);
+	assert_non_null(strstr(out, "another log"));
+	assert_null(strstr(out, "OK"));
+	assert_int_equal(run("$K audit head --log $LOG > $D/p.head && cat $D/p.head $D/p.head > $D/two.head && "
+			     "$K audit verify --log $LOG --head $D/two.head"),
+			 2);
+	assert_non_null(strstr(out, "exactly one head line"));
+	assert_null(strstr(out, "OK"));
+	assert_int_equal(run("(cat $D/p.head; echo junk) > $D/junk.head && "
+			     "$K audit consistency $D/junk.head latest --log $LOG"),
+			 2);
+	assert_int_equal(run("sed 's/$/\\r/' $D/p.head > $D/crlf.head && "
+			     "$K audit verify --log $LOG --head $D/crlf.head"),
+			 2);
+	assert_null(strstr(out, "OK"));
+	assert_int_equal(run("$K audit verify --log $LOG --head $D/p.head"), 0);
+}
+
+/* PATH.state is the writer's cache, in a folder a log forger can write:
+ * a forged tree in it must not make the key holder sign a wrong root
+ * (which then fails the honest records as "rewritten"). */
+static void test_state_cache_forged(void **state)
+{
+	assert_int_equal(run("rm -f $D/c.log*; for i in 1 2 3; do $K audit append --log $D/c.log --type t "
+			     ">/dev/null 2>&1 || exit 1; done; $K audit sign --log $D/c.log >/dev/null && "
+			     "$K audit append --log $D/c.log --type t >/dev/null 2>&1 && "
+			     "$K audit append --log $D/c.log --type t >/dev/null 2>&1 && "
+			     "python3 -c 'import sys; b = bytearray(open(sys.argv[1], \"rb\").read()); "
+			     "b[96:96 + 64 * 32] = bytes(x ^ 0x55 for x in b[96:96 + 64 * 32]); "
+			     "open(sys.argv[1], \"wb\").write(b)' $D/c.log.state && "
+			     "$K audit sign --log $D/c.log >/dev/null && "
+			     "$K audit verify --log $D/c.log --pubkey $D/pub.pem"),
+			 0);
+	assert_non_null(strstr(out, "5 records, 3 signed heads verified"));
+}
+
+/* A trusted-keys file of ours, 0600, in a folder others may write (not
+ * sticky): they can rename their own file over it, so it pins nothing. */
+static void test_trusted_keys_folder(void **state)
+{
+	assert_int_equal(run("rm -rf $D/tkd && mkdir $D/tkd && chmod 777 $D/tkd && "
+			     "openssl pkey -pubin -in $D/pub.pem -outform DER | tail -c 32 | "
+			     "od -An -tx1 | tr -d ' \\n' > $D/tkd/tk && chmod 600 $D/tkd/tk && "
+			     "$K audit verify --log $LOG --trusted-keys $D/tkd/tk"),
+			 2);
+	assert_non_null(strstr(out, "may be written by others"));
+	/* sticky like /tmp: only the owner may replace it */
+	assert_int_equal(run("chmod 1777 $D/tkd && $K audit verify --log $LOG --trusted-keys $D/tkd/tk"), 0);
+	assert_int_equal(run("chmod 755 $D/tkd && ln -s tk $D/tkd/link && "
+			     "$K audit verify --log $LOG --trusted-keys $D/tkd/link"),
+			 0);
+	assert_non_null(strstr(out, "pinned in"));
+}
+
 /* Item 19: what export and prove write is private like the log. */
 static void test_outputs_private(void **state)
 {
@@ -387,6 +449,37 @@ static void test_v1_upgrade(void **state)
 	assert_non_null(strstr(out, "format 1 log"));
 }
 
+/* $D/s.log is $LOG with its heads (or tail) changed by a shell line; both
+ * verifiers must refuse it. */
+static void both_refuse(const char *make)
+{
+	assert_int_equal(run("rm -f $D/s.log*; cp $LOG $D/s.log && cp $LOG.heads $D/s.log.heads && (%s) && "
+			     "$K audit verify --log $D/s.log --pubkey $D/pub.pem",
+			     make),
+			 1);
+	assert_int_equal(run("python3 tests/audit/verify_log.py log $D/s.log $D/pub.pem"), 1);
+	assert_non_null(strstr(out, "BAD "));
+}
+
+/* Section 5 allows one spelling of a head line and section 7 one shape of
+ * a torn tail; a forger without the key re-spells signed heads (upper-case
+ * hex, leading zeros, CRLF) or hides a whole record behind a cut-off one. */
+static void test_independent_verifier_strict(void **state)
+{
+	if (!have_python())
+		skip();
+	both_refuse("sed -i '$s/ \\([0-9a-f]*\\)$/ \\U\\1/' $D/s.log.heads");
+	both_refuse("sed -i 's/$/\\r/' $D/s.log.heads");
+	both_refuse("awk '{ if (NR == 2) $4 = \"0\" $4; print }' $LOG.heads > $D/s.log.heads");
+	both_refuse("awk '{ if (NR == 2) $3 = \"+\" $3; print }' $LOG.heads > $D/s.log.heads");
+	both_refuse("printf 'XYZ' >> $D/s.log");
+	both_refuse("python3 -c 'import sys; b = open(sys.argv[1], \"rb\").read(); "
+		    "n = int.from_bytes(b[36:40], \"big\"); "
+		    "open(sys.argv[1], \"ab\").write(b\"K8AR\" + (10**6).to_bytes(4, \"big\") + b[32:32 + n])' "
+		    "$D/s.log");
+	both_refuse("printf '\\n' >> $D/s.log.heads");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -399,10 +492,14 @@ int main(void)
 		cmocka_unit_test(test_export_bundle),
 		cmocka_unit_test(test_consistency),
 		cmocka_unit_test(test_independent_verifier),
+		cmocka_unit_test(test_independent_verifier_strict),
 		cmocka_unit_test(test_show_escapes),
 		cmocka_unit_test(test_logs_escapes),
 		cmocka_unit_test(test_forgery_with_swapped_pub_pem),
 		cmocka_unit_test(test_verify_pinned_head),
+		cmocka_unit_test(test_verify_pinned_head_strict),
+		cmocka_unit_test(test_state_cache_forged),
+		cmocka_unit_test(test_trusted_keys_folder),
 		cmocka_unit_test(test_outputs_private),
 		cmocka_unit_test(test_append_heads_per_interval),
 	};

@@ -236,6 +236,23 @@ static void test_cli_reads_the_lock(void **state)
 	assert_int_equal(sh("$K create --name sb --image $R/image"), 0);
 }
 
+/* rm walks and deletes the sandbox's tree: in a state dir another user
+ * may write, they could swap a folder for a link mid-walk and have our
+ * files elsewhere deleted.  rm checks the dirs first, as start does. */
+static void test_rm_checks_private(void **state)
+{
+	assert_int_equal(sh("chmod 777 $R/state"), 0);
+	assert_int_equal(sh("$K rm sb"), 1);
+	assert_non_null(strstr(out, "must be yours and writable by you alone"));
+	assert_int_equal(sh("chmod 700 $R/state && chmod 755 $R/state/sandboxes/sb"), 0);
+	assert_int_equal(sh("$K rm sb"), 1);
+	assert_non_null(strstr(out, "open to other users"));
+	assert_int_equal(access(sdir, F_OK), 0);
+	assert_int_equal(sh("chmod 700 $R/state/sandboxes/sb && $K rm sb"), 0);
+	assert_int_equal(access(sdir, F_OK), -1);
+	assert_int_equal(sh("$K create --name sb --image $R/image"), 0);
+}
+
 /* Parallel `start`, `rm` and `ps` of one sandbox while it is owned: none
  * starts a supervisor (none gets past the lock: no supervisor.log line, no
  * run directory), none removes it. */
@@ -285,6 +302,35 @@ static void test_concurrent_creates(void **state)
 /* Past the last CID whose low 16 bits are free, there is no CID to give:
  * a clear refusal, never one another sandbox (or its VMM uid) has.  The
  * 65533 sandboxes are sandbox.json files alone. */
+/* In a child with a deadline: a FIFO would block open() for ever. */
+static int take_and_probe_in(const char *what)
+{
+	struct sandbox_owner who;
+	char path[PATH_MAX + 32];
+	pid_t pid;
+	int st;
+
+	snprintf(path, sizeof(path), "%s/" SANDBOX_OWNER_FILE, sdir);
+	assert_int_equal(sh("rm -rf '%s' && %s '%s'", path, what, path), 0);
+	if ((pid = fork()) == 0) {
+		alarm(5);
+		int t = sandbox_owner_take(sdir, "rm", &who);
+		int p = sandbox_owner_probe(sdir, &who);
+		_exit(t == -EINVAL && p == -EINVAL ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(sh("rm -rf '%s'", path), 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Whoever could write the state dir put something else than a file where
+ * the lock lives: a clear error, never a hang or "not running". */
+static void test_lock_not_a_file(void **state)
+{
+	assert_int_equal(take_and_probe_in("mkfifo"), 0);
+	assert_int_equal(take_and_probe_in("mkdir"), 0);
+}
+
 static void test_cids_run_out(void **state)
 {
 	char dir[PATH_MAX], file[PATH_MAX + 16], text[320];
@@ -320,8 +366,10 @@ int main(void)
 		cmocka_unit_test(test_sigkill_releases),
 		cmocka_unit_test(test_race_one_owner),
 		cmocka_unit_test(test_cli_reads_the_lock),
+		cmocka_unit_test(test_rm_checks_private),
 		cmocka_unit_test(test_cli_race_while_owned),
 		cmocka_unit_test(test_concurrent_creates),
+		cmocka_unit_test(test_lock_not_a_file),
 		cmocka_unit_test(test_cids_run_out),
 	};
 
