@@ -288,6 +288,54 @@ int accel_mmio_doorbell(struct accel_vm *vm, uint64_t gpa, uint32_t len, uint64_
 	return ioctl(vm->vm_fd, KVM_IOEVENTFD, &io) < 0 ? -errno : 0;
 }
 
+/* XCR0 as KVM sees it after a throwaway one-vCPU guest, given the CPUID in
+ * c, ran XSETBV(CPUID_PROBE_XCR0) in real mode; CPUID_PROBE_XCR0 (no
+ * change) when the probe cannot run or the CPUID has no XSAVE.  Costs one
+ * small VM, about a millisecond on hardware. */
+static uint64_t kvm_probe_xsetbv(struct accel_vm *vm, const struct kvm_cpuid2 *c)
+{
+	static const uint8_t code[] = {0x0f, 0x01, 0xd1, /* xsetbv */ 0xf4 /* hlt */};
+	struct kvm_userspace_memory_region r = {.memory_size = 4096};
+	struct kvm_regs regs = {.rip = 0, .rax = CPUID_PROBE_XCR0, .rflags = 2};
+	struct kvm_sregs sregs;
+	struct kvm_xcrs xcrs = {0};
+	uint64_t seen = CPUID_PROBE_XCR0;
+	struct kvm_run *run = MAP_FAILED;
+	int vmfd, cpufd = -1;
+	void *mem;
+
+	mem = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (mem == MAP_FAILED)
+		return seen;
+	memcpy(mem, code, sizeof(code));
+	r.userspace_addr = (uintptr_t)mem;
+	vmfd = ioctl(vm->kvm_fd, KVM_CREATE_VM, 0);
+	if (vmfd < 0 || ioctl(vmfd, KVM_SET_USER_MEMORY_REGION, &r) < 0 ||
+	    (cpufd = ioctl(vmfd, KVM_CREATE_VCPU, 0)) < 0 ||
+	    ioctl(cpufd, KVM_SET_CPUID2, c) < 0 || ioctl(cpufd, KVM_GET_SREGS, &sregs) < 0)
+		goto out;
+	run = mmap(NULL, (size_t)vm->run_size, PROT_READ | PROT_WRITE, MAP_SHARED, cpufd, 0);
+	sregs.cs.base = 0;
+	sregs.cs.selector = 0;
+	sregs.cr4 |= 1u << 18; /* OSXSAVE: refused when the CPUID lacks XSAVE */
+	if (run == MAP_FAILED || ioctl(cpufd, KVM_SET_SREGS, &sregs) < 0 ||
+	    ioctl(cpufd, KVM_SET_REGS, &regs) < 0 || ioctl(cpufd, KVM_RUN, 0) < 0 ||
+	    run->exit_reason != KVM_EXIT_HLT || ioctl(cpufd, KVM_GET_XCRS, &xcrs) < 0)
+		goto out;
+	for (uint32_t i = 0; i < xcrs.nr_xcrs && i < KVM_MAX_XCRS; i++)
+		if (xcrs.xcrs[i].xcr == 0)
+			seen = xcrs.xcrs[i].value;
+out:
+	if (run != MAP_FAILED)
+		munmap(run, (size_t)vm->run_size);
+	if (cpufd >= 0)
+		close(cpufd);
+	if (vmfd >= 0)
+		close(vmfd);
+	munmap(mem, 4096);
+	return seen;
+}
+
 int accel_supported_cpuid(struct accel_vm *vm, struct cpuid_leaf *leaves,
 			  size_t max, size_t *count)
 {
@@ -319,6 +367,9 @@ int accel_supported_cpuid(struct accel_vm *vm, struct cpuid_leaf *leaves,
 			leaves[i].ecx |= CPUID_1_ECX_TSC_DEADLINE;
 	}
 	*count = c->nent;
+	if (cpuid_fix_xsave(leaves, c->nent, kvm_probe_xsetbv(vm, c)))
+		log_info("KVM does not see the guest's XSETBV (nested under an emulator?): "
+			 "offering the guest no XSAVE");
 out:
 	free(c);
 	return err;

@@ -95,3 +95,42 @@ int cpuid_filter(struct cpuid_leaf *leaves, size_t n, int vcpu_id, int ncpus)
 	}
 	return 0;
 }
+
+/* Features whose registers live only in XSAVE-managed state (AVX and later,
+ * protection keys): without XSAVE a guest cannot keep them across context
+ * switches, and Linux's own fallback clears them too. */
+#define LEAF1_ECX_XSAVE_DEPS ((1u << 12) /* FMA */ | (1u << 26) /* XSAVE */ | \
+			      (1u << 27) /* OSXSAVE */ | (1u << 28) /* AVX */ | \
+			      (1u << 29) /* F16C */)
+#define LEAF7_EBX_XSAVE_DEPS ((1u << 5) /* AVX2 */ | (1u << 16) | (1u << 17) | \
+			      (1u << 21) | (1u << 26) | (1u << 27) | (1u << 28) | \
+			      (1u << 30) | (1u << 31) /* AVX-512 */)
+#define LEAF7_ECX_XSAVE_DEPS ((1u << 1) /* AVX512_VBMI */ | (1u << 3) /* PKU */ | \
+			      (1u << 4) /* OSPKE */ | (1u << 6) /* AVX512_VBMI2 */ | \
+			      (1u << 9) /* VAES */ | (1u << 10) /* VPCLMULQDQ */ | \
+			      (1u << 11) | (1u << 12) | (1u << 14) /* AVX-512 */)
+#define LEAF7_EDX_XSAVE_DEPS ((1u << 2) | (1u << 3) | (1u << 8) | (1u << 23) /* AVX-512 */ | \
+			      (1u << 22) | (1u << 24) | (1u << 25) /* AMX */)
+#define LEAF7_1_EAX_XSAVE_DEPS ((1u << 4) /* AVX_VNNI */ | (1u << 5) /* AVX512_BF16 */)
+
+int cpuid_fix_xsave(struct cpuid_leaf *leaves, size_t n, uint64_t xcr0_seen)
+{
+	if (xcr0_seen == CPUID_PROBE_XCR0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		struct cpuid_leaf *l = &leaves[i];
+
+		if (l->function == 0x1) {
+			l->ecx &= ~LEAF1_ECX_XSAVE_DEPS;
+		} else if (l->function == 0x7 && l->index == 0) {
+			l->ebx &= ~LEAF7_EBX_XSAVE_DEPS;
+			l->ecx &= ~LEAF7_ECX_XSAVE_DEPS;
+			l->edx &= ~LEAF7_EDX_XSAVE_DEPS;
+		} else if (l->function == 0x7 && l->index == 1) {
+			l->eax &= ~LEAF7_1_EAX_XSAVE_DEPS;
+		} else if (l->function == 0xd) {
+			l->eax = l->ebx = l->ecx = l->edx = 0;
+		}
+	}
+	return 1;
+}

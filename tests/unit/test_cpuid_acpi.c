@@ -173,6 +173,61 @@ static void test_hw_virt_flags(void **state)
 	assert_true(accel_cpuinfo_hw_virt("/nonexistent/cpuinfo"));
 }
 
+/* KVM_GET_SUPPORTED_CPUID as read inside the helper VM (nested KVM under
+ * QEMU 7.2's TCG, -cpu max), 2026-12-06.  Leaf 0xD is self-consistent there
+ * (PKRU at 0xa80 + 8 = EBX 0xa88), but the guest's XSETBV never reaches KVM
+ * (the probe reads XCR0 = 1 back), so KVM rewrites 0xD.0 EBX to 576 and the
+ * guest kernel warns "XSAVE consistency problem: size 2696 != kernel_size
+ * 576".  The leaves must come out without XSAVE, its dependants and 0xD. */
+static void test_cpuid_xsave_unseen(void **state)
+{
+	struct cpuid_leaf l[] = {
+		{.function = 1, .eax = 0x00060fb1, .ebx = 0x800, .ecx = 0x76f83203, .edx = 0x0f8bfbfd},
+		{.function = 7, .index = 0, .ebx = 0x019803ab, .ecx = 0x0001020c, .edx = 0x20000000},
+		{.function = 0xd, .index = 0, .eax = 0x207, .ebx = 0xa88, .ecx = 0xa88},
+		{.function = 0xd, .index = 1, .eax = 0x5},
+		{.function = 0xd, .index = 2, .eax = 0x100, .ebx = 0x240},
+		{.function = 0xd, .index = 9, .eax = 0x8, .ebx = 0xa80},
+		{.function = 0x80000001, .eax = 0x00060fb1, .ecx = 0x75, .edx = 0xedd3fbfd},
+	};
+
+	(void)state;
+	assert_int_equal(cpuid_fix_xsave(l, 7, 0x1), 1);
+	assert_int_equal(l[0].ecx, 0x76f83203u & ~((1u << 12) | (1u << 26) | (1u << 28) | (1u << 29)));
+	assert_int_equal(l[0].eax, 0x00060fb1);         /* the rest untouched */
+	assert_int_equal(l[0].edx, 0x0f8bfbfd);
+	assert_int_equal(l[1].ebx, 0x019803ab & ~(1u << 5));           /* no AVX2 */
+	assert_int_equal(l[1].ecx, 0x0001020c & ~((1u << 3) | (1u << 9))); /* no PKU, VAES */
+	assert_int_equal(l[1].edx, 0x20000000);
+	for (int i = 2; i < 6; i++)
+		assert_true((l[i].eax | l[i].ebx | l[i].ecx | l[i].edx) == 0);
+	assert_int_equal(l[6].ecx, 0x75);
+	assert_int_equal(l[6].edx, 0xedd3fbfd);
+}
+
+/* A host whose KVM sees XSETBV (every real CPU: XSETBV always exits) keeps
+ * everything, AVX-512 included: leaves of an AVX-512 server part. */
+static void test_cpuid_xsave_seen_untouched(void **state)
+{
+	struct cpuid_leaf l[] = {
+		{.function = 1, .eax = 0x00050654, .ecx = 0x7ffefbff, .edx = 0xbfebfbff},
+		{.function = 7, .index = 0, .ebx = 0xd39ffffb, .ecx = 0x00000818, .edx = 0xbc000400},
+		{.function = 0xd, .index = 0, .eax = 0x2ff, .ebx = 0xa88, .ecx = 0xa88},
+		{.function = 0xd, .index = 1, .eax = 0xf, .ebx = 0xa88},
+		{.function = 0xd, .index = 2, .eax = 0x100, .ebx = 0x240},
+		{.function = 0xd, .index = 5, .eax = 0x40, .ebx = 0x440},
+		{.function = 0xd, .index = 6, .eax = 0x200, .ebx = 0x480},
+		{.function = 0xd, .index = 7, .eax = 0x400, .ebx = 0x680},
+		{.function = 0xd, .index = 9, .eax = 0x8, .ebx = 0xa80},
+	};
+	struct cpuid_leaf before[9];
+
+	(void)state;
+	memcpy(before, l, sizeof(l));
+	assert_int_equal(cpuid_fix_xsave(l, 9, CPUID_PROBE_XCR0), 0);
+	assert_memory_equal(l, before, sizeof(l));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -181,6 +236,8 @@ int main(void)
 		cmocka_unit_test(test_cpuid_single_and_bad),
 		cmocka_unit_test(test_acpi_tables),
 		cmocka_unit_test(test_acpi_limits),
+		cmocka_unit_test(test_cpuid_xsave_unseen),
+		cmocka_unit_test(test_cpuid_xsave_seen_untouched),
 	};
 	return cmocka_run_group_tests_name("cpuid_acpi", tests, NULL, NULL);
 }
