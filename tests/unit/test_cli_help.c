@@ -16,34 +16,19 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "shell_run.h"
+
 #include "cli/cmd_table.h"
 #include "common/util.h"
 #include "supervisor/sandbox.h"
 
 static char kosa8[PATH_MAX], srcdir[PATH_MAX], tmp[64];
-static char out[1 << 17];
 
 /* sh -c CMD with $K (kosa8) and $T (a scratch folder holding every kosa8
  * directory), stdin from /dev/null; stdout+stderr into out.  Exit status. */
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int sh(const char *fmt, ...)
+static void shell_vars(char *buf, size_t len)
 {
-	char cmd[8192], line[8192 + PATH_MAX + 128];
-	va_list ap;
-	size_t n;
-	FILE *p;
-	int st;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	snprintf(line, sizeof(line), "K='%s' T='%s'; (%s) </dev/null 2>&1", kosa8, tmp, cmd);
-	assert_non_null(p = popen(line, "r"));
-	n = fread(out, 1, sizeof(out) - 1, p);
-	out[n] = '\0';
-	st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	snprintf(buf, len, "K='%s' T='%s'", kosa8, tmp);
 }
 
 static int setup(void **state)
@@ -86,7 +71,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	return sh("rm -rf \"$T\"") ? -1 : 0;
+	return run("rm -rf \"$T\"") ? -1 : 0;
 }
 
 /* "--name" or "-f": how an option is spelled on a command line. */
@@ -121,7 +106,7 @@ static void check_help(const struct cli_cmd *c, const struct cli_cmd *s)
 	for (size_t f = 0; f < ARRAY_SIZE(forms); f++) {
 		char cmd[256];
 		snprintf(cmd, sizeof(cmd), "%s%s%s", forms[f][0], words, forms[f][1]);
-		if (sh("\"$K\" %s", cmd) != 0 || strncmp(out, head, strlen(head)))
+		if (run("\"$K\" %s", cmd) != 0 || strncmp(out, head, strlen(head)))
 			fail_msg("kosa8 %s: not its help, or not exit 0:\n%s", cmd, out);
 		check_help_lists((s ? s : c)->opts);
 		if (s)
@@ -133,7 +118,7 @@ static void test_every_command_answers_help(void **state)
 {
 	int n = 0;
 
-	assert_int_equal(sh("\"$K\" --help"), 0);
+	assert_int_equal(run("\"$K\" --help"), 0);
 	check_help_lists(cli_global_opts);
 	for (const struct cli_cmd *c = cli_commands; c->name; c++)
 		if (!c->hidden && !strstr(out, c->name))
@@ -148,9 +133,9 @@ static void test_every_command_answers_help(void **state)
 	}
 	/* Every command main dispatches is in the table: 'help --commands'
 	 * lists it, and a name not in the table is refused. */
-	assert_int_equal(sh("\"$K\" help --commands | wc -l"), 0);
+	assert_int_equal(run("\"$K\" help --commands | wc -l"), 0);
 	assert_int_equal(atoi(out), n);
-	assert_int_equal(sh("\"$K\" no-such-command --help"), 2);
+	assert_int_equal(run("\"$K\" no-such-command --help"), 2);
 	assert_non_null(strstr(out, "unknown command"));
 }
 
@@ -199,12 +184,12 @@ static void test_help_found_where_options_are(void **state)
 	}
 	/* For real: the guest's --help reaches the sandbox code, which fails
 	 * here for want of a kernel or a running sandbox (exit 125). */
-	assert_int_equal(sh("\"$K\" run -- true --help"), 125);
+	assert_int_equal(run("\"$K\" run -- true --help"), 125);
 	assert_non_null(strstr(out, "KOSA8_KERNEL"));
-	assert_int_equal(sh("\"$K\" exec sb-one -- ls -h"), 125);
+	assert_int_equal(run("\"$K\" exec sb-one -- ls -h"), 125);
 	assert_non_null(strstr(out, "not running"));
-	assert_int_equal(sh("\"$K\" exec sb-one ls --help"), 125);
-	assert_int_equal(sh("\"$K\" exec -u root sb-one --help"), 0);
+	assert_int_equal(run("\"$K\" exec sb-one ls --help"), 125);
+	assert_int_equal(run("\"$K\" exec -u root sb-one --help"), 0);
 	assert_non_null(strstr(out, "Usage:  kosa8 exec"));
 }
 
@@ -285,13 +270,13 @@ static void check_accepted(const char *prefix, const char *fmt, const struct cli
 	snprintf(word, sizeof(word), "%s%s%s", sp, o->arg ? " " : "", o->arg ? sample(o->arg) : "");
 	snprintf(bogus, sizeof(bogus), "%s%s%s", bogus_name, o->arg ? " " : "", o->arg ? sample(o->arg) : "");
 	fill(line, sizeof(line), prefix, fmt, bogus);
-	int bogus_rc = sh("%s", line);
+	int bogus_rc = run("%s", line);
 	memcpy(bogus_out, out, sizeof(out));
 	replace(bogus_out, sizeof(bogus_out), bogus_name, sp);
 	if (shrt)
 		replace(bogus_out, sizeof(bogus_out), "'Z'", (char[]){'\'', o->shrt, '\'', 0});
 	fill(line, sizeof(line), prefix, fmt, word);
-	int rc = sh("%s", line);
+	int rc = run("%s", line);
 	if (bogus_rc == 0 || (rc == bogus_rc && !strcmp(out, bogus_out)))
 		fail_msg("kosa8 %s: %s is not accepted (answer: %s)", prefix, word, out);
 }
@@ -403,7 +388,7 @@ static void scan_file(const char *path)
 
 static void test_parsers_take_only_table_options(void **state)
 {
-	assert_int_equal(sh("ls '%s'/cmd_*.c", srcdir), 0);
+	assert_int_equal(run("ls '%s'/cmd_*.c", srcdir), 0);
 	for (char *p = strtok(out, "\n"); p; p = strtok(NULL, "\n"))
 		scan_file(p);
 }
@@ -411,36 +396,36 @@ static void test_parsers_take_only_table_options(void **state)
 /* make man's pages, rendered by groff (no warnings) and found by man. */
 static void test_man_pages(void **state)
 {
-	assert_int_equal(sh("mkdir -p \"$T/man/man1\" && \"$K\" help --man >\"$T/man/man1/kosa8.1\" && "
+	assert_int_equal(run("mkdir -p \"$T/man/man1\" && \"$K\" help --man >\"$T/man/man1/kosa8.1\" && "
 			    "for c in $(\"$K\" help --commands); do "
 			    "\"$K\" help --man $c >\"$T/man/man1/kosa8-$c.1\" || exit 1; done"), 0);
-	assert_int_equal(sh("ls \"$T/man/man1\" | wc -l"), 0);
+	assert_int_equal(run("ls \"$T/man/man1\" | wc -l"), 0);
 	assert_true(atoi(out) > 20);
-	assert_int_equal(sh("for f in \"$T\"/man/man1/*.1; do groff -man -Tutf8 -ww -z \"$f\" || exit 1; done"), 0);
+	assert_int_equal(run("for f in \"$T\"/man/man1/*.1; do groff -man -Tutf8 -ww -z \"$f\" || exit 1; done"), 0);
 	assert_string_equal(out, "");
-	assert_int_equal(sh("MANPATH=\"$T/man\" MANPAGER=cat MANWIDTH=100 LC_ALL=C man kosa8-run"), 0);
+	assert_int_equal(run("MANPATH=\"$T/man\" MANPAGER=cat MANWIDTH=100 LC_ALL=C man kosa8-run"), 0);
 	assert_non_null(strstr(out, "kosa8-run - run a command in a new sandbox"));
 	assert_non_null(strstr(out, "kosa8 run [OPTIONS] [--] COMMAND [ARG...]"));
 	assert_non_null(strstr(out, "--workspace DIR"));
-	assert_int_equal(sh("MANPAGER=cat MANWIDTH=100 LC_ALL=C man -l \"$T/man/man1/kosa8-audit.1\""), 0);
+	assert_int_equal(run("MANPAGER=cat MANWIDTH=100 LC_ALL=C man -l \"$T/man/man1/kosa8-audit.1\""), 0);
 	assert_non_null(strstr(out, "kosa8 audit check-proof FILE [--pubkey KEY]"));
-	assert_int_equal(sh("MANPAGER=cat MANWIDTH=100 LC_ALL=C man -l \"$T/man/man1/kosa8.1\""), 0);
+	assert_int_equal(run("MANPAGER=cat MANWIDTH=100 LC_ALL=C man -l \"$T/man/man1/kosa8.1\""), 0);
 	assert_non_null(strstr(out, "kosa8-approvals(1)"));
 }
 
 /* COMPREPLY of _kosa8 for the words after "bash comp.sh", one a line. */
 static const char *complete(const char *words)
 {
-	assert_int_equal(sh("bash \"$T/comp.sh\" \"$K\" %s", words), 0);
+	assert_int_equal(run("bash \"$T/comp.sh\" \"$K\" %s", words), 0);
 	return out;
 }
 
 static void test_bash_completion(void **state)
 {
-	assert_int_equal(sh("\"$K\" completion bash >\"$T/kosa8.bash\" && "
+	assert_int_equal(run("\"$K\" completion bash >\"$T/kosa8.bash\" && "
 			    "bash -c '. \"$1/kosa8.bash\" && complete -p kosa8' sh \"$T\""), 0);
 	assert_string_equal(out, "complete -F _kosa8 kosa8\n");
-	assert_int_equal(sh("cat >\"$T/comp.sh\" <<'EOF'\n"
+	assert_int_equal(run("cat >\"$T/comp.sh\" <<'EOF'\n"
 			    ". \"$(dirname \"$0\")/kosa8.bash\"\n"
 			    "COMP_WORDS=(\"$@\"); COMP_CWORD=$(($# - 1))\n"
 			    "_kosa8 && { [ ${#COMPREPLY[@]} -eq 0 ] || printf '%%s\\n' \"${COMPREPLY[@]}\" | sort; }\n"
@@ -461,13 +446,13 @@ static void test_bash_completion(void **state)
 	assert_string_equal(complete("run --name ''"), "");
 	/* compgen -W expands its words: a folder in the state dir named like a
 	 * command substitution is not a sandbox name, so never offered. */
-	assert_int_equal(sh("d=\"$KOSA8_STATE_DIR/sandboxes/sb-\\$(touch pwned)\" && mkdir \"$d\" && "
+	assert_int_equal(run("d=\"$KOSA8_STATE_DIR/sandboxes/sb-\\$(touch pwned)\" && mkdir \"$d\" && "
 			    "cp \"$KOSA8_STATE_DIR/sandboxes/sb-one/sandbox.json\" \"$d/\""), 0);
-	assert_int_equal(sh("ls \"$KOSA8_STATE_DIR/sandboxes\" | grep -c touch"), 0);
+	assert_int_equal(run("ls \"$KOSA8_STATE_DIR/sandboxes\" | grep -c touch"), 0);
 	assert_string_equal(out, "1\n");
 	assert_string_equal(complete("stop ''"), "sb-one\nsb-two\n");
-	assert_int_equal(sh("test -e pwned && rm pwned"), 1);
-	assert_int_equal(sh("mkdir -p \"$T/wsdir\""), 0);
+	assert_int_equal(run("test -e pwned && rm pwned"), 1);
+	assert_int_equal(run("mkdir -p \"$T/wsdir\""), 0);
 	assert_non_null(strstr(complete("run --workspace \"$T/wsd\""), "/wsdir\n"));
 }
 
@@ -476,15 +461,15 @@ static void test_bash_completion(void **state)
  * compadd does the prefix filtering there, so only membership is checked). */
 static void test_fish_zsh_completion(void **state)
 {
-	assert_int_equal(sh("\"$K\" completion fish >\"$T/kosa8.fish\" && fish -n \"$T/kosa8.fish\""), 0);
-	assert_int_equal(sh("PATH=\"$(dirname \"$K\"):$PATH\" fish -c 'source $argv[1]; complete -C \"kosa8 ru\"; "
+	assert_int_equal(run("\"$K\" completion fish >\"$T/kosa8.fish\" && fish -n \"$T/kosa8.fish\""), 0);
+	assert_int_equal(run("PATH=\"$(dirname \"$K\"):$PATH\" fish -c 'source $argv[1]; complete -C \"kosa8 ru\"; "
 			    "complete -C \"kosa8 audit show --s\"; complete -C \"kosa8 stop \"' \"$T/kosa8.fish\""), 0);
 	assert_string_equal(out, "run\trun a command in a new sandbox\n"
 				 "--sandbox\tonly records of this sandbox\n"
 				 "--since\tonly records from TIME: 2026-12-02T09:00:00Z, @UNIXSECONDS, or an age such as "
 				 "30s, 15m, 2h, 7d\n"
 				 "sb-one\nsb-two\n");
-	assert_int_equal(sh("\"$K\" completion zsh >\"$T/kosa8.zsh\" && zsh -n \"$T/kosa8.zsh\" && "
+	assert_int_equal(run("\"$K\" completion zsh >\"$T/kosa8.zsh\" && zsh -n \"$T/kosa8.zsh\" && "
 			    "zsh -fc 'source $1; emulate -L sh; setopt kshglob noshglob braceexpand; "
 			    "COMP_WORDS=(\"$2\" start \"\"); COMP_CWORD=2; _kosa8; print -l -- \"${COMPREPLY[@]}\"; "
 			    "COMP_WORDS=(\"$2\" audit show --s); COMP_CWORD=3; COMPREPLY=(); _kosa8; "
@@ -499,15 +484,15 @@ static void test_version(void **state)
 {
 	char want[128], line[256];
 
-	assert_int_equal(sh("\"$K\" --version"), 0);
+	assert_int_equal(run("\"$K\" --version"), 0);
 	assert_true(strlen(out) < sizeof(line));
 	memcpy(line, out, strlen(out) + 1);
-	assert_int_equal(sh("\"$K\" version"), 0);
+	assert_int_equal(run("\"$K\" version"), 0);
 	assert_string_equal(out, line);
 	assert_int_equal(strncmp(line, "kosa8 ", 6), 0);
 	assert_true(strstr(line, ", release build)\n") || strstr(line, ", san build)\n"));
 	/* In this project's own git tree: its commit (describe's, less -dirty). */
-	if (sh("cd '%s/../..' && [ \"$(git rev-parse --show-toplevel)\" = \"$PWD\" ] && "
+	if (run("cd '%s/../..' && [ \"$(git rev-parse --show-toplevel)\" = \"$PWD\" ] && "
 	       "git describe --always", srcdir) == 0) {
 		snprintf(want, sizeof(want), "(commit %.*s", (int)strcspn(out, "\n"), out);
 		if (!strstr(line, want))

@@ -18,38 +18,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+
+#include "shell_run.h"
 #include <cjson/cJSON.h>
 
 static char kosa8[PATH_MAX];
 static char builder[PATH_MAX];
 static char dir[256];
-static char out[1 << 16];
 
-/* Runs a shell command line with $K (kosa8), $B (build.sh), $D (the test
- * folder, also the cache and config folders); stdout+stderr land in `out`. */
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int run(const char *fmt, ...)
+static void shell_vars(char *buf, size_t len)
 {
-	char cmd[4096], full[4096 + 2 * PATH_MAX + 512];
-	va_list ap;
-	FILE *p;
-	size_t n;
-	int st;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	snprintf(full, sizeof(full),
-		 "K='%s'; B='%s'; D='%s'; export KOSA8_CACHE_DIR=\"$D/cache\" KOSA8_CONFIG_DIR=\"$D/cfg\"; "
-		 "unset KOSA8_AGENT KOSA8_IMAGE_BUILDER; (%s) 2>&1",
-		 kosa8, builder, dir, cmd);
-	p = popen(full, "r");
-	assert_non_null(p);
-	n = fread(out, 1, sizeof(out) - 1, p);
-	out[n] = '\0';
-	st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	snprintf(buf, len, "K='%s'; B='%s'; D='%s'; export KOSA8_CACHE_DIR=\"$D/cache\" KOSA8_CONFIG_DIR=\"$D/cfg\"; unset KOSA8_AGENT KOSA8_IMAGE_BUILDER", kosa8, builder, dir);
 }
 
 static int setup(void **state)

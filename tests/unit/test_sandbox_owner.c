@@ -19,34 +19,18 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "shell_run.h"
+
 #include "common/util.h"
 #include "sandbox/owner.h"
 #include "supervisor/sandbox.h"
 #include "vmm/jail.h"
 
 static char kosa8[PATH_MAX], root[64], sdir[PATH_MAX];
-static char out[1 << 16];
 
-/* A shell line with $K (kosa8) and $R (the test folder); its output in
- * `out`, its exit status returned. */
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
+static void shell_vars(char *buf, size_t len)
 {
-	char cmd[1024], full[1024 + PATH_MAX + 128];
-	va_list ap;
-	FILE *p;
-	size_t n;
-	int st;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	snprintf(full, sizeof(full), "K='%s'; R='%s'; (%s) 2>&1", kosa8, root, cmd);
-	assert_non_null(p = popen(full, "r"));
-	n = fread(out, 1, sizeof(out) - 1, p);
-	out[n] = 0;
-	st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	snprintf(buf, len, "K='%s'; R='%s'", kosa8, root);
 }
 
 static int setup(void **state)
@@ -73,15 +57,15 @@ static int setup(void **state)
 	/* create only checks that the kernel and image files exist. */
 	snprintf(env, sizeof(env), "%s/kernel", root);
 	setenv("KOSA8_KERNEL", env, 1);
-	if (sh("mkdir -p $R/cfg $R/run && echo k >$R/kernel && truncate -s 64M $R/image") ||
-	    sh("$K create --name sb --image $R/image") || sandbox_state_dir("sb", sdir, sizeof(sdir)))
+	if (run("mkdir -p $R/cfg $R/run && echo k >$R/kernel && truncate -s 64M $R/image") ||
+	    run("$K create --name sb --image $R/image") || sandbox_state_dir("sb", sdir, sizeof(sdir)))
 		return -1;
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	return sh("rm -rf $R") ? -1 : 0;
+	return run("rm -rf $R") ? -1 : 0;
 }
 
 static void test_take_probe_release(void **state)
@@ -212,28 +196,28 @@ static void test_cli_reads_the_lock(void **state)
 	char want[128];
 
 	snprintf(want, sizeof(want), "sandbox 'sb' is running (supervisor pid %d)", (int)pid);
-	assert_int_equal(sh("$K start sb"), 1);
+	assert_int_equal(run("$K start sb"), 1);
 	assert_non_null(strstr(out, want));
-	assert_int_equal(sh("$K rm sb"), 1);
+	assert_int_equal(run("$K rm sb"), 1);
 	assert_non_null(strstr(out, want));
-	assert_int_equal(sh("$K ps | grep '^sb '"), 0);
+	assert_int_equal(run("$K ps | grep '^sb '"), 0);
 	assert_non_null(strstr(out, "running (busy)"));
-	assert_int_equal(sh("$K rm -f sb"), 1);
+	assert_int_equal(run("$K rm -f sb"), 1);
 	assert_non_null(strstr(out, "did not answer the stop"));
-	assert_int_equal(sh("$K exec sb -- true"), 125);
+	assert_int_equal(run("$K exec sb -- true"), 125);
 	assert_non_null(strstr(out, "but did not answer"));
-	assert_int_equal(sh("$K checkpoint sb"), 1);
+	assert_int_equal(run("$K checkpoint sb"), 1);
 	assert_non_null(strstr(out, "but did not answer"));
 	assert_int_equal(access(sdir, F_OK), 0);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	assert_int_equal(sh("$K ps | grep '^sb '"), 0);
+	assert_int_equal(run("$K ps | grep '^sb '"), 0);
 	assert_non_null(strstr(out, "stopped"));
-	assert_int_equal(sh("$K exec sb -- true"), 125);
+	assert_int_equal(run("$K exec sb -- true"), 125);
 	assert_non_null(strstr(out, "sandbox 'sb' is not running"));
-	assert_int_equal(sh("$K rm sb"), 0);
+	assert_int_equal(run("$K rm sb"), 0);
 	assert_int_equal(access(sdir, F_OK), -1);
-	assert_int_equal(sh("$K create --name sb --image $R/image"), 0);
+	assert_int_equal(run("$K create --name sb --image $R/image"), 0);
 }
 
 /* rm walks and deletes the sandbox's tree: in a state dir another user
@@ -241,16 +225,16 @@ static void test_cli_reads_the_lock(void **state)
  * files elsewhere deleted.  rm checks the dirs first, as start does. */
 static void test_rm_checks_private(void **state)
 {
-	assert_int_equal(sh("chmod 777 $R/state"), 0);
-	assert_int_equal(sh("$K rm sb"), 1);
+	assert_int_equal(run("chmod 777 $R/state"), 0);
+	assert_int_equal(run("$K rm sb"), 1);
 	assert_non_null(strstr(out, "must be yours and writable by you alone"));
-	assert_int_equal(sh("chmod 700 $R/state && chmod 755 $R/state/sandboxes/sb"), 0);
-	assert_int_equal(sh("$K rm sb"), 1);
+	assert_int_equal(run("chmod 700 $R/state && chmod 755 $R/state/sandboxes/sb"), 0);
+	assert_int_equal(run("$K rm sb"), 1);
 	assert_non_null(strstr(out, "open to other users"));
 	assert_int_equal(access(sdir, F_OK), 0);
-	assert_int_equal(sh("chmod 700 $R/state/sandboxes/sb && $K rm sb"), 0);
+	assert_int_equal(run("chmod 700 $R/state/sandboxes/sb && $K rm sb"), 0);
 	assert_int_equal(access(sdir, F_OK), -1);
-	assert_int_equal(sh("$K create --name sb --image $R/image"), 0);
+	assert_int_equal(run("$K create --name sb --image $R/image"), 0);
 }
 
 /* Parallel `start`, `rm` and `ps` of one sandbox while it is owned: none
@@ -262,11 +246,11 @@ static void test_cli_race_while_owned(void **state)
 	int fd = sandbox_owner_take(sdir, "supervisor", &who);
 
 	assert_true(fd >= 0);
-	assert_int_equal(sh("for i in 1 2 3 4 5 6; do ($K start sb; $K rm sb; $K ps) >/dev/null 2>&1 & done; "
+	assert_int_equal(run("for i in 1 2 3 4 5 6; do ($K start sb; $K rm sb; $K ps) >/dev/null 2>&1 & done; "
 			    "wait; $K start sb"), 1);
 	assert_non_null(strstr(out, "is running (supervisor pid"));
 	assert_int_equal(access(sdir, F_OK), 0);
-	assert_int_equal(sh("test ! -e $R/run/kosa8/sb && ! grep -s VMM $R/state/sandboxes/sb/supervisor.log"),
+	assert_int_equal(run("test ! -e $R/run/kosa8/sb && ! grep -s VMM $R/state/sandboxes/sb/supervisor.log"),
 			 0);
 	close(fd);
 }
@@ -287,7 +271,7 @@ static void test_concurrent_creates(void **state)
 	uint32_t cids[16];
 	char name[16];
 
-	assert_int_equal(sh("for i in $(seq 0 15); do $K create --name c$i --image $R/image >/dev/null & done; wait"), 0);
+	assert_int_equal(run("for i in $(seq 0 15); do $K create --name c$i --image $R/image >/dev/null & done; wait"), 0);
 	for (int i = 0; i < 16; i++) {
 		snprintf(name, sizeof(name), "c%d", i);
 		cids[i] = cid_of(name);
@@ -296,7 +280,7 @@ static void test_concurrent_creates(void **state)
 			assert_int_not_equal(jail_vmm_uid(cids[i]), jail_vmm_uid(cids[j]));
 		}
 	}
-	assert_int_equal(sh("for i in $(seq 0 15); do $K rm c$i; done"), 0);
+	assert_int_equal(run("for i in $(seq 0 15); do $K rm c$i; done"), 0);
 }
 
 /* Past the last CID whose low 16 bits are free, there is no CID to give:
@@ -311,7 +295,7 @@ static int take_and_probe_in(const char *what)
 	int st;
 
 	snprintf(path, sizeof(path), "%s/" SANDBOX_OWNER_FILE, sdir);
-	assert_int_equal(sh("rm -rf '%s' && %s '%s'", path, what, path), 0);
+	assert_int_equal(run("rm -rf '%s' && %s '%s'", path, what, path), 0);
 	if ((pid = fork()) == 0) {
 		alarm(5);
 		int t = sandbox_owner_take(sdir, "rm", &who);
@@ -319,7 +303,7 @@ static int take_and_probe_in(const char *what)
 		_exit(t == -EINVAL && p == -EINVAL ? 0 : 1);
 	}
 	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_int_equal(sh("rm -rf '%s'", path), 0);
+	assert_int_equal(run("rm -rf '%s'", path), 0);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
@@ -352,11 +336,11 @@ static void test_cids_run_out(void **state)
 		close(fd);
 	}
 	assert_int_equal(sandbox_cid_pick(), 0);
-	assert_int_equal(sh("$K create --name one-more --image $R/image"), 1);
+	assert_int_equal(run("$K create --name one-more --image $R/image"), 1);
 	assert_non_null(strstr(out, "no vsock CID left"));
-	assert_int_equal(sh("rm -r $R/state/sandboxes/f40000 && $K create --name one-more --image $R/image"), 0);
+	assert_int_equal(run("rm -r $R/state/sandboxes/f40000 && $K create --name one-more --image $R/image"), 0);
 	assert_int_equal(cid_of("one-more"), 40000);
-	assert_int_equal(sh("cd $R/state/sandboxes && ls | grep ^f | xargs rm -rf && $K rm one-more"), 0);
+	assert_int_equal(run("cd $R/state/sandboxes && ls | grep ^f | xargs rm -rf && $K rm one-more"), 0);
 }
 
 int main(void)
