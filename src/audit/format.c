@@ -61,17 +61,14 @@ int audit_header_version(const uint8_t *buf, size_t len)
 
 int audit_header_parse(const uint8_t *buf, size_t len, struct audit_header *h)
 {
-	size_t m = len < 4 ? len : 4;
+	int v = audit_header_version(buf, len);
 
-	if (memcmp(buf, AUDIT_HDR_MAGIC, m))
-		return -EBADMSG;
-	if (len < AUDIT_HDR_LEN)
-		return -EAGAIN;
-	if (get32(buf + 4) != AUDIT_VERSION)
-		return -EPROTONOSUPPORT;
+	if (v == -EBADMSG || v == -EAGAIN)
+		return v;
+	/* every version so far puts the log id and time in the same place */
 	memcpy(h->log_id, buf + 8, AUDIT_LOG_ID_LEN);
 	h->created_ns = get64(buf + 24);
-	return 0;
+	return v == AUDIT_VERSION ? 0 : -EPROTONOSUPPORT;
 }
 
 /* Names end up on terminals (show) and in other tools' parsers: no control

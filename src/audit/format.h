@@ -88,7 +88,8 @@ struct audit_head {
 int audit_header_version(const uint8_t *buf, size_t len);
 void audit_header_encode(const struct audit_header *h, uint8_t out[AUDIT_HDR_LEN]);
 /* 0, -EAGAIN (fewer than AUDIT_HDR_LEN bytes), -EBADMSG (not a kosa8 log),
- * -EPROTONOSUPPORT (another version). */
+ * -EPROTONOSUPPORT (another version: *h holds its log id and time all the
+ * same, for the upgrade of a format-1 log). */
 int audit_header_parse(const uint8_t *buf, size_t len, struct audit_header *h);
 
 /* Checks an event's fields (lengths; no control characters, no DEL and

@@ -222,10 +222,7 @@ int audit_v1_archive(const char *path, int fd, int *new_fd, char **det)
 	if (pread(fd, hb, sizeof(hb), 0) != (ssize_t)sizeof(hb) ||
 	    audit_header_version(hb, sizeof(hb)) != 1)
 		return -EPROTONOSUPPORT; /* refused as before: never "repaired" */
-	memcpy(old.log_id, hb + 8, AUDIT_LOG_ID_LEN);
-	old.created_ns = 0;
-	for (int i = 0; i < 8; i++)
-		old.created_ns = old.created_ns << 8 | hb[24 + i];
+	audit_header_parse(hb, sizeof(hb), &old); /* -EPROTONOSUPPORT, old filled */
 	/* another writer archived it while this one waited for the lock */
 	if (fstat(fd, &a) < 0 || stat(path, &b) < 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev)
 		return -ESTALE;
