@@ -5,7 +5,6 @@
 #include <libgen.h>
 #include <limits.h>
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -163,36 +162,20 @@ static int read_header(struct audit_log *l)
 	return err;
 }
 
-/* A new log appears whole, with its header, or not at all: written to a
- * temporary file and linked into place (link() fails if another writer
- * created it first, whose log is then used). */
+/* A new log appears whole, with its header, or not at all: linked into
+ * place from a temporary file (link() fails if another writer created it
+ * first, whose log is then used). */
 static int create_log(struct audit_log *l)
 {
-	char dir[PATH_MAX], tmp[PATH_MAX];
-	uint8_t buf[AUDIT_HDR_LEN];
-	int fd, err, n;
+	char tmp[PATH_MAX];
+	int fd = audit_new_file(l->path, tmp, sizeof(tmp), &l->hdr), err = 0;
 
-	snprintf(dir, sizeof(dir), "%s", l->path);
-	n = snprintf(tmp, sizeof(tmp), "%s/.audit-new-XXXXXX", dirname(dir));
-	if (n < 0 || (size_t)n >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	fd = mkstemp(tmp); /* mode 0600 */
 	if (fd < 0)
-		return -errno;
-	if (RAND_bytes(l->hdr.log_id, sizeof(l->hdr.log_id)) != 1) {
-		err = -EIO;
-		goto out;
-	}
-	l->hdr.created_ns = now_ns();
-	audit_header_encode(&l->hdr, buf);
-	err = write_all(fd, buf, sizeof(buf));
-	if (!err && fsync(fd) < 0)
-		err = -errno;
-	if (!err && link(tmp, l->path) < 0 && errno != EEXIST)
+		return fd;
+	if (link(tmp, l->path) < 0 && errno != EEXIST)
 		err = -errno;
 	if (!err)
 		sync_dir_of(l->path);
-out:
 	unlink(tmp);
 	close(fd);
 	return err;

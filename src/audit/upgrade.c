@@ -163,19 +163,17 @@ static char *details(const struct v1_facts *f, const struct audit_header *old, c
 	return s;
 }
 
-/* The new log, whole (header only) and locked before it takes the name:
- * a writer that opens it waits until its first record is in. */
-static int new_log(const char *path, char *tmp, size_t cap, struct audit_header *h)
+int audit_new_file(const char *path, char *tmp, size_t cap, struct audit_header *h)
 {
 	char dir[PATH_MAX];
 	uint8_t buf[AUDIT_HDR_LEN];
 	struct timespec ts;
-	int fd, nfd = -1, err;
+	int fd, err;
 
 	snprintf(dir, sizeof(dir), "%s", path);
 	if ((size_t)snprintf(tmp, cap, "%s/.audit-new-XXXXXX", dirname(dir)) >= cap)
 		return -ENAMETOOLONG;
-	fd = mkstemp(tmp); /* mode 0600 */
+	fd = mkostemp(tmp, O_APPEND | O_CLOEXEC); /* mode 0600 */
 	if (fd < 0)
 		return -errno;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -186,18 +184,27 @@ static int new_log(const char *path, char *tmp, size_t cap, struct audit_header 
 		err = write_all(fd, buf, sizeof(buf));
 	if (!err && fsync(fd) < 0)
 		err = -errno;
-	if (!err && (nfd = open(tmp, O_RDWR | O_APPEND | O_CLOEXEC)) < 0)
-		err = -errno;
-	if (!err && flock(nfd, LOCK_EX) < 0)
-		err = -errno;
-	close(fd);
 	if (err) {
-		if (nfd >= 0)
-			close(nfd);
+		close(fd);
 		unlink(tmp);
 		return err;
 	}
-	return nfd;
+	return fd;
+}
+
+/* The new log, whole (header only) and locked before it takes the name:
+ * a writer that opens it waits until its first record is in. */
+static int new_log(const char *path, char *tmp, size_t cap, struct audit_header *h)
+{
+	int fd = audit_new_file(path, tmp, cap, h), err;
+
+	if (fd >= 0 && flock(fd, LOCK_EX) < 0) {
+		err = -errno;
+		close(fd);
+		unlink(tmp);
+		return err;
+	}
+	return fd;
 }
 
 static bool taken(const char *p)

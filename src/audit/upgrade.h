@@ -19,4 +19,10 @@
  * longer names fd's file (another writer archived it: open it again). */
 int audit_v1_archive(const char *path, int fd, int *new_fd, char **det);
 
+/* A new log's file, header only (fresh log id, created now, into *h) and
+ * synced, under a temporary name beside path (into tmp) for the caller to
+ * link or rename into place: a log appears whole or not at all.  The fd
+ * (O_APPEND), or -errno with nothing left behind. */
+int audit_new_file(const char *path, char *tmp, size_t cap, struct audit_header *h);
+
 #endif
