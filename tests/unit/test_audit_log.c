@@ -672,6 +672,41 @@ static void test_state_cache_damage(void **state)
 	fx_done(&f);
 }
 
+/* A valid PATH.state is used: the writer reads only what follows the last
+ * record it names (and the newest head), so an edit to an earlier record
+ * goes unread by it; verify, which never reads the cache, finds it, and a
+ * writer without the cache reads the whole log and refuses it. */
+static void test_state_cache_used(void **state)
+{
+	struct fx f;
+	struct audit_opts o = {0};
+	struct audit_log *l;
+	struct audit_verify_result res;
+	char sp[PATH_MAX + 8];
+	uint8_t *b;
+	size_t len;
+
+	fx_init(&f);
+	snprintf(sp, sizeof(sp), "%s.state", f.log);
+	l = fx_open(&f, 1000);
+	append_n(l, 10, "s");
+	audit_log_close(l);
+	assert_int_equal(read_file(f.log, 1 << 20, &b, &len), 0);
+	b[AUDIT_HDR_LEN + AUDIT_REC_FIXED + 3] ^= 1; /* record 0's sandbox name */
+	assert_int_equal(write_bytes(f.log, b, len), 0);
+	l = fx_open(&f, 1000);
+	append_n(l, 1, "t");
+	audit_log_close(l);
+	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), -EBADMSG);
+	assert_int_equal(res.bad_seq, 0);
+	assert_int_equal(unlink(sp), 0);
+	o.path = f.log;
+	o.key_dir = f.keys;
+	assert_int_equal(audit_log_open(&o, &l), -EBADMSG);
+	free(b);
+	fx_done(&f);
+}
+
 
 /* A writer must not extend a chain it cannot continue. */
 static void test_writer_refuses_tampered(void **state)
@@ -1416,6 +1451,7 @@ int main(void)
 		cmocka_unit_test(test_writer_keeps_cut_log),
 		cmocka_unit_test(test_writer_rejects_raw_bytes),
 		cmocka_unit_test(test_state_cache_damage),
+		cmocka_unit_test(test_state_cache_used),
 		cmocka_unit_test(test_v1_log_archived),
 		cmocka_unit_test(test_v1_only_whole_header),
 		cmocka_unit_test(test_v1_archive_name_taken),
