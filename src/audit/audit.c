@@ -56,8 +56,10 @@ struct audit_log {
 	bool created; /* this handle created the log */
 	bool from_state; /* the records were taken from PATH.state, not read */
 	bool lazy_close; /* close signs only a head that is due */
+	bool mac_ok;     /* mac_key derived: PATH.state may be used */
 	char *archived;  /* details of the audit.archived record still to write */
 	EVP_PKEY *key;
+	uint8_t mac_key[AUDIT_HASH_LEN]; /* for PATH.state (audit_key_mac_key) */
 	struct audit_header hdr;
 
 	/* The files as this handle last saw them while holding the lock. */
@@ -493,7 +495,7 @@ static int encode_batch(struct audit_log *l, struct pending *batch, uint64_t t, 
  * the last record it names is there and hashes to what it says, and the
  * tree equals the newest head's when they cover the same records), else
  * it reads the whole log as before.  The cache carries a MAC under the
- * signing key (audit_key_mac): its tree cannot be checked against the
+ * signing key (audit_key_mac_key): its tree cannot be checked against the
  * records after the newest head without reading them, so a cache written
  * by someone without the key (a forged tree) would make the writer sign a
  * root of their choosing; a cache without a valid MAC is not used. */
@@ -521,7 +523,7 @@ static void state_save(struct audit_log *l)
 	st.last_time = l->last_time;
 	memcpy(st.last_hash, l->last_hash, AUDIT_HASH_LEN);
 	st.tree = l->tree;
-	if (audit_key_mac(l->key, &st, offsetof(struct state_file, mac), st.mac) ||
+	if (audit_mac(l->mac_key, &st, offsetof(struct state_file, mac), st.mac) ||
 	    pwrite(l->sfd, &st, sizeof(st), 0) != (ssize_t)sizeof(st))
 		log_debug("audit: %s.state not written; the next writer reads the whole log", l->path);
 }
@@ -538,7 +540,7 @@ static void state_load(struct audit_log *l)
 	bool ok;
 
 	if (l->sfd < 0 || pread(l->sfd, &st, sizeof(st), 0) != (ssize_t)sizeof(st) ||
-	    audit_key_mac(l->key, &st, offsetof(struct state_file, mac), mac) ||
+	    audit_mac(l->mac_key, &st, offsetof(struct state_file, mac), mac) ||
 	    CRYPTO_memcmp(mac, st.mac, sizeof(mac)) || memcmp(st.magic, "K8AS", 4) || memcmp(st.log_id, l->hdr.log_id, AUDIT_LOG_ID_LEN) ||
 	    fstat(l->fd, &fs) < 0 || st.end > (uint64_t)fs.st_size || st.tree.size != st.count ||
 	    st.count == 0 || st.last_off < AUDIT_HDR_LEN || st.last_off >= st.end ||
@@ -832,7 +834,8 @@ static int open_companions(struct audit_log *l)
 	l->hfd = open(l->heads_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (l->hfd < 0)
 		return -errno;
-	if (snprintf(state, sizeof(state), "%s.state", l->path) < (int)sizeof(state))
+	/* no MAC key, no cache: one without a MAC is never trusted */
+	if (l->mac_ok && snprintf(state, sizeof(state), "%s.state", l->path) < (int)sizeof(state))
 		l->sfd = open(state, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	return 0;
 }
@@ -1007,6 +1010,8 @@ int audit_log_open(const struct audit_opts *o, struct audit_log **out)
 		err = audit_heads_path(l->path, l->heads_path, sizeof(l->heads_path));
 	if (!err)
 		err = audit_key_load_or_create(o ? o->key_dir : NULL, &l->key);
+	if (!err)
+		l->mac_ok = audit_key_mac_key(l->key, l->mac_key) == 0;
 	for (int tries = 0; !err && tries < 3; tries++) {
 		err = open_files(l);
 		if (!err)
@@ -1036,6 +1041,7 @@ void audit_log_close(struct audit_log *l)
 		log_warn("audit: %s: could not sign the final head", l->path);
 	close_files(l);
 	free(l->archived);
+	OPENSSL_cleanse(l->mac_key, sizeof(l->mac_key));
 	EVP_PKEY_free(l->key);
 	free(l->buf);
 	free(l->fresh);

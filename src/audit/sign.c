@@ -168,12 +168,11 @@ int audit_key_public(EVP_PKEY *key, uint8_t pub[AUDIT_PUBKEY_LEN])
 	return 0;
 }
 
-int audit_key_mac(EVP_PKEY *key, const void *msg, size_t len, uint8_t out[AUDIT_HASH_LEN])
+int audit_key_mac_key(EVP_PKEY *key, uint8_t k[AUDIT_HASH_LEN])
 {
 	static const char domain[] = "KOSA8 AUDIT STATE MAC V1\n";
-	uint8_t priv[32], k[AUDIT_HASH_LEN];
+	uint8_t priv[32];
 	size_t plen = sizeof(priv);
-	unsigned int olen = AUDIT_HASH_LEN;
 	EVP_MD_CTX *c;
 	int ok;
 
@@ -186,9 +185,17 @@ int audit_key_mac(EVP_PKEY *key, const void *msg, size_t len, uint8_t out[AUDIT_
 	     EVP_DigestUpdate(c, priv, sizeof(priv)) == 1 && EVP_DigestFinal_ex(c, k, NULL) == 1;
 	EVP_MD_CTX_free(c);
 	OPENSSL_cleanse(priv, sizeof(priv));
-	ok = ok && HMAC(EVP_sha256(), k, sizeof(k), msg, len, out, &olen) && olen == AUDIT_HASH_LEN;
-	OPENSSL_cleanse(k, sizeof(k));
 	return ok ? 0 : -EINVAL;
+}
+
+int audit_mac(const uint8_t k[AUDIT_HASH_LEN], const void *msg, size_t len,
+	      uint8_t out[AUDIT_HASH_LEN])
+{
+	unsigned int olen = AUDIT_HASH_LEN;
+
+	return HMAC(EVP_sha256(), k, AUDIT_HASH_LEN, msg, len, out, &olen) && olen == AUDIT_HASH_LEN
+		       ? 0
+		       : -EINVAL;
 }
 
 int audit_pubkey_parse(const uint8_t *buf, size_t len, uint8_t pub[AUDIT_PUBKEY_LEN])

@@ -27,11 +27,14 @@ int audit_key_load_or_create(const char *dir, EVP_PKEY **key);
 /* The raw 32-byte public key of a loaded key. */
 int audit_key_public(EVP_PKEY *key, uint8_t pub[AUDIT_PUBKEY_LEN]);
 
-/* HMAC-SHA-256 of msg under a key derived from the private key: for what
+/* A MAC key derived from the private key (once per open log): for what
  * the key's holder writes for itself and must find unchanged (the writer's
  * state cache), so that whoever can write the files but lacks the key
  * cannot make the holder trust them. */
-int audit_key_mac(EVP_PKEY *key, const void *msg, size_t len, uint8_t out[AUDIT_HASH_LEN]);
+int audit_key_mac_key(EVP_PKEY *key, uint8_t k[AUDIT_HASH_LEN]);
+/* HMAC-SHA-256 of msg under k. */
+int audit_mac(const uint8_t k[AUDIT_HASH_LEN], const void *msg, size_t len,
+	      uint8_t out[AUDIT_HASH_LEN]);
 
 /* Reads a public key file: PEM (SubjectPublicKeyInfo, as written above or
  * by `openssl pkey -pubout`) or the key as 64 hex digits. */
