@@ -261,6 +261,12 @@ static int bad_head(struct vctx *c, size_t i, const char *fmt, ...)
 	return -EBADMSG;
 }
 
+/* The head names the log with this header (log id and creation time). */
+static bool of_log(const struct audit_head *h, const struct audit_header *hdr)
+{
+	return !memcmp(h->log_id, hdr->log_id, AUDIT_LOG_ID_LEN) && h->created_ns == hdr->created_ns;
+}
+
 /* The heads among themselves (section 6): each names this log, the trusted
  * key, its own line number and the head before it; sizes and times never
  * decrease.  Roots and signatures of good-looking heads come in the walk. */
@@ -281,8 +287,7 @@ static int check_heads_order(struct vctx *c)
 			return fail(c, AUDIT_BAD_SIGNATURE, h->size ? h->size - 1 : 0, 0,
 				    "signed head #%zu names another key than the trusted one", i);
 		}
-		if (memcmp(h->log_id, c->res->header.log_id, AUDIT_LOG_ID_LEN) ||
-		    h->created_ns != c->res->header.created_ns)
+		if (!of_log(h, &c->res->header))
 			return bad_head(c, i, "signed head #%zu belongs to another log", i);
 		if (h->index > i)
 			return bad_head(c, i, "signed head #%zu is missing: the next line is head #%llu",
@@ -668,4 +673,41 @@ int audit_verify_files(const char *log_path, const char *heads_path,
 	audit_unmap(heads, heads_len);
 	close(fd);
 	return err;
+}
+
+int audit_pin_check(const struct audit_head *pin, const uint8_t pub[AUDIT_PUBKEY_LEN],
+		    const struct audit_verify_result *res, const struct audit_head *heads,
+		    size_t nheads, const merkle_hash *leaves, char *why, size_t cap)
+{
+	const struct audit_head *now = nheads ? &heads[nheads - 1] : NULL;
+	merkle_hash path[MERKLE_MAX_PATH];
+	int n;
+
+	if (audit_head_verify(pub, pin) || memcmp(pin->pubkey, pub, AUDIT_PUBKEY_LEN)) {
+		snprintf(why, cap, "the pinned head is not signed by the trusted key");
+		return -EBADMSG;
+	}
+	if (!of_log(pin, &res->header)) {
+		snprintf(why, cap, "the pinned head belongs to another log: this log was replaced");
+		return -EBADMSG;
+	}
+	if (pin->index >= nheads || pin->size > res->records) {
+		snprintf(why, cap, "truncated: the pinned head #%llu covers %llu records; the log now "
+			 "has %zu heads and %llu records", (unsigned long long)pin->index,
+			 (unsigned long long)pin->size, nheads, (unsigned long long)res->records);
+		return -EBADMSG;
+	}
+	if (memcmp(&heads[pin->index], pin, sizeof(*pin))) {
+		snprintf(why, cap, "rewritten: signed head #%llu is not the one pinned",
+			 (unsigned long long)pin->index);
+		return -EBADMSG;
+	}
+	n = pin->size ? merkle_consistency_proof(leaves, now->size, pin->size, path) : 0;
+	if (n < 0 ||
+	    merkle_verify_consistency(pin->size, now->size, pin->root, now->root, path, (size_t)n)) {
+		snprintf(why, cap, "rewritten: the log no longer extends the pinned head of size %llu",
+			 (unsigned long long)pin->size);
+		return -EBADMSG;
+	}
+	return n;
 }

@@ -85,4 +85,12 @@ void audit_unmap(const uint8_t *p, size_t len);
 int audit_heads_parse_all(const uint8_t *buf, size_t len, struct audit_head **heads,
 			  size_t *bad_line);
 
+/* An auditor's saved head `pin` against a log that verified (res, with
+ * its parsed heads and the leaf hashes of its records): signed by pub, of
+ * this log, still in it unchanged, and extended by the newest head (RFC
+ * 9162 consistency proof).  The proof's length, or -EBADMSG with why. */
+int audit_pin_check(const struct audit_head *pin, const uint8_t pub[AUDIT_PUBKEY_LEN],
+		    const struct audit_verify_result *res, const struct audit_head *heads,
+		    size_t nheads, const merkle_hash *leaves, char *why, size_t cap);
+
 #endif

@@ -708,6 +708,58 @@ static void test_state_cache_used(void **state)
 }
 
 
+/* An auditor's saved head (audit_pin_check): held and extended, then each
+ * way a log can fail to hold it. */
+static void test_pin_check(void **state)
+{
+	struct audit_verify_result res, other_log;
+	struct audit_head *heads, *changed, pin;
+	uint8_t other_key[AUDIT_PUBKEY_LEN];
+	merkle_hash *leaves;
+	size_t bad, n;
+	char why[256];
+	int k = audit_heads_parse_all(Gheads, Gheads_len, &heads, &bad);
+
+	assert_true(k >= 3);
+	n = (size_t)k;
+	assert_int_equal(audit_verify(Glog, Glog_len, Gheads, Gheads_len, G.pub, &res, &leaves), 0);
+	pin = heads[1];
+	assert_true(audit_pin_check(&pin, G.pub, &res, heads, n, leaves, why, sizeof(why)) > 0);
+	memcpy(other_key, G.pub, sizeof(other_key));
+	other_key[0] ^= 1;
+	assert_int_equal(audit_pin_check(&pin, other_key, &res, heads, n, leaves, why, sizeof(why)),
+			 -EBADMSG);
+	assert_non_null(strstr(why, "not signed by the trusted key"));
+	pin.size++;
+	assert_int_equal(audit_pin_check(&pin, G.pub, &res, heads, n, leaves, why, sizeof(why)),
+			 -EBADMSG);
+	assert_non_null(strstr(why, "not signed by the trusted key"));
+	pin = heads[1];
+	other_log = res;
+	other_log.header.created_ns++;
+	assert_int_equal(audit_pin_check(&pin, G.pub, &other_log, heads, n, leaves, why, sizeof(why)),
+			 -EBADMSG);
+	assert_non_null(strstr(why, "another log"));
+	pin = heads[n - 1];
+	assert_int_equal(audit_pin_check(&pin, G.pub, &res, heads, n - 1, leaves, why, sizeof(why)),
+			 -EBADMSG);
+	assert_non_null(strstr(why, "truncated"));
+	changed = malloc(n * sizeof(*changed));
+	memcpy(changed, heads, n * sizeof(*changed));
+	changed[1].time_ns++;
+	pin = heads[1];
+	assert_int_equal(audit_pin_check(&pin, G.pub, &res, changed, n, leaves, why, sizeof(why)),
+			 -EBADMSG);
+	assert_non_null(strstr(why, "is not the one pinned"));
+	leaves[0][0] ^= 1;
+	assert_int_equal(audit_pin_check(&pin, G.pub, &res, heads, n, leaves, why, sizeof(why)),
+			 -EBADMSG);
+	assert_non_null(strstr(why, "no longer extends"));
+	free(changed);
+	free(leaves);
+	free(heads);
+}
+
 /* A writer must not extend a chain it cannot continue. */
 static void test_writer_refuses_tampered(void **state)
 {
@@ -1452,6 +1504,7 @@ int main(void)
 		cmocka_unit_test(test_writer_rejects_raw_bytes),
 		cmocka_unit_test(test_state_cache_damage),
 		cmocka_unit_test(test_state_cache_used),
+		cmocka_unit_test(test_pin_check),
 		cmocka_unit_test(test_v1_log_archived),
 		cmocka_unit_test(test_v1_only_whole_header),
 		cmocka_unit_test(test_v1_archive_name_taken),
