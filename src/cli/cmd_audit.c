@@ -1295,6 +1295,17 @@ int cmd_audit(int argc, char **argv)
 	for (size_t i = 0; i < ARRAY_SIZE(subs); i++) {
 		if (strcmp(argv[1], subs[i].name))
 			continue;
+		const struct cli_cmd *audit = cli_find(cli_commands, "audit");
+		const char *bad = cli_unlisted_opt(audit, cli_find(audit->subs, subs[i].name), argc - 1,
+						   argv + 1);
+
+		/* One getopt serves every subcommand: the table says which
+		 * options each takes (verify must not ignore --since). */
+		if (bad) {
+			fprintf(stderr, "kosa8 audit %s: no option '%s' here (see 'kosa8 audit %s --help')\n",
+				subs[i].name, bad, subs[i].name);
+			return 2;
+		}
 		if (parse_args(argc - 1, argv + 1, &o))
 			return 2;
 		if (o.npos != subs[i].npos) {

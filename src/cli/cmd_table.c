@@ -468,3 +468,36 @@ bool cli_wants_help(const struct cli_cmd *cmd, int argc, char **argv, const stru
 	}
 	return false;
 }
+
+const char *cli_unlisted_opt(const struct cli_cmd *parent, const struct cli_cmd *sub, int argc,
+			     char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const struct cli_opt *o = NULL;
+		char one[3] = "-";
+
+		if (!strcmp(a, "--"))
+			return NULL;
+		if (a[0] != '-' || !a[1])
+			continue;
+		if (a[1] == '-') {
+			if (!(o = cli_find_opt(parent, sub, a)))
+				return a;
+			if (o->arg && !strchr(a, '='))
+				i++;
+			continue;
+		}
+		/* -fo FILE, -oFILE: letters up to the first that takes an argument. */
+		for (const char *c = a + 1; *c; c++) {
+			one[1] = *c;
+			if (!(o = cli_find_opt(parent, sub, one)))
+				return a;
+			if (o->arg) {
+				i += !c[1];
+				break;
+			}
+		}
+	}
+	return NULL;
+}

@@ -48,6 +48,12 @@ const struct cli_opt *cli_find_opt(const struct cli_cmd *parent, const struct cl
  * argument.  *sub gets the subcommand named before it, or NULL. */
 bool cli_wants_help(const struct cli_cmd *cmd, int argc, char **argv, const struct cli_cmd **sub);
 
+/* For a parser that takes every option of parent's subcommands at once:
+ * argv[0] is sub's name.  The first option before "--" that the table
+ * lists neither under sub nor under parent, or NULL. */
+const char *cli_unlisted_opt(const struct cli_cmd *parent, const struct cli_cmd *sub, int argc,
+			     char **argv);
+
 /* cli_help.c: the help text, man pages and completion scripts. */
 void cli_print_usage(FILE *f);
 void cli_print_help(FILE *f, const struct cli_cmd *cmd, const struct cli_cmd *sub);

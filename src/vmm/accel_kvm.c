@@ -1,6 +1,7 @@
 /* Linux KVM backend of the accelerator interface (accel.h). */
 #include "vmm/accel.h"
 
+#include <cpuid.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/kvm.h>
@@ -336,6 +337,22 @@ out:
 	return seen;
 }
 
+/* Whether the guest's XSETBV can go unseen, so that kvm_probe_xsetbv() is
+ * worth its throwaway VM: only when the offered CPUID has XSAVE and this
+ * host is itself a guest.  On bare metal XSETBV always exits to KVM (VMX
+ * exits on it unconditionally; KVM's SVM code sets its intercept). */
+static bool kvm_xsetbv_may_be_unseen(const struct kvm_cpuid2 *c)
+{
+	unsigned int eax, ebx, ecx, edx;
+
+	if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & CPUID_1_ECX_HYPERVISOR))
+		return false;
+	for (uint32_t i = 0; i < c->nent; i++)
+		if (c->entries[i].function == 1)
+			return c->entries[i].ecx & CPUID_1_ECX_XSAVE;
+	return false;
+}
+
 int accel_supported_cpuid(struct accel_vm *vm, struct cpuid_leaf *leaves,
 			  size_t max, size_t *count)
 {
@@ -367,7 +384,7 @@ int accel_supported_cpuid(struct accel_vm *vm, struct cpuid_leaf *leaves,
 			leaves[i].ecx |= CPUID_1_ECX_TSC_DEADLINE;
 	}
 	*count = c->nent;
-	if (cpuid_fix_xsave(leaves, c->nent, kvm_probe_xsetbv(vm, c)))
+	if (kvm_xsetbv_may_be_unseen(c) && cpuid_fix_xsave(leaves, c->nent, kvm_probe_xsetbv(vm, c)))
 		log_info("KVM does not see the guest's XSETBV (nested under an emulator?): "
 			 "offering the guest no XSAVE");
 out:

@@ -99,7 +99,7 @@ int cpuid_filter(struct cpuid_leaf *leaves, size_t n, int vcpu_id, int ncpus)
 /* Features whose registers live only in XSAVE-managed state (AVX and later,
  * protection keys): without XSAVE a guest cannot keep them across context
  * switches, and Linux's own fallback clears them too. */
-#define LEAF1_ECX_XSAVE_DEPS ((1u << 12) /* FMA */ | (1u << 26) /* XSAVE */ | \
+#define LEAF1_ECX_XSAVE_DEPS ((1u << 12) /* FMA */ | CPUID_1_ECX_XSAVE | \
 			      (1u << 27) /* OSXSAVE */ | (1u << 28) /* AVX */ | \
 			      (1u << 29) /* F16C */)
 #define LEAF7_EBX_XSAVE_DEPS ((1u << 5) /* AVX2 */ | (1u << 16) | (1u << 17) | \

@@ -10,6 +10,7 @@
 #include "vmm/accel.h"
 
 #define CPUID_1_ECX_TSC_DEADLINE (1u << 24)
+#define CPUID_1_ECX_XSAVE (1u << 26)
 #define CPUID_1_ECX_HYPERVISOR (1u << 31)
 #define CPUID_1_EDX_HTT (1u << 28)
 

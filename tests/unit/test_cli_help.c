@@ -393,6 +393,53 @@ static void test_parsers_take_only_table_options(void **state)
 		scan_file(p);
 }
 
+/* A parser that serves every subcommand at once (audit's) takes only the
+ * options the table lists for the one named: "audit verify --since 1h"
+ * must not verify the whole log and exit 0.  In process first, then each
+ * sibling's option against each subcommand of the real binary. */
+static void test_sub_refuses_sibling_options(void **state)
+{
+	static const struct {
+		const char *argv[5];
+		const char *bad;
+	} cases[] = {
+		{{"prove", "1", "-o", "f"}, NULL},
+		{{"prove", "1", "-of", "--size=2"}, NULL},
+		{{"show", "--log", "--json", "-f"}, NULL},
+		{{"verify", "--pubkey", "--since"}, NULL},
+		{{"verify", "--", "--since"}, NULL},
+		{{"verify", "--since=1h"}, "--since=1h"},
+		{{"show", "-fo", "x"}, "-fo"},
+		{{"head", "-", "--follow"}, "--follow"},
+	};
+	const struct cli_cmd *audit = cli_find(cli_commands, "audit");
+	char line[512];
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		int argc = 0;
+		while (argc < 5 && cases[i].argv[argc])
+			argc++;
+		const char *bad = cli_unlisted_opt(audit, cli_find(audit->subs, cases[i].argv[0]), argc,
+						   (char **)cases[i].argv);
+		if (cases[i].bad ? !bad || strcmp(bad, cases[i].bad) : bad != NULL)
+			fail_msg("case %zu: %s", i, bad ? bad : "(none)");
+	}
+	assert_int_equal(run("\"$K\" audit append --type t && \"$K\" audit sign"), 0);
+	for (const struct cli_cmd *c = cli_commands; c->name; c++)
+		for (const struct cli_cmd *s = c->subs; s && s->name; s++)
+			for (const struct cli_cmd *t = c->subs; t->name; t++)
+				for (const struct cli_opt *o = t->opts; o && o->help; o++) {
+					char sp[64];
+					if (in_opts(s->opts, o->name, o->shrt) || in_opts(c->opts, o->name, o->shrt))
+						continue;
+					spelling(o, !o->name, sp, sizeof(sp));
+					snprintf(line, sizeof(line), "\"$K\" %s %s %s %s", c->name, s->name, sp,
+						 o->arg ? sample(o->arg) : "");
+					if (run("%s", line) == 0)
+						fail_msg("%s: not refused (answer: %s)", line, out);
+				}
+}
+
 /* make man's pages, rendered by groff (no warnings) and found by man. */
 static void test_man_pages(void **state)
 {
@@ -509,6 +556,7 @@ int main(void)
 		cmocka_unit_test(test_help_found_where_options_are),
 		cmocka_unit_test(test_table_options_are_accepted),
 		cmocka_unit_test(test_parsers_take_only_table_options),
+		cmocka_unit_test(test_sub_refuses_sibling_options),
 		cmocka_unit_test(test_man_pages),
 		cmocka_unit_test(test_bash_completion),
 		cmocka_unit_test(test_fish_zsh_completion),
