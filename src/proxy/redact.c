@@ -35,6 +35,7 @@ struct redact_set {
 	size_t nval, longest;
 	bool has_space;          /* '+' may stand for a space */
 	struct wtable win[REDACT_RUN + 1];   /* by window length */
+	size_t wmin;             /* the shortest length with windows */
 	/* Which two bytes start some window: most text fails this test and
 	 * never reaches the hash. */
 	uint64_t pairs[65536 / 64];
@@ -124,6 +125,8 @@ int redact_set_add(struct redact_set *rs, const char *value, size_t len, const c
 	rs->nval++;
 	if (len > rs->longest)
 		rs->longest = len;
+	if (!rs->wmin || w < rs->wmin)
+		rs->wmin = w;
 	if (memchr(value, ' ', len))
 		rs->has_space = true;
 	for (size_t i = 0; i + w <= len; i++) {
@@ -172,7 +175,10 @@ static void lookup(struct scan *sc)
 {
 	struct redact_view *v = sc->v;
 
-	for (size_t w = 1; w <= REDACT_RUN; w++) {
+	/* Most runs (a hex view of text, say) are shorter than any window. */
+	if (!sc->rs->wmin || v->n < sc->rs->wmin)
+		return;
+	for (size_t w = sc->rs->wmin; w <= REDACT_RUN; w++) {
 		if (!sc->rs->win[w].n)
 			continue;
 		for (size_t k = 0; k + w <= v->n; k++) {
@@ -192,19 +198,26 @@ static void flush(struct scan *sc)
 	sc->v->n = 0;
 }
 
-static void push(struct scan *sc, uint8_t b, size_t s, size_t e)
+/* A long run: look up what is there, keep a window's worth less one, so
+ * that no window is lost at the cut.  Out of line, so that push (once per
+ * decoded byte of every view) stays small enough to inline. */
+static __attribute__((noinline)) void cut_run(struct scan *sc)
 {
 	struct redact_view *v = sc->v;
 
-	if (v->n == VIEW_MAX) {
-		/* A long run: look up what is there, keep a window's worth
-		 * less one, so that no window is lost at the cut. */
-		lookup(sc);
-		memmove(v->b, v->b + v->n - (REDACT_RUN - 1), REDACT_RUN - 1);
-		memmove(v->s, v->s + v->n - (REDACT_RUN - 1), (REDACT_RUN - 1) * sizeof(v->s[0]));
-		memmove(v->e, v->e + v->n - (REDACT_RUN - 1), (REDACT_RUN - 1) * sizeof(v->e[0]));
-		v->n = REDACT_RUN - 1;
-	}
+	lookup(sc);
+	memmove(v->b, v->b + v->n - (REDACT_RUN - 1), REDACT_RUN - 1);
+	memmove(v->s, v->s + v->n - (REDACT_RUN - 1), (REDACT_RUN - 1) * sizeof(v->s[0]));
+	memmove(v->e, v->e + v->n - (REDACT_RUN - 1), (REDACT_RUN - 1) * sizeof(v->e[0]));
+	v->n = REDACT_RUN - 1;
+}
+
+static inline void push(struct scan *sc, uint8_t b, size_t s, size_t e)
+{
+	struct redact_view *v = sc->v;
+
+	if (v->n == VIEW_MAX)
+		cut_run(sc);
 	v->b[v->n] = b;
 	v->s[v->n] = (uint32_t)s;
 	v->e[v->n] = (uint32_t)e;
@@ -387,14 +400,22 @@ static void mark_all(const struct redact_set *rs, const uint8_t *t, size_t len, 
 		     struct redact_view *v)
 {
 	struct scan sc = {rs, mark, v};
+	bool pct = memchr(t, '%', len);
 
 	v->n = 0;
 	memset(mark, 0, len);
 	view_plain(&sc, t, len);
-	view_percent(&sc, t, len, false);
-	if (rs->has_space)
+	/* Text with nothing to unescape decodes to the plain view again:
+	 * the same windows, nothing more to mark. */
+	if (pct) {
+		view_percent(&sc, t, len, false);
+		if (rs->has_space)
+			view_percent(&sc, t, len, true);
+	} else if (rs->has_space && memchr(t, '+', len)) {
 		view_percent(&sc, t, len, true);
-	view_escapes(&sc, t, len);
+	}
+	if (memchr(t, '\\', len) || memchr(t, '&', len))
+		view_escapes(&sc, t, len);
 	for (size_t a = 0; a < 2; a++)
 		view_hex(&sc, t, len, a);
 	for (size_t a = 0; a < 4; a++)
