@@ -7,6 +7,8 @@
 
 #include <openssl/crypto.h>
 
+#include "common/util.h"
+
 #define VALUE_MAX 8192
 /* The longest text one decoded byte can take (an escape such as
  * "&#x10FFFF;"), and so one REDACT_RUN-byte window.  Context kept before
@@ -224,14 +226,6 @@ static inline void push(struct scan *sc, uint8_t b, size_t s, size_t e)
 	v->n++;
 }
 
-static int hexval(uint8_t c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	c |= 0x20;
-	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 static int b64val(uint8_t c)
 {
 	if (c >= 'A' && c <= 'Z')
@@ -253,7 +247,7 @@ static void view_plain(struct scan *sc, const uint8_t *t, size_t len)
 static void view_hex(struct scan *sc, const uint8_t *t, size_t len, size_t a)
 {
 	for (size_t i = a; i + 1 < len; i += 2) {
-		int hi = hexval(t[i]), lo = hexval(t[i + 1]);
+		int hi = hex_digit(t[i]), lo = hex_digit(t[i + 1]);
 		if (hi < 0 || lo < 0)
 			flush(sc);
 		else
@@ -288,7 +282,7 @@ static void view_percent(struct scan *sc, const uint8_t *t, size_t len, bool plu
 {
 	for (size_t i = 0; i < len;) {
 		int hi, lo;
-		if (t[i] == '%' && i + 2 < len && (hi = hexval(t[i + 1])) >= 0 && (lo = hexval(t[i + 2])) >= 0) {
+		if (t[i] == '%' && i + 2 < len && (hi = hex_digit(t[i + 1])) >= 0 && (lo = hex_digit(t[i + 2])) >= 0) {
 			push(sc, (uint8_t)(hi << 4 | lo), i, i + 3);
 			i += 3;
 		} else {
@@ -328,7 +322,7 @@ static size_t number(const uint8_t *t, size_t len, size_t i, int base, size_t ma
 	int d;
 
 	*cp = 0;
-	while (k < max && i + k < len && (d = hexval(t[i + k])) >= 0 && d < base) {
+	while (k < max && i + k < len && (d = hex_digit(t[i + k])) >= 0 && d < base) {
 		*cp = *cp * (uint32_t)base + (uint32_t)d;
 		k++;
 	}
