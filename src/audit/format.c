@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/util.h"
+
 static void put16(uint8_t *p, uint16_t v)
 {
 	p[0] = (uint8_t)(v >> 8);
@@ -294,23 +296,12 @@ void audit_hex(const uint8_t *in, size_t n, char *out)
 	out[2 * n] = '\0';
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 int audit_unhex(const char *in, size_t inlen, uint8_t *out, size_t n)
 {
 	if (inlen != 2 * n)
 		return -EINVAL;
 	for (size_t i = 0; i < n; i++) {
-		int hi = hexval(in[2 * i]), lo = hexval(in[2 * i + 1]);
+		int hi = hex_digit((uint8_t)in[2 * i]), lo = hex_digit((uint8_t)in[2 * i + 1]);
 		if (hi < 0 || lo < 0)
 			return -EINVAL;
 		out[i] = (uint8_t)(hi << 4 | lo);

@@ -181,7 +181,7 @@ static int secret_ls_cmd(void)
 		snprintf(src, sizeof(src), "%s%s", s.from_env[0] ? "env:" : "stored", s.from_env);
 		printf("%-24s %-12s %-24s", s.name, src, s.header[0] ? s.header : "-");
 		for (size_t h = 0; h < s.nhosts; h++)
-			printf("%s%s:%u", h ? "," : " ", s.hosts[h], s.ports[h] ? s.ports[h] : SECRET_PORT_DEFAULT);
+			printf("%s%s:%u", h ? "," : " ", s.hosts[h], secret_host_port(&s, h));
 		printf("\n");
 	}
 	secret_names_free(names, (size_t)n);

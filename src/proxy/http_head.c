@@ -6,6 +6,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/util.h"
+
 #define CHUNK_LINE_MAX 1024          /* a chunk-size line with its extensions */
 #define TRAILER_MAX (8 * 1024)
 
@@ -227,14 +229,6 @@ enum {
 	CH_TRAILER_START, CH_TRAILER, CH_TRAILER_LF, CH_END_LF,
 };
 
-static int hexval(uint8_t c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	c = (uint8_t)tolower(c);
-	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 /* One byte of everything but chunk data. */
 static int chunked_byte(struct http_chunked *c, uint8_t b)
 {
@@ -242,7 +236,7 @@ static int chunked_byte(struct http_chunked *c, uint8_t b)
 
 	switch (c->state) {
 	case CH_SIZE:
-		if ((v = hexval(b)) >= 0) {
+		if ((v = hex_digit(b)) >= 0) {
 			if (++c->digits > 15)
 				return -EBADMSG;
 			c->left = c->left << 4 | (uint64_t)v;

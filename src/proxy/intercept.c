@@ -617,12 +617,10 @@ static int response_head_out(struct intercept *x, const uint8_t *b, const struct
 		err = buf_str(&head, "Transfer-Encoding: chunked\r\n");
 	if (!err)
 		err = buf_str(&head, "\r\n");
-	if (!err) {
-		struct redactor r;
-		redactor_init(&r, secret_set_redactions(x->c->ctx->secrets));
-		err = redactor_feed(&r, head.p, head.len, true, emit_buf, &out);
-		redactor_free(&r);
-	}
+	/* Heads come only between bodies, when the body redactor holds
+	 * nothing: it serves, with its buffers, as the head's too. */
+	if (!err)
+		err = redactor_feed(&x->red, head.p, head.len, true, emit_buf, &out);
 	if (!err)
 		err = guest_write(x, out.p, out.len);
 	buf_free(&head, true);

@@ -194,7 +194,7 @@ static int perr(struct parse *ps, unsigned line, const char *fmt, ...)
 	return -EINVAL;
 }
 
-static int parse_port(const char *s, uint16_t *port)
+int policy_parse_port(const char *s, uint16_t *port)
 {
 	unsigned long v = 0;
 
@@ -222,7 +222,7 @@ static int parse_pattern(struct parse *ps, unsigned line, enum policy_action act
 		return perr(ps, line, "'%.60s': an IPv6 address, not a host name (policy is by name)", pat);
 	if (colon) {
 		*colon = '\0';
-		if (parse_port(colon + 1, &r.port))
+		if (policy_parse_port(colon + 1, &r.port))
 			return perr(ps, line, "'%.20s' is not a port (1-65535)", colon + 1);
 	}
 	if (!strcmp(host, "*"))

@@ -52,6 +52,9 @@ int policy_add_allow(struct policy *p, const char *spec, struct policy_error *er
 /* Normalises a host name into out (POLICY_NAME_MAX + 1 bytes).  -EINVAL if it
  * is not a host name (an IP literal is not one: -EINVAL too). */
 int policy_normalise_name(const char *in, char *out, size_t outlen);
+/* A port as a rule writes it after the colon: 1-65535 in at most five
+ * decimal digits, nothing else.  -EINVAL. */
+int policy_parse_port(const char *s, uint16_t *port);
 
 /* The decision for name:port (port 0: "any port", as DNS asks).  A rule
  * without a port covers 443 and 80 (allow, ask) or every port (deny).  name need

@@ -7,6 +7,8 @@
 
 #include <openssl/crypto.h>
 
+#include "common/util.h"
+
 #define VALUE_MAX 8192
 /* The longest text one decoded byte can take (an escape such as
  * "&#x10FFFF;"), and so one REDACT_RUN-byte window.  Context kept before
@@ -35,6 +37,7 @@ struct redact_set {
 	size_t nval, longest;
 	bool has_space;          /* '+' may stand for a space */
 	struct wtable win[REDACT_RUN + 1];   /* by window length */
+	size_t wmin;             /* the shortest length with windows */
 	/* Which two bytes start some window: most text fails this test and
 	 * never reaches the hash. */
 	uint64_t pairs[65536 / 64];
@@ -124,6 +127,8 @@ int redact_set_add(struct redact_set *rs, const char *value, size_t len, const c
 	rs->nval++;
 	if (len > rs->longest)
 		rs->longest = len;
+	if (!rs->wmin || w < rs->wmin)
+		rs->wmin = w;
 	if (memchr(value, ' ', len))
 		rs->has_space = true;
 	for (size_t i = 0; i + w <= len; i++) {
@@ -172,7 +177,10 @@ static void lookup(struct scan *sc)
 {
 	struct redact_view *v = sc->v;
 
-	for (size_t w = 1; w <= REDACT_RUN; w++) {
+	/* Most runs (a hex view of text, say) are shorter than any window. */
+	if (!sc->rs->wmin || v->n < sc->rs->wmin)
+		return;
+	for (size_t w = sc->rs->wmin; w <= REDACT_RUN; w++) {
 		if (!sc->rs->win[w].n)
 			continue;
 		for (size_t k = 0; k + w <= v->n; k++) {
@@ -192,31 +200,30 @@ static void flush(struct scan *sc)
 	sc->v->n = 0;
 }
 
-static void push(struct scan *sc, uint8_t b, size_t s, size_t e)
+/* A long run: look up what is there, keep a window's worth less one, so
+ * that no window is lost at the cut.  Out of line, so that push (once per
+ * decoded byte of every view) stays small enough to inline. */
+static __attribute__((noinline)) void cut_run(struct scan *sc)
 {
 	struct redact_view *v = sc->v;
 
-	if (v->n == VIEW_MAX) {
-		/* A long run: look up what is there, keep a window's worth
-		 * less one, so that no window is lost at the cut. */
-		lookup(sc);
-		memmove(v->b, v->b + v->n - (REDACT_RUN - 1), REDACT_RUN - 1);
-		memmove(v->s, v->s + v->n - (REDACT_RUN - 1), (REDACT_RUN - 1) * sizeof(v->s[0]));
-		memmove(v->e, v->e + v->n - (REDACT_RUN - 1), (REDACT_RUN - 1) * sizeof(v->e[0]));
-		v->n = REDACT_RUN - 1;
-	}
+	lookup(sc);
+	memmove(v->b, v->b + v->n - (REDACT_RUN - 1), REDACT_RUN - 1);
+	memmove(v->s, v->s + v->n - (REDACT_RUN - 1), (REDACT_RUN - 1) * sizeof(v->s[0]));
+	memmove(v->e, v->e + v->n - (REDACT_RUN - 1), (REDACT_RUN - 1) * sizeof(v->e[0]));
+	v->n = REDACT_RUN - 1;
+}
+
+static inline void push(struct scan *sc, uint8_t b, size_t s, size_t e)
+{
+	struct redact_view *v = sc->v;
+
+	if (v->n == VIEW_MAX)
+		cut_run(sc);
 	v->b[v->n] = b;
 	v->s[v->n] = (uint32_t)s;
 	v->e[v->n] = (uint32_t)e;
 	v->n++;
-}
-
-static int hexval(uint8_t c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	c |= 0x20;
-	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
 static int b64val(uint8_t c)
@@ -240,7 +247,7 @@ static void view_plain(struct scan *sc, const uint8_t *t, size_t len)
 static void view_hex(struct scan *sc, const uint8_t *t, size_t len, size_t a)
 {
 	for (size_t i = a; i + 1 < len; i += 2) {
-		int hi = hexval(t[i]), lo = hexval(t[i + 1]);
+		int hi = hex_digit(t[i]), lo = hex_digit(t[i + 1]);
 		if (hi < 0 || lo < 0)
 			flush(sc);
 		else
@@ -275,7 +282,7 @@ static void view_percent(struct scan *sc, const uint8_t *t, size_t len, bool plu
 {
 	for (size_t i = 0; i < len;) {
 		int hi, lo;
-		if (t[i] == '%' && i + 2 < len && (hi = hexval(t[i + 1])) >= 0 && (lo = hexval(t[i + 2])) >= 0) {
+		if (t[i] == '%' && i + 2 < len && (hi = hex_digit(t[i + 1])) >= 0 && (lo = hex_digit(t[i + 2])) >= 0) {
 			push(sc, (uint8_t)(hi << 4 | lo), i, i + 3);
 			i += 3;
 		} else {
@@ -315,7 +322,7 @@ static size_t number(const uint8_t *t, size_t len, size_t i, int base, size_t ma
 	int d;
 
 	*cp = 0;
-	while (k < max && i + k < len && (d = hexval(t[i + k])) >= 0 && d < base) {
+	while (k < max && i + k < len && (d = hex_digit(t[i + k])) >= 0 && d < base) {
 		*cp = *cp * (uint32_t)base + (uint32_t)d;
 		k++;
 	}
@@ -387,14 +394,22 @@ static void mark_all(const struct redact_set *rs, const uint8_t *t, size_t len, 
 		     struct redact_view *v)
 {
 	struct scan sc = {rs, mark, v};
+	bool pct = memchr(t, '%', len);
 
 	v->n = 0;
 	memset(mark, 0, len);
 	view_plain(&sc, t, len);
-	view_percent(&sc, t, len, false);
-	if (rs->has_space)
+	/* Text with nothing to unescape decodes to the plain view again:
+	 * the same windows, nothing more to mark. */
+	if (pct) {
+		view_percent(&sc, t, len, false);
+		if (rs->has_space)
+			view_percent(&sc, t, len, true);
+	} else if (rs->has_space && memchr(t, '+', len)) {
 		view_percent(&sc, t, len, true);
-	view_escapes(&sc, t, len);
+	}
+	if (memchr(t, '\\', len) || memchr(t, '&', len))
+		view_escapes(&sc, t, len);
 	for (size_t a = 0; a < 2; a++)
 		view_hex(&sc, t, len, a);
 	for (size_t a = 0; a < 4; a++)

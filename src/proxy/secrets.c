@@ -29,7 +29,7 @@ struct secret_set {
 	struct redact_set *redact;
 };
 
-static uint16_t host_port(const struct secret *s, size_t i)
+uint16_t secret_host_port(const struct secret *s, size_t i)
 {
 	return s->ports[i] ? s->ports[i] : SECRET_PORT_DEFAULT;
 }
@@ -38,24 +38,17 @@ int secret_add_host(struct secret *s, const char *spec)
 {
 	char host[POLICY_NAME_MAX + 8];
 	const char *colon = strrchr(spec, ':');
-	unsigned long port = SECRET_PORT_DEFAULT;
+	uint16_t port = SECRET_PORT_DEFAULT;
 
 	if (s->nhosts == SECRET_HOSTS_MAX)
 		return -E2BIG;
-	if (colon) {
-		char *end;
-		if (colon[1] < '0' || colon[1] > '9')
-			return -EINVAL;
-		errno = 0;
-		port = strtoul(colon + 1, &end, 10);
-		if (*end || errno || port == 0 || port > 65535)
-			return -EINVAL;
-	}
+	if (colon && policy_parse_port(colon + 1, &port))
+		return -EINVAL;
 	if ((size_t)snprintf(host, sizeof(host), "%.*s", (int)(colon ? (size_t)(colon - spec) : strlen(spec)),
 			     spec) >= sizeof(host) ||
 	    policy_normalise_name(host, s->hosts[s->nhosts], sizeof(s->hosts[0])))
 		return -EINVAL;
-	s->ports[s->nhosts++] = (uint16_t)port;
+	s->ports[s->nhosts++] = port;
 	return 0;
 }
 
@@ -189,7 +182,7 @@ static cJSON *secret_to_json(const struct secret *s, const char *value, size_t v
 
 	for (size_t i = 0; ok && i < s->nhosts; i++) {
 		char hp[POLICY_NAME_MAX + 8];
-		snprintf(hp, sizeof(hp), "%s:%u", s->hosts[i], host_port(s, i));
+		snprintf(hp, sizeof(hp), "%s:%u", s->hosts[i], secret_host_port(s, i));
 		ok = cJSON_AddItemToArray(hosts, cJSON_CreateString(hp));
 	}
 	if (ok && s->header[0])
@@ -588,7 +581,7 @@ const char *const *secret_set_env(const struct secret_set *set)
 bool secret_bound_to(const struct secret *s, const char *host, uint16_t port)
 {
 	for (size_t i = 0; i < s->nhosts; i++) {
-		if (!strcmp(s->hosts[i], host) && host_port(s, i) == port)
+		if (!strcmp(s->hosts[i], host) && secret_host_port(s, i) == port)
 			return true;
 	}
 	return false;

@@ -103,6 +103,8 @@ bool secret_bound_to(const struct secret *s, const char *host, uint16_t port);
 /* Parses "HOST" or "HOST:PORT" into s's next host (normalised; port 443
  * when none is given).  -EINVAL, -E2BIG past SECRET_HOSTS_MAX. */
 int secret_add_host(struct secret *s, const char *spec);
+/* The port s's i-th host is bound with (SECRET_PORT_DEFAULT for 0). */
+uint16_t secret_host_port(const struct secret *s, size_t i);
 /* The values of the set, for the redaction of responses (redact.h). */
 const struct redact_set *secret_set_redactions(const struct secret_set *set);
 

@@ -241,6 +241,8 @@ static void test_host_port(void **state)
 	assert_int_equal(secret_add_host(&s, "a.example.com:"), -EINVAL);
 	assert_int_equal(secret_add_host(&s, "a.example.com:+1"), -EINVAL);
 	assert_int_equal(secret_add_host(&s, "a.example.com:44x"), -EINVAL);
+	/* The port reads as in a policy file: at most five digits. */
+	assert_int_equal(secret_add_host(&s, "a.example.com:0000443"), -EINVAL);
 	assert_int_equal(secret_add_host(&s, "10.0.0.1:443"), -EINVAL);
 	assert_int_equal(s.nhosts, 2);
 	assert_int_equal(secret_store(&s, "port-value", 10, true), 0);
