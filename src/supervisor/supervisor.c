@@ -45,6 +45,8 @@
 struct supervisor {
 	struct sandbox_cfg cfg;
 	char state_dir[PATH_MAX], run_dir[PATH_MAX];
+	char log_path[PATH_MAX];   /* supervisor.log, our stdout and stderr */
+	bool log_unbounded;        /* rotating it failed (said once) */
 	char vm_dir[PATH_MAX];  /* run_dir/vm: all the jailed VMM sees of the host */
 	char vsock_path[PATH_MAX], control_path[PATH_MAX];
 	char vm_ctl[PATH_MAX];     /* the VMM's control socket, in vm/ */
@@ -858,7 +860,8 @@ static int setup(struct supervisor *s, const char *name, const char **why)
 		return err;
 	}
 	/* vm/ and checkpoints/ live inside those: the VMM's own (vmm_files.h). */
-	if ((err = sandbox_path(s->vm_dir, sizeof(s->vm_dir), s->run_dir, "vm")) ||
+	if ((err = sandbox_path(s->log_path, sizeof(s->log_path), s->state_dir, SUPERVISOR_LOG_FILE)) ||
+	    (err = sandbox_path(s->vm_dir, sizeof(s->vm_dir), s->run_dir, "vm")) ||
 	    (err = mkdir_p(s->vm_dir, 0700)) ||
 	    (err = sandbox_path(s->vsock_path, sizeof(s->vsock_path), s->vm_dir, "vsock.sock")) ||
 	    (err = sandbox_path(s->vm_ctl, sizeof(s->vm_ctl), s->vm_dir, "ctl.sock")) ||
@@ -939,6 +942,18 @@ static int poll_timeout(const struct supervisor *s)
 	return s->stop_deadline <= now ? 0 : (int)(s->stop_deadline - now < 1000 ? s->stop_deadline - now : 1000);
 }
 
+/* A guest can make us log (at a bounded rate) for as long as it runs:
+ * supervisor.log is kept like console.log. */
+static void bound_own_log(struct supervisor *s)
+{
+	int err = console_log_bound_stderr(s->log_path, 0);
+
+	if (err < 0 && !s->log_unbounded) {
+		s->log_unbounded = true;
+		log_err("cannot rotate %s: %s; it is no longer bounded", s->log_path, strerror(-err));
+	}
+}
+
 static void event_loop(struct supervisor *s)
 {
 	int status = 0;
@@ -968,6 +983,7 @@ static void event_loop(struct supervisor *s)
 		sup_egress_tick(s->egress);
 		if (s->audit)
 			audit_log_tick(s->audit);
+		bound_own_log(s);
 	}
 }
 
