@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <signal.h>
@@ -22,6 +21,7 @@
 #include "agentproto/client.h"
 #include "audit/audit.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "sandbox/owner.h"
 #include "supervisor/cgroup.h"
@@ -562,8 +562,6 @@ static void request_stop(struct supervisor *s, uint64_t grace_ms)
 {
 	uint64_t now = mono_ms();
 	struct stop_ask *a;
-	pthread_attr_t at;
-	pthread_t t;
 
 	if (s->vmm <= 0)
 		return;
@@ -580,13 +578,10 @@ static void request_stop(struct supervisor *s, uint64_t grace_ms)
 		return;
 	}
 	snprintf(a->vsock_path, sizeof(a->vsock_path), "%s", s->vsock_path);
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &at, stop_ask_thread, a) != 0) {
+	if (thread_detached(stop_ask_thread, a, 0)) {
 		free(a);
 		atomic_store(&agent_refused, true);
 	}
-	pthread_attr_destroy(&at);
 }
 
 /* Ends the VMM from the host, whatever the guest does: the VMM's control
