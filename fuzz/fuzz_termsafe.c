@@ -17,15 +17,18 @@ static char *escape(const uint8_t *data, size_t size, size_t cut, unsigned flags
 {
 	char *out = NULL;
 	FILE *f = open_memstream(&out, len);
-	uint8_t *buf = malloc(size + 1);
+	uint8_t *buf;
 	size_t used, have;
 
-	if (!f || !buf)
+	if (!f)
 		abort();
 	used = term_write(f, data, cut, flags);
 	have = cut - used;
 	if (have > 3)
 		abort(); /* at most a cut UTF-8 sequence or a \r waits */
+	/* Exactly as long as the chunk: a read past it is ASan's to see. */
+	if (!(buf = malloc(have + size - cut ? have + size - cut : 1)))
+		abort();
 	memcpy(buf, data + used, have);
 	memcpy(buf + have, data + cut, size - cut);
 	if (term_write(f, buf, have + size - cut, flags | TERM_FINAL) != have + size - cut)

@@ -397,7 +397,7 @@ int cli_start_sandbox(const char *cmd, const char *name, int memfd)
 		char log[PATH_MAX + 32], fdstr[16];
 		close(p[0]);
 		setsid();
-		snprintf(log, sizeof(log), "%s/supervisor.log", dir);
+		snprintf(log, sizeof(log), "%s/" SUPERVISOR_LOG_FILE, dir);
 		int out = open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
 		int null = open("/dev/null", O_RDONLY);
 		dup2(null, 0);
@@ -420,7 +420,7 @@ int cli_start_sandbox(const char *cmd, const char *name, int memfd)
 	close(p[0]);
 	waitpid(pid, NULL, WNOHANG);
 	if (n == -ETIMEDOUT)
-		return cli_fail(cmd, "the supervisor (pid %d) did not say it was ready within %d s (see %s/supervisor.log)",
+		return cli_fail(cmd, "the supervisor (pid %d) did not say it was ready within %d s (see %s/" SUPERVISOR_LOG_FILE ")",
 				(int)pid, START_TIMEOUT_MS / 1000, dir);
 	if (strcmp(line, "ok") != 0)
 		return cli_fail(cmd, "%s", n > 0 ? line : "the supervisor died while starting (see its log)");

@@ -87,7 +87,7 @@ size_t term_write(FILE *f, const void *buf, size_t n, unsigned flags)
 
 		if (c == '\r' && lines && i + 1 == n && !final)
 			break; /* a \r\n may be cut here */
-		if (c == '\r' && lines && p[i + 1] == '\n') {
+		if (c == '\r' && lines && i + 1 < n && p[i + 1] == '\n') {
 			i++;
 			continue;
 		}

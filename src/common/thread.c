@@ -20,6 +20,23 @@ static void *trampoline(void *p)
 	return fn(arg);
 }
 
+int thread_detached(void *(*fn)(void *), void *arg, size_t stack)
+{
+	pthread_attr_t at;
+	pthread_t t;
+	int err;
+
+	if ((err = pthread_attr_init(&at)))
+		return -err;
+	err = pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (!err && stack)
+		err = pthread_attr_setstacksize(&at, stack);
+	if (!err)
+		err = pthread_create(&t, &at, fn, arg);
+	pthread_attr_destroy(&at);
+	return -err;
+}
+
 int thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
 {
 	struct start s = {.fn = fn, .arg = arg};

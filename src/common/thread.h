@@ -11,8 +11,13 @@
 #define KOSA8_THREAD_H
 
 #include <pthread.h>
+#include <stddef.h>
 
 /* pthread_create, then waits for the thread to enter fn.  0 or -errno. */
 int thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
+
+/* A thread nobody joins (it frees what it owns): fn(arg) on a stack of
+ * stack bytes (0: the default).  0 or -errno; on an error fn never runs. */
+int thread_detached(void *(*fn)(void *), void *arg, size_t stack);
 
 #endif

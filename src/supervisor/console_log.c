@@ -26,16 +26,24 @@ static int open_log(const char *path, int flags)
 	return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | flags, 0600);
 }
 
-/* console.log -> console.log.1, and a new console.log. */
-static int rotate(struct console_log *c)
+/* path -> path.1 (the one before is dropped), and a new path: its
+ * descriptor, or -errno. */
+static int rotate_file(const char *path, const char *old)
 {
 	int fd;
 
-	if (rename(c->path, c->old) < 0)
+	if (rename(path, old) < 0)
 		return -errno;
-	fd = open_log(c->path, O_TRUNC);
+	fd = open_log(path, O_TRUNC);
+	return fd < 0 ? -errno : fd;
+}
+
+static int rotate(struct console_log *c)
+{
+	int fd = rotate_file(c->path, c->old);
+
 	if (fd < 0)
-		return -errno;
+		return fd;
 	close(c->fd);
 	c->fd = fd;
 	c->size = 0;
@@ -117,4 +125,28 @@ void console_log_stop(struct console_log *c)
 	close(c->rfd);
 	close(c->fd);
 	free(c);
+}
+
+int console_log_bound_stderr(const char *path, uint64_t max)
+{
+	char old[PATH_MAX];
+	struct stat st, at;
+	int fd, err;
+
+	if (!max)
+		max = CONSOLE_LOG_MAX;
+	/* Only the file at path, as this process's stderr (else: not ours). */
+	if (fstat(STDERR_FILENO, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size <= max)
+		return 0;
+	if (lstat(path, &at) < 0 || at.st_dev != st.st_dev || at.st_ino != st.st_ino)
+		return 0;
+	if ((size_t)snprintf(old, sizeof(old), "%s" CONSOLE_LOG_OLD_SUFFIX, path) >= sizeof(old))
+		return -ENAMETOOLONG;
+	fflush(stdout);
+	fflush(stderr);
+	if ((fd = rotate_file(path, old)) < 0)
+		return fd;
+	err = dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0 ? -errno : 1;
+	close(fd);
+	return err;
 }

@@ -19,6 +19,14 @@ struct console_log;
  * stdout and stderr, and close it in the parent once the child runs).
  * max 0: CONSOLE_LOG_MAX. */
 int console_log_start(const char *path, uint64_t max, struct console_log **out, int *wfd);
+/* The supervisor's own log (supervisor.log, its stdout and stderr, opened
+ * by `kosa8 start`) kept the same way: a guest can make it write lines,
+ * at a bounded rate, for as long as the sandbox runs.  When this process's
+ * stderr is the file at path and holds more than max bytes (0:
+ * CONSOLE_LOG_MAX), it becomes path.1 and stdout and stderr go to a new
+ * path.  No thread and no pipe: a crash report still reaches the file.
+ * Called about once a second.  1: rotated, 0: nothing to do, or -errno. */
+int console_log_bound_stderr(const char *path, uint64_t max);
 /* Waits until every writer has closed the pipe (the VMM has exited) and
  * everything is in the file, then frees.  NULL is fine. */
 void console_log_stop(struct console_log *c);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "proxy/ca.h"
 #include "proxy/egress.h"
@@ -160,8 +161,6 @@ static void spawn_conn(struct listener *l, int fd)
 {
 	struct sup_egress *e = l->e;
 	struct conn *c = NULL;
-	pthread_attr_t at;
-	pthread_t t;
 
 	if (atomic_fetch_add(&e->active, 1) >= SUP_EGRESS_MAX_CONNS || !(c = malloc(sizeof(*c)))) {
 		log_refused(e, 1, false);
@@ -169,15 +168,8 @@ static void spawn_conn(struct listener *l, int fd)
 	}
 	c->l = l;
 	c->fd = fd;
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&at, 256 * 1024);
-	if (pthread_create(&t, &at, conn_thread, c) != 0) {
-		pthread_attr_destroy(&at);
-		goto refuse;
-	}
-	pthread_attr_destroy(&at);
-	return;
+	if (thread_detached(conn_thread, c, 256 * 1024) == 0)
+		return;
 refuse:
 	free(c);
 	close(fd);

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <signal.h>
@@ -22,6 +21,7 @@
 #include "agentproto/client.h"
 #include "audit/audit.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "sandbox/owner.h"
 #include "supervisor/cgroup.h"
@@ -45,6 +45,8 @@
 struct supervisor {
 	struct sandbox_cfg cfg;
 	char state_dir[PATH_MAX], run_dir[PATH_MAX];
+	char log_path[PATH_MAX];   /* supervisor.log, our stdout and stderr */
+	bool log_unbounded;        /* rotating it failed (said once) */
 	char vm_dir[PATH_MAX];  /* run_dir/vm: all the jailed VMM sees of the host */
 	char vsock_path[PATH_MAX], control_path[PATH_MAX];
 	char vm_ctl[PATH_MAX];     /* the VMM's control socket, in vm/ */
@@ -560,8 +562,6 @@ static void request_stop(struct supervisor *s, uint64_t grace_ms)
 {
 	uint64_t now = mono_ms();
 	struct stop_ask *a;
-	pthread_attr_t at;
-	pthread_t t;
 
 	if (s->vmm <= 0)
 		return;
@@ -578,13 +578,10 @@ static void request_stop(struct supervisor *s, uint64_t grace_ms)
 		return;
 	}
 	snprintf(a->vsock_path, sizeof(a->vsock_path), "%s", s->vsock_path);
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &at, stop_ask_thread, a) != 0) {
+	if (thread_detached(stop_ask_thread, a, 0)) {
 		free(a);
 		atomic_store(&agent_refused, true);
 	}
-	pthread_attr_destroy(&at);
 }
 
 /* Ends the VMM from the host, whatever the guest does: the VMM's control
@@ -858,7 +855,8 @@ static int setup(struct supervisor *s, const char *name, const char **why)
 		return err;
 	}
 	/* vm/ and checkpoints/ live inside those: the VMM's own (vmm_files.h). */
-	if ((err = sandbox_path(s->vm_dir, sizeof(s->vm_dir), s->run_dir, "vm")) ||
+	if ((err = sandbox_path(s->log_path, sizeof(s->log_path), s->state_dir, SUPERVISOR_LOG_FILE)) ||
+	    (err = sandbox_path(s->vm_dir, sizeof(s->vm_dir), s->run_dir, "vm")) ||
 	    (err = mkdir_p(s->vm_dir, 0700)) ||
 	    (err = sandbox_path(s->vsock_path, sizeof(s->vsock_path), s->vm_dir, "vsock.sock")) ||
 	    (err = sandbox_path(s->vm_ctl, sizeof(s->vm_ctl), s->vm_dir, "ctl.sock")) ||
@@ -939,6 +937,18 @@ static int poll_timeout(const struct supervisor *s)
 	return s->stop_deadline <= now ? 0 : (int)(s->stop_deadline - now < 1000 ? s->stop_deadline - now : 1000);
 }
 
+/* A guest can make us log (at a bounded rate) for as long as it runs:
+ * supervisor.log is kept like console.log. */
+static void bound_own_log(struct supervisor *s)
+{
+	int err = console_log_bound_stderr(s->log_path, 0);
+
+	if (err < 0 && !s->log_unbounded) {
+		s->log_unbounded = true;
+		log_err("cannot rotate %s: %s; it is no longer bounded", s->log_path, strerror(-err));
+	}
+}
+
 static void event_loop(struct supervisor *s)
 {
 	int status = 0;
@@ -968,6 +978,7 @@ static void event_loop(struct supervisor *s)
 		sup_egress_tick(s->egress);
 		if (s->audit)
 			audit_log_tick(s->audit);
+		bound_own_log(s);
 	}
 }
 

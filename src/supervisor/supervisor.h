@@ -13,6 +13,10 @@
 #define SUPERVISOR_BOOT_TIMEOUT_MS supervisor_boot_timeout_ms()
 int supervisor_boot_timeout_ms(void);
 
+/* The supervisor's stdout and stderr, in the sandbox's state directory
+ * (kept bounded: console_log_bound_stderr). */
+#define SUPERVISOR_LOG_FILE "supervisor.log"
+
 /* A stop gives the guest this long to power off (`kosa8 stop --time`),
  * then the host ends the VM: VMM control "stop", then SIGKILL.  No stop
  * waits on the guest's cooperation. */

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 
 static char out[1 << 17];
@@ -34,6 +35,20 @@ static int run(const char *fmt, ...)
 	out[n] = '\0';
 	st = pclose(p);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* The CLI it runs and this process see the same kosa8 folders, under
+ * root: cfg/, state/ and run/ (made by whoever needs them). */
+static inline void shell_use_dirs(const char *root)
+{
+	char sub[PATH_MAX];
+
+	snprintf(sub, sizeof(sub), "%s/cfg", root);
+	setenv("KOSA8_CONFIG_DIR", sub, 1);
+	snprintf(sub, sizeof(sub), "%s/state", root);
+	setenv("KOSA8_STATE_DIR", sub, 1);
+	snprintf(sub, sizeof(sub), "%s/run", root);
+	setenv("XDG_RUNTIME_DIR", sub, 1);
 }
 
 #endif

@@ -22,12 +22,13 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "egress_dirs.h"
+
 #include "audit/audit.h"
 #include "common/util.h"
 #include "supervisor/audit_limit.h"
 #include "supervisor/egress.h"
 
-static char dir[64];
 static _Atomic uint64_t fake_now = 1000000;
 
 static uint64_t clock_fn(void *arg)
@@ -35,28 +36,9 @@ static uint64_t clock_fn(void *arg)
 	return atomic_load(&fake_now);
 }
 
-static int setup(void **state)
-{
-	char p[128];
+static int setup(void **state) { return egress_dirs_make("alim"); }
 
-	strcpy(dir, "/tmp/k8alim-XXXXXX");
-	assert_non_null(mkdtemp(dir));
-	snprintf(p, sizeof(p), "%s/config", dir);
-	mkdir(p, 0700);
-	setenv("KOSA8_CONFIG_DIR", p, 1);
-	snprintf(p, sizeof(p), "%s/state", dir);
-	mkdir(p, 0700);
-	unsetenv("KOSA8_UPSTREAM_CA_FILE");
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
-}
+static int teardown(void **state) { return egress_dirs_remove(); }
 
 /* ---- the rules ---- */
 
@@ -273,12 +255,11 @@ static void test_flood_ten_minutes(void **state)
 		.now_ms = clock_fn,
 	};
 	struct sup_egress *e = NULL;
-	char statedir[128], keydir[128];
+	char keydir[128];
 	uint64_t t0 = mono_ms(), sent = 0;
 	off_t total;
 	int fd;
 
-	snprintf(statedir, sizeof(statedir), "%s/state", dir);
 	snprintf(keydir, sizeof(keydir), "%s/keys", dir);
 	ao.key_dir = keydir;
 	o.state_dir = statedir;

@@ -122,12 +122,72 @@ static void test_symlink_refused(void **state)
 	unlink(path);
 }
 
+/* The supervisor's own log: its stderr is the file (no pipe); writing
+ * 4 MiB with a check after each 4 KiB (the event loop checks once a
+ * second) leaves the file and one .1, each within the limit plus one
+ * chunk, the newest line last; stdout follows.  Runs in a child: it
+ * changes stderr. */
+static int own_log_child(void)
+{
+	char line[64], other[140];
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_TRUNC, 0600), rotations = 0, r;
+
+	if (fd < 0 || dup2(fd, STDERR_FILENO) < 0 || dup2(fd, STDOUT_FILENO) < 0)
+		return 10;
+	close(fd);
+	/* Another file's name: not ours, left alone. */
+	snprintf(other, sizeof(other), "%s/other.log", dir);
+	for (int i = 0; i < 4 * 1024 * 1024 / (int)sizeof(line); i++) {
+		memset(line, 'y', sizeof(line));
+		snprintf(line, sizeof(line), "line %08d ", i);
+		line[sizeof(line) - 1] = '\n';
+		if (write_all(STDERR_FILENO, line, sizeof(line)))
+			return 11;
+		if (i % (4096 / sizeof(line)))
+			continue;
+		if (console_log_bound_stderr(other, MAX) != 0)
+			return 12;
+		if ((r = console_log_bound_stderr(path, MAX)) < 0)
+			return 13;
+		rotations += r;
+	}
+	if (printf("from stdout\n") < 0 || fflush(stdout))
+		return 14;
+	return rotations >= 32 ? 0 : 15;
+}
+
+static void test_own_log_bounded(void **state)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int status;
+	pid_t pid;
+
+	unlink(path);
+	unlink(old);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(own_log_child());
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_true(size_of(path) > 0 && size_of(path) <= MAX + 4096);
+	assert_true(size_of(old) > MAX && size_of(old) <= MAX + 4096);
+	assert_int_equal(read_file(path, MAX + 4096, &buf, &len), 0);
+	assert_true(len > 100);
+	assert_memory_equal(buf + len - 12, "from stdout\n", 12);
+	assert_memory_equal(buf + len - 12 - 64, "line 00065535 ", 14);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_flood_rotates),
 		cmocka_unit_test(test_restart_appends),
 		cmocka_unit_test(test_symlink_refused),
+		cmocka_unit_test(test_own_log_bounded),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "child_report.h"
+
 #include "audit/sign.h"
 #include "common/util.h"
 #include "proxy/ca.h"
@@ -47,30 +49,17 @@ static int teardown(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
-/* Runs what in a child: its result, and whether the child was still
- * dumpable after it (before: it must have been). */
+/* Runs what in a child, dumpable before it (as a user's process is): its
+ * result, and whether the child was still dumpable after it. */
+static int start_dumpable(void *what)
+{
+	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+	return ((int (*)(void))what)();
+}
+
 static int in_child(int (*what)(void), int *dumpable)
 {
-	int p[2], r[2] = {-99, -1}, status;
-	pid_t pid;
-
-	assert_int_equal(pipe(p), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		close(p[0]);
-		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
-		r[0] = what();
-		r[1] = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
-		(void)!write(p[1], r, sizeof(r));
-		_exit(0);
-	}
-	close(p[1]);
-	assert_int_equal(read(p[0], r, sizeof(r)), (ssize_t)sizeof(r));
-	close(p[0]);
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	*dumpable = r[1];
-	return r[0];
+	return run_in_child(start_dumpable, (void *)what, dumpable);
 }
 
 static int audit_key(void)

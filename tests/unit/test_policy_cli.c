@@ -49,7 +49,7 @@ static void put(const char *rel, const char *text)
 
 static int setup(void **state)
 {
-	char self[PATH_MAX - 16], sdir[PATH_MAX], sub[128];
+	char self[PATH_MAX - 16], sdir[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	struct sandbox_cfg cfg = {.name = "sb", .mem = 256 << 20, .cpus = 1};
 	char *slash;
@@ -68,13 +68,7 @@ static int setup(void **state)
 	snprintf(dir, sizeof(dir), "/tmp/kosa8-policy-cli-XXXXXX");
 	if (!mkdtemp(dir))
 		return -1;
-	/* The CLI and this process see the same kosa8 directories. */
-	snprintf(sub, sizeof(sub), "%s/cfg", dir);
-	setenv("KOSA8_CONFIG_DIR", sub, 1);
-	snprintf(sub, sizeof(sub), "%s/state", dir);
-	setenv("KOSA8_STATE_DIR", sub, 1);
-	snprintf(sub, sizeof(sub), "%s/run", dir);
-	setenv("XDG_RUNTIME_DIR", sub, 1);
+	shell_use_dirs(dir);
 	if (mkdir_p(getenv("KOSA8_CONFIG_DIR"), 0700) || sandbox_state_dir("sb", sdir, sizeof(sdir)) ||
 	    mkdir_p(sdir, 0700) || sandbox_cfg_save(sdir, &cfg))
 		return -1;

@@ -48,12 +48,7 @@ static int setup(void **state)
 	snprintf(root, sizeof(root), "/dev/shm/k8-owner-XXXXXX");
 	if (access(kosa8, X_OK) || !mkdtemp(root))
 		return -1;
-	snprintf(env, sizeof(env), "%s/state", root);
-	setenv("KOSA8_STATE_DIR", env, 1);
-	snprintf(env, sizeof(env), "%s/cfg", root);
-	setenv("KOSA8_CONFIG_DIR", env, 1);
-	snprintf(env, sizeof(env), "%s/run", root);
-	setenv("XDG_RUNTIME_DIR", env, 1);
+	shell_use_dirs(root);
 	/* create only checks that the kernel and image files exist. */
 	snprintf(env, sizeof(env), "%s/kernel", root);
 	setenv("KOSA8_KERNEL", env, 1);

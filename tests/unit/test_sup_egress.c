@@ -24,11 +24,12 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "egress_dirs.h"
+
 #include "common/util.h"
 #include "supervisor/egress.h"
 #include "supervisor/sandbox.h"
 
-static char dir[64], cfgdir[128], statedir[128];
 
 static void write_text(const char *path, const char *text)
 {
@@ -38,25 +39,9 @@ static void write_text(const char *path, const char *text)
 	fclose(f);
 }
 
-static int setup(void **state)
-{
-	strcpy(dir, "/tmp/k8supeg-XXXXXX");
-	assert_non_null(mkdtemp(dir));
-	snprintf(cfgdir, sizeof(cfgdir), "%s/config", dir);
-	snprintf(statedir, sizeof(statedir), "%s/state", dir);
-	mkdir(cfgdir, 0700);
-	mkdir(statedir, 0700);
-	setenv("KOSA8_CONFIG_DIR", cfgdir, 1);
-	unsetenv("KOSA8_UPSTREAM_CA_FILE");
-	return 0;
-}
+static int setup(void **state) { return egress_dirs_make("supeg"); }
 
-static int teardown(void **state)
-{
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd) == 0 ? 0 : -1;
-}
+static int teardown(void **state) { return egress_dirs_remove(); }
 
 static void clear_policies(void)
 {

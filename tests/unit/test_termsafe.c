@@ -49,6 +49,9 @@ static void test_cr(void **state)
 	assert_string_equal(got, "ab");
 	ESC("ab\r", TERM_KEEP_LINES | TERM_FINAL);
 	assert_string_equal(got, "ab\\x0d");
+	/* a final \r is the last byte: what lies past n is never read */
+	assert_int_equal(esc("ab\r\n", 3, TERM_KEEP_LINES | TERM_FINAL), 3);
+	assert_string_equal(got, "ab\\x0d");
 }
 
 static void test_c1_and_bidi(void **state)

@@ -20,6 +20,8 @@
 
 #include <cmocka.h>
 
+#include "child_report.h"
+
 #include "supervisor/vmm_clone.h"
 #include "vmm/jail.h"
 
@@ -98,33 +100,20 @@ static void test_clone_as_invoker(void **state)
 	assert_int_equal(!!(r & OWN_NS), geteuid() != 0);
 }
 
-/* As nobody; dumpable: what the process is when the clone happens. */
+/* As nobody; *arg: whether the process is dumpable when the clone
+ * happens (set after the uid change, which clears it). */
+static int clone_report_as_nobody(void *arg)
+{
+	if (setgroups(0, NULL) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534))
+		return -1;
+	/* A user's process is dumpable; one that changed uids is not. */
+	prctl(PR_SET_DUMPABLE, *(bool *)arg, 0, 0, 0);
+	return clone_report();
+}
+
 static int clone_as_nobody(bool dumpable, int *parent_dumpable)
 {
-	int p[2], r[2] = {-1, -1}, status;
-	pid_t pid;
-
-	assert_int_equal(pipe(p), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		close(p[0]);
-		if (setgroups(0, NULL) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534))
-			_exit(2);
-		/* A user's process is dumpable; one that changed uids is not. */
-		prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
-		r[0] = clone_report();
-		r[1] = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
-		(void)!write(p[1], r, sizeof(r));
-		_exit(0);
-	}
-	close(p[1]);
-	if (read(p[0], r, sizeof(r)) != sizeof(r))
-		r[0] = -1;
-	close(p[0]);
-	waitpid(pid, &status, 0);
-	*parent_dumpable = r[1];
-	return r[0];
+	return run_in_child(clone_report_as_nobody, &dumpable, parent_dumpable);
 }
 
 /* A supervisor holding secrets is not dumpable (process_hold_secrets),
