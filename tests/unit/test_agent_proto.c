@@ -22,6 +22,7 @@
 #include "agentproto/conn.h"
 #include "agentproto/proto.h"
 #include "agentproto/tree.h"
+#include "tmp_dir.h"
 
 static void test_hdr(void **state)
 {
@@ -142,7 +143,6 @@ static void test_crc_and_exit(void **state)
 
 /* ---- tree writer against crafted streams ---- */
 
-static char tmp[64];
 
 static int feed(struct ap_tree_writer *w, uint16_t type, const void *p, size_t len)
 {
@@ -480,19 +480,6 @@ static void test_writer_kinds_and_modes(void **state)
 	assert_int_equal(sb.st_mode & 07000, 0);
 }
 
-static int setup(void **state)
-{
-	snprintf(tmp, sizeof(tmp), "/tmp/kosa8-aptest-XXXXXX");
-	return mkdtemp(tmp) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-	return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -508,5 +495,5 @@ int main(void)
 		cmocka_unit_test(test_writer_link_chain),
 		cmocka_unit_test(test_writer_kinds_and_modes),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
 }

@@ -18,8 +18,8 @@
 #include <cmocka.h>
 
 #include "common/guarded.h"
+#include "tmp_dir.h"
 
-static char tmp[64];
 static char dest[96], marker[96], hostdir[96];
 
 #define MARKER_TEXT "host marker\n"
@@ -410,19 +410,6 @@ static void test_remove(void **state)
 	markers_untouched();
 }
 
-static int setup(void **state)
-{
-	snprintf(tmp, sizeof(tmp), "/tmp/kosa8-gwtest-XXXXXX");
-	return mkdtemp(tmp) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-	return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -440,5 +427,5 @@ int main(void)
 		cmocka_unit_test(test_open_read),
 		cmocka_unit_test(test_remove),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
 }
