@@ -72,7 +72,7 @@ static int write_small(const char *path, const char *text)
 
 	if (fd < 0)
 		return fd;
-	rc = write_all_fd(fd, text, strlen(text));
+	rc = write_all(fd, text, strlen(text));
 	if (close(fd) < 0 && !rc)
 		rc = -errno;
 	return rc;
