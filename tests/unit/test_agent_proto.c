@@ -22,6 +22,7 @@
 #include "agentproto/conn.h"
 #include "agentproto/proto.h"
 #include "agentproto/tree.h"
+#include "supervisor/sandbox.h"
 #include "tmp_dir.h"
 
 static void test_hdr(void **state)
@@ -318,6 +319,15 @@ static void test_fixup_req(void **state)
 	q.hostname[AP_HOSTNAME_MAX] = 0;
 	assert_int_equal(fixup_roundtrip(&q, NULL, 0, &d), 0);
 	assert_false(ap_hostname_valid(q.hostname, AP_HOSTNAME_MAX + 1));
+	/* A fork's host name is its sandbox name, which may hold '_': taken
+	 * as it is, the agent refuses the whole fix-up (no reseed either). */
+	assert_true(sandbox_name_valid("fork_1.dev"));
+	snprintf(q.hostname, sizeof(q.hostname), "fork_1.dev");
+	assert_int_equal(fixup_roundtrip(&q, NULL, 0, &d), -EBADMSG);
+	ap_hostname_from("fork_1.dev", q.hostname);
+	assert_string_equal(q.hostname, "fork-1.dev");
+	assert_int_equal(fixup_roundtrip(&q, NULL, 0, &d), 0);
+	assert_string_equal(d.hostname, "fork-1.dev");
 	/* A host name without a machine-id (or the reverse) is half an identity. */
 	struct ap_wr w;
 	ap_wr_init(&w);
