@@ -84,8 +84,8 @@ san: $(SAN_DIR)/kosa8
 # minimal guest); the sanitizer build links it dynamically (ASan cannot be
 # static) so that tests drive an instrumented agent too.
 AGENT_ALL := $(AGENT_SRCS) src/agentproto/proto.c src/agentproto/conn.c src/agentproto/tree.c \
-             src/common/guarded.c
-AGENT_HDRS := $(wildcard src/agent/*.h src/agentproto/*.h)
+             src/common/guarded.c src/common/fileio.c
+AGENT_HDRS := $(wildcard src/agent/*.h src/agentproto/*.h) src/common/guarded.h src/common/fileio.h
 $(REL_DIR)/kosa8-agent: $(AGENT_ALL) $(AGENT_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(REL_CFLAGS) -static -o $@ $(AGENT_ALL)

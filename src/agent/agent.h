@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "agentproto/conn.h"
+#include "common/fileio.h"
 
 struct agent_cfg {
 	const char *default_user;
@@ -51,8 +52,6 @@ int fixup_run(struct ap_conn *c, uint32_t chan, const uint8_t *p, size_t len);
 void session_run(int fd);
 
 uint64_t boottime_ms(void);
-/* write() until done, retrying on EINTR; 0 or -errno. */
-int write_all_fd(int fd, const void *buf, size_t len);
 
 /* Answers one AP_TRUST request: the PEM certificate in the payload is added
  * to the guest's trust store.  0 when the session can go on. */

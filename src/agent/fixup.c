@@ -68,13 +68,11 @@ static int reseed(const struct ap_fixup_req *q, unsigned *done)
 
 static int write_small(const char *path, const char *text)
 {
-	int fd = open_nb(path, O_WRONLY | O_CREAT | O_TRUNC, S_IFREG), rc = 0;
-	size_t len = strlen(text);
+	int fd = open_nb(path, O_WRONLY | O_CREAT | O_TRUNC, S_IFREG), rc;
 
 	if (fd < 0)
 		return fd;
-	if (write(fd, text, len) != (ssize_t)len)
-		rc = errno ? -errno : -EIO;
+	rc = write_all(fd, text, strlen(text));
 	if (close(fd) < 0 && !rc)
 		rc = -errno;
 	return rc;

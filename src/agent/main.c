@@ -96,8 +96,7 @@ static void set_hostname_from_cmdline(void)
 			continue;
 		const char *h = tok + 15;
 		size_t len = strlen(h);
-		if (len == 0 || len > 63 || strspn(h, "abcdefghijklmnopqrstuvwxyz"
-					      "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != len)
+		if (!ap_hostname_valid(h, len))
 			fprintf(stderr, "kosa8-agent: ignoring invalid kosa8.hostname=%s\n", h);
 		else if (sethostname(h, len) < 0)
 			fprintf(stderr, "kosa8-agent: sethostname: %s\n", strerror(errno));

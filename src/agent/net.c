@@ -75,22 +75,6 @@ struct net_opts net_opts = {
 
 /* ---------------------------------------------------------------- set-up */
 
-int write_all_fd(int fd, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* Runs argv with text on its stdin; 0 if it exited 0. */
 static int run_with_input(const char *const argv[], const char *text)
 {
@@ -119,7 +103,7 @@ static int run_with_input(const char *const argv[], const char *text)
 		_exit(errno == ENOENT ? 127 : 126);
 	}
 	close(p[0]);
-	int werr = write_all_fd(p[1], text, strlen(text));
+	int werr = write_all(p[1], text, strlen(text));
 	close(p[1]);
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)
@@ -129,18 +113,6 @@ static int run_with_input(const char *const argv[], const char *text)
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
 		return -ENOENT;   /* not there: the caller may try another name */
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
-}
-
-static int write_sysctl(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC), err = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (write(fd, val, strlen(val)) != (ssize_t)strlen(val))
-		err = -errno;
-	close(fd);
-	return err;
 }
 
 /* The address on the dummy device only gives connect() a source address;
@@ -186,8 +158,8 @@ int net_setup(void)
 
 	/* IPv6 off: the host's synthetic addresses are IPv4 and a v6 socket
 	 * should fail at once rather than wait on the dummy device. */
-	if ((e = write_sysctl("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1")) ||
-	    (e = write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1"))) {
+	if ((e = write_text_file("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1")) ||
+	    (e = write_text_file("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1"))) {
 		fprintf(stderr, "kosa8-agent: turning IPv6 off: %s\n", strerror(-e));
 		err = err ? err : e;
 	}

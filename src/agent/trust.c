@@ -38,7 +38,7 @@ static int replace_file(const char *path, const void *text, size_t len)
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
-	int rc = write_all_fd(fd, text, len);
+	int rc = write_all(fd, text, len);
 	if (rc == 0 && fchmod(fd, 0644) < 0)
 		rc = -errno;
 	if (close(fd) < 0 && !rc)
@@ -54,27 +54,26 @@ static int replace_file(const char *path, const void *text, size_t len)
  * a bundle over BUNDLE_MAX, or that is no regular file, is refused. */
 static int read_bundle(uint8_t **buf, size_t *len, size_t extra)
 {
-	struct stat st;
-	int fd = open(BUNDLE, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	int fd = open(BUNDLE, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), rc = 0;
+	uint8_t *p;
+
+	*buf = NULL;
 	*len = 0;
 	if (fd < 0 && errno != ENOENT)
 		return -errno;
-	int rc = fd < 0 ? 0 : fstat(fd, &st) < 0 ? -errno : !S_ISREG(st.st_mode) ? -EINVAL :
-		 st.st_size > BUNDLE_MAX ? -EFBIG : 0;
-	size_t size = fd < 0 || rc ? 0 : (size_t)st.st_size;
-	if (rc == 0 && !(*buf = malloc(size + extra)))
-		rc = -ENOMEM;
-	while (rc == 0 && *len < size) {
-		ssize_t n = read(fd, *buf + *len, size - *len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;   /* shrank meanwhile: what was read */
-		*len += (size_t)n;
-	}
-	if (fd >= 0)
+	if (fd >= 0) {
+		rc = read_fd(fd, BUNDLE_MAX, buf, len);
 		close(fd);
-	return rc;
+	}
+	if (rc == 0 && !(p = realloc(*buf, *len + extra)))
+		rc = -ENOMEM;
+	if (rc) {
+		free(*buf);
+		*buf = NULL;
+		return rc;
+	}
+	*buf = p;
+	return 0;
 }
 
 int trust_ca(struct ap_conn *c, const struct ap_frame *f)

@@ -294,6 +294,15 @@ bool ap_hostname_valid(const char *s, size_t len)
 	return true;
 }
 
+void ap_hostname_from(const char *name, char out[AP_HOSTNAME_MAX + 1])
+{
+	size_t i;
+
+	for (i = 0; i < AP_HOSTNAME_MAX && name[i]; i++)
+		out[i] = ap_hostname_valid(&name[i], 1) ? name[i] : '-';
+	out[i] = 0;
+}
+
 /* One AP_FIXUP field, each at most once (seen: bit per tag). */
 static int fixup_field(struct ap_fixup_req *q, uint16_t tag, const uint8_t *v, uint32_t vlen,
 		       unsigned *seen)

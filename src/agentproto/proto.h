@@ -182,6 +182,10 @@ struct ap_fixup_req {
 int ap_fixup_req_decode(const uint8_t *p, size_t len, struct ap_fixup_req *req);
 void ap_fixup_req_encode(struct ap_wr *w, const struct ap_fixup_req *req);
 bool ap_hostname_valid(const char *s, size_t len);
+/* A fork's host name from its sandbox name: sandbox names may hold '_',
+ * which host names may not (and the agent refuses), so it becomes '-';
+ * at most AP_HOSTNAME_MAX bytes. */
+void ap_hostname_from(const char *name, char out[AP_HOSTNAME_MAX + 1]);
 
 struct ap_exit {
 	uint8_t kind, core;

@@ -1,6 +1,8 @@
 /* Tree streams: a safe extractor and a recursive sender (see tree.h). */
 #include "agentproto/tree.h"
 
+#include "common/fileio.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,32 +22,12 @@ static int gw_failed(struct ap_tree_writer *w, int e)
 	return e;
 }
 
-static int mkdir_parents(const char *dir)
-{
-	char p[AP_MAX_PATH + 1];
-	size_t n = strlen(dir);
-	if (n == 0 || n > AP_MAX_PATH)
-		return -ENAMETOOLONG;
-	memcpy(p, dir, n + 1);
-	for (size_t i = 1; i <= n; i++) {
-		if (p[i] != '/' && p[i] != 0)
-			continue;
-		char c = p[i];
-		p[i] = 0;
-		if (mkdir(p, 0755) < 0 && errno != EEXIST)
-			return -errno;
-		p[i] = c;
-	}
-	return 0;
-}
-
-
 int ap_tw_open(struct ap_tree_writer *w, const char *dir, const struct gw_opts *o)
 {
 	memset(w, 0, sizeof(*w));
 	w->fd = -1;
 	w->g.rootfd = -1;
-	int rc = mkdir_parents(dir);
+	int rc = mkdir_p(dir, 0755);
 	if (rc)
 		return FAIL(w, rc, "cannot create %s: %s", dir, strerror(-rc));
 	rc = gw_open(&w->g, dir, o);

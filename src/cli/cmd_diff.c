@@ -20,10 +20,13 @@
  * folders, what the workspace's .gitignore files ignore, and empty folders;
  * `export --to` copies everything.
  *
- * Nothing is written into the user's workspace except by --apply, and that
- * uses `git apply`, which checks that every change applies before it writes
- * any (a workspace edited on the host since shows as a conflict, not a
- * half-applied patch).  Every export is audited ("workspace.export"). */
+ * Nothing is written into the user's workspace except by --apply: it checks
+ * the patch with `git apply --check` (a workspace edited on the host since
+ * shows as a conflict), then writes each changed file or link from the
+ * guest's copy through the guarded writer (common/guarded.h), deletions
+ * first; git never writes there.  A change refused part-way leaves those
+ * before it written, and the error says how many.  Every export is audited
+ * ("workspace.export"). */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>

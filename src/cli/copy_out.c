@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -51,11 +50,8 @@ static int sudo_owner(const char *cmd, struct gw_opts *o)
 
 int cli_copy_out_opts(const char *cmd, struct gw_opts *o)
 {
-	mode_t um = umask(0);
-
-	umask(um);
+	/* mode_mask 0: the writer's default, 0777 under the umask. */
 	memset(o, 0, sizeof(*o));
-	o->mode_mask = 0777 & ~um;
 	if (env_bound(cmd, "KOSA8_COPY_OUT_MAX", true, COPY_OUT_MAX_DEFAULT, &o->max_bytes) ||
 	    env_bound(cmd, "KOSA8_COPY_OUT_FILES", false, COPY_OUT_FILES_DEFAULT, &o->max_entries))
 		return 1;

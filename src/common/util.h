@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/fileio.h"
+
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KiB (1024ULL)
 #define MiB (1024ULL * KiB)
@@ -23,26 +25,15 @@
  * (malformed) / -ERANGE (overflows 64 bits). */
 int parse_size(const char *s, uint64_t *out);
 
-/* Reads a whole file into a malloc'd buffer, refusing files over max bytes. */
-int read_file(const char *path, size_t max, uint8_t **buf, size_t *len);
-/* The same from an open descriptor of a regular file (not closed). */
-int read_fd(int fd, size_t max, uint8_t **buf, size_t *len);
-
 /* Adds one to an eventfd's counter, waking whoever polls it.  A counter
  * at its maximum (EAGAIN) already means a wake-up is pending: 0 then too.
  * Returns 0 or -errno. */
 int eventfd_ring(int fd);
 
-/* write()/read() loops that retry on EINTR and short transfers. */
-int write_all(int fd, const void *buf, size_t len);
-/* Writes text into the existing file path (a /proc or cgroup knob): one
- * open, write_all, close; 0 or -errno. */
-int write_text_file(const char *path, const char *text);
 /* Maps uid and gid, and nothing else, into the user namespace of the
  * process whose /proc directory is proc ("/proc/self", "/proc/1234"):
  * setgroups denied first, as an unprivileged writer must.  0 or -errno. */
 int userns_map_one(const char *proc, unsigned uid, unsigned gid);
-ssize_t read_full(int fd, void *buf, size_t len);
 
 /* The user's cache directory for kosa8: $KOSA8_CACHE_DIR, else
  * $XDG_CACHE_HOME/kosa8, else ~/.cache/kosa8.  Writes into buf. */
@@ -79,9 +70,6 @@ int process_hold_secrets(void);
  * with no access for group or others.  0, or -errno with why (for the
  * user: which directory, what is wrong, what to do). */
 int private_dir(const char *path, bool create, char *why, size_t len);
-
-/* mkdir -p with the given mode for each created component. */
-int mkdir_p(const char *path, mode_t mode);
 
 /* fsync(2) of the folder holding path: makes a create, link or rename there
  * durable.  0 or -errno. */

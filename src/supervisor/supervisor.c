@@ -154,7 +154,7 @@ static int vmm_argv(struct supervisor *s, const char *restore, const char *top, 
 		    char (*buf)[PATH_MAX])
 {
 	struct ckpt_meta cur;
-	char err[256];
+	char err[256], host[AP_HOSTNAME_MAX + 1];
 	int n = 0, rc;
 
 	if (!top) {
@@ -169,9 +169,10 @@ static int vmm_argv(struct supervisor *s, const char *restore, const char *top, 
 	snprintf(buf[1], PATH_MAX, "%lluK", (unsigned long long)(s->cfg.mem / 1024));
 	snprintf(buf[2], PATH_MAX, "%d", s->cfg.cpus);
 	snprintf(buf[4], PATH_MAX, "%u", s->cfg.cid);
+	ap_hostname_from(s->cfg.name, host);
 	snprintf(buf[3], PATH_MAX,
 		 "root=/dev/vda rw rootfstype=ext4 init=/usr/sbin/kosa8-agent kosa8.hostname=%s kosa8.net=on quiet",
-		 s->cfg.name);
+		 host);
 	argv[n++] = s->self;
 	argv[n++] = "vm";
 	argv[n++] = "--no-emulate";
@@ -404,7 +405,7 @@ static int guest_fixup(struct supervisor *s, bool new_identity)
 	clock_gettime(CLOCK_REALTIME, &now);
 	q.time_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 	if (new_identity)
-		snprintf(q.hostname, sizeof(q.hostname), "%s", s->cfg.name);
+		ap_hostname_from(s->cfg.name, q.hostname);
 	if (getrandom(q.seed, q.seed_len, 0) != (ssize_t)q.seed_len ||
 	    getrandom(q.machine_id, sizeof(q.machine_id), 0) != (ssize_t)sizeof(q.machine_id))
 		return -EIO;
@@ -1004,13 +1005,15 @@ static cJSON *fork_origin(struct supervisor *s, const struct ckpt_fork *f)
  * identity; later starts boot its own disk. */
 static int fork_started(struct supervisor *s, const struct ckpt_fork *f)
 {
+	char host[AP_HOSTNAME_MAX + 1];
 	cJSON *d;
 	int err;
 
 	if ((err = guest_fixup(s, true)))
 		return err;
+	ap_hostname_from(s->cfg.name, host);
 	d = cJSON_CreateObject();
-	cJSON_AddStringToObject(d, "hostname", s->cfg.name);
+	cJSON_AddStringToObject(d, "hostname", host);
 	audit(s, "supervisor", "sandbox.fork_identity", d);
 	if ((err = ckpt_fork_done(s->state_dir)))
 		log_err("fork.json: %s", strerror(-err));

@@ -22,6 +22,8 @@
 #include "agentproto/conn.h"
 #include "agentproto/proto.h"
 #include "agentproto/tree.h"
+#include "supervisor/sandbox.h"
+#include "tmp_dir.h"
 
 static void test_hdr(void **state)
 {
@@ -142,7 +144,6 @@ static void test_crc_and_exit(void **state)
 
 /* ---- tree writer against crafted streams ---- */
 
-static char tmp[64];
 
 static int feed(struct ap_tree_writer *w, uint16_t type, const void *p, size_t len)
 {
@@ -318,6 +319,15 @@ static void test_fixup_req(void **state)
 	q.hostname[AP_HOSTNAME_MAX] = 0;
 	assert_int_equal(fixup_roundtrip(&q, NULL, 0, &d), 0);
 	assert_false(ap_hostname_valid(q.hostname, AP_HOSTNAME_MAX + 1));
+	/* A fork's host name is its sandbox name, which may hold '_': taken
+	 * as it is, the agent refuses the whole fix-up (no reseed either). */
+	assert_true(sandbox_name_valid("fork_1.dev"));
+	snprintf(q.hostname, sizeof(q.hostname), "fork_1.dev");
+	assert_int_equal(fixup_roundtrip(&q, NULL, 0, &d), -EBADMSG);
+	ap_hostname_from("fork_1.dev", q.hostname);
+	assert_string_equal(q.hostname, "fork-1.dev");
+	assert_int_equal(fixup_roundtrip(&q, NULL, 0, &d), 0);
+	assert_string_equal(d.hostname, "fork-1.dev");
 	/* A host name without a machine-id (or the reverse) is half an identity. */
 	struct ap_wr w;
 	ap_wr_init(&w);
@@ -480,19 +490,6 @@ static void test_writer_kinds_and_modes(void **state)
 	assert_int_equal(sb.st_mode & 07000, 0);
 }
 
-static int setup(void **state)
-{
-	snprintf(tmp, sizeof(tmp), "/tmp/kosa8-aptest-XXXXXX");
-	return mkdtemp(tmp) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-	return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -508,5 +505,5 @@ int main(void)
 		cmocka_unit_test(test_writer_link_chain),
 		cmocka_unit_test(test_writer_kinds_and_modes),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
 }

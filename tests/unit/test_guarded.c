@@ -18,8 +18,8 @@
 #include <cmocka.h>
 
 #include "common/guarded.h"
+#include "tmp_dir.h"
 
-static char tmp[64];
 static char dest[96], marker[96], hostdir[96];
 
 #define MARKER_TEXT "host marker\n"
@@ -74,12 +74,18 @@ static int put(struct gw *g, const char *path, const char *text, uint32_t mode)
 	return gw_file_done(g, fd, mode);
 }
 
+/* dest/rel, for one call at a time (the buffer is reused). */
+static const char *in_dest(const char *rel)
+{
+	static char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%s", dest, rel);
+	return p;
+}
+
 static bool exists_in_dest(const char *rel)
 {
-	char p[PATH_MAX];
 	struct stat st;
-	snprintf(p, sizeof(p), "%s/%s", dest, rel);
-	return lstat(p, &st) == 0;
+	return lstat(in_dest(rel), &st) == 0;
 }
 
 static void test_good_tree(void **state)
@@ -94,9 +100,7 @@ static void test_good_tree(void **state)
 	assert_int_equal(gw_symlink(&g, "dangling", "no/such"), 0);
 	assert_int_equal(gw_finish(&g), 0);
 	gw_close(&g);
-	char p[PATH_MAX];
-	snprintf(p, sizeof(p), "%s/d/up", dest);
-	int fd = open(p, O_RDONLY);
+	int fd = open(in_dest("d/up"), O_RDONLY);
 	assert_true(fd >= 0);
 	assert_int_equal(read(fd, buf, sizeof(buf)), 5);
 	close(fd);
@@ -198,9 +202,7 @@ static void test_link_chain_across_streams(void **state)
 	assert_int_equal(gw_symlink(&g, "d/sub", ".."), 0);
 	assert_int_equal(gw_finish(&g), 0);
 	gw_close(&g);
-	char p[PATH_MAX];
-	snprintf(p, sizeof(p), "%s/d/x", dest);
-	assert_int_equal(open(p, O_RDONLY), -1);
+	assert_int_equal(open(in_dest("d/x"), O_RDONLY), -1);
 	assert_false(exists_in_dest("d/x") || exists_in_dest("d/y"));
 	/* Climbing first, then down, stays allowed. */
 	assert_int_equal(gw_open(&g, dest, NULL), 0);
@@ -215,15 +217,11 @@ static void test_link_chain_across_streams(void **state)
  * it there, is removed. */
 static void test_host_links_in_dest(void **state)
 {
-	char p[PATH_MAX];
 	struct gw g;
 	fresh(NULL, NULL);
-	snprintf(p, sizeof(p), "%s/out", dest);
-	assert_int_equal(symlink(hostdir, p), 0);
-	snprintf(p, sizeof(p), "%s/real", dest);
-	assert_int_equal(mkdir(p, 0755), 0);
-	snprintf(p, sizeof(p), "%s/real/sub", dest);
-	assert_int_equal(symlink("/", p), 0);
+	assert_int_equal(symlink(hostdir, in_dest("out")), 0);
+	assert_int_equal(mkdir(in_dest("real"), 0755), 0);
+	assert_int_equal(symlink("/", in_dest("real/sub")), 0);
 	assert_int_equal(gw_open(&g, dest, NULL), 0);
 	assert_int_equal(put(&g, "out/escaped", "evil", 0644), -ELOOP);
 	assert_int_equal(gw_dir(&g, "out", 0755), -ENOTDIR);
@@ -241,8 +239,7 @@ static void test_host_links_in_dest(void **state)
 	assert_int_equal(put(&g, "out", "data", 0644), 0);
 	gw_close(&g);
 	struct stat st;
-	snprintf(p, sizeof(p), "%s/out", dest);
-	assert_int_equal(lstat(p, &st), 0);
+	assert_int_equal(lstat(in_dest("out"), &st), 0);
 	assert_true(S_ISREG(st.st_mode));
 	markers_untouched();
 }
@@ -251,13 +248,10 @@ static void test_host_links_in_dest(void **state)
  * through nor opened. */
 static void test_existing_hardlink_and_fifo(void **state)
 {
-	char p[PATH_MAX];
 	struct gw g;
 	fresh(NULL, NULL);
-	snprintf(p, sizeof(p), "%s/hl", dest);
-	assert_int_equal(link(marker, p), 0);
-	snprintf(p, sizeof(p), "%s/fifo", dest);
-	assert_int_equal(mkfifo(p, 0644), 0);
+	assert_int_equal(link(marker, in_dest("hl")), 0);
+	assert_int_equal(mkfifo(in_dest("fifo"), 0644), 0);
 	assert_int_equal(gw_open(&g, dest, NULL), 0);
 	assert_int_equal(put(&g, "hl", "evil", 0666), 0);
 	assert_int_equal(put(&g, "fifo", "data", 0644), 0); /* would block if opened */
@@ -279,7 +273,6 @@ static void test_modes_and_owner(void **state)
 {
 	struct gw_opts o = { .mode_mask = 0755 };
 	struct stat st;
-	char p[PATH_MAX];
 	struct gw g;
 	if (geteuid() == 0) {
 		o.chown = true;
@@ -292,13 +285,11 @@ static void test_modes_and_owner(void **state)
 	assert_int_equal(put(&g, "plain", "x", 0644), 0);
 	assert_int_equal(g.special_dropped, 2);
 	gw_close(&g);
-	snprintf(p, sizeof(p), "%s/suid", dest);
-	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(stat(in_dest("suid"), &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0755);
 	if (o.chown)
 		assert_int_equal(st.st_uid, 65534);
-	snprintf(p, sizeof(p), "%s/sticky", dest);
-	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(stat(in_dest("sticky"), &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0755);
 	/* The default mask: the umask, no special bits. */
 	mode_t um = umask(027);
@@ -306,8 +297,7 @@ static void test_modes_and_owner(void **state)
 	umask(um);
 	assert_int_equal(put(&g, "f", "x", 04777), 0);
 	gw_close(&g);
-	snprintf(p, sizeof(p), "%s/f", dest);
-	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(stat(in_dest("f"), &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0750);
 	markers_untouched();
 }
@@ -358,25 +348,19 @@ static void test_link_bytes_bounded(void **state)
 
 static void test_open_read(void **state)
 {
-	char p[PATH_MAX];
 	uint64_t size;
 	int dfd;
 	fresh(NULL, NULL);
-	snprintf(p, sizeof(p), "%s/fifo", dest);
-	assert_int_equal(mkfifo(p, 0644), 0);
-	snprintf(p, sizeof(p), "%s/link", dest);
-	assert_int_equal(symlink(marker, p), 0);
-	snprintf(p, sizeof(p), "%s/d", dest);
-	assert_int_equal(symlink(hostdir, p), 0);
+	assert_int_equal(mkfifo(in_dest("fifo"), 0644), 0);
+	assert_int_equal(symlink(marker, in_dest("link")), 0);
+	assert_int_equal(symlink(hostdir, in_dest("d")), 0);
 	dfd = open(dest, O_RDONLY | O_DIRECTORY);
 	assert_true(dfd >= 0);
 	assert_int_equal(gw_open_read(dfd, "fifo", 0, &size), -EINVAL); /* at once */
 	assert_int_equal(gw_open_read(dfd, "link", 0, &size), -ELOOP);
 	assert_int_equal(gw_open_read(dfd, "d/x", 0, &size), -ELOOP);
 	assert_int_equal(gw_open_read(dfd, "../marker", 0, &size), -EXDEV);
-	char m[PATH_MAX];
-	snprintf(m, sizeof(m), "%s/f", dest);
-	int fd = open(m, O_WRONLY | O_CREAT, 0644);
+	int fd = open(in_dest("f"), O_WRONLY | O_CREAT, 0644);
 	assert_int_equal(write(fd, "0123456789", 10), 10);
 	close(fd);
 	assert_int_equal(gw_open_read(dfd, "f", 9, &size), -EFBIG);
@@ -393,7 +377,6 @@ static void test_open_read(void **state)
 
 static void test_remove(void **state)
 {
-	char p[PATH_MAX];
 	struct gw g;
 	fresh(&g, NULL);
 	assert_int_equal(gw_parents(&g, "a/b/f"), 0);
@@ -403,24 +386,10 @@ static void test_remove(void **state)
 	assert_int_equal(gw_remove(&g, "never/there"), 0);
 	assert_int_equal(gw_dir(&g, "dir", 0755), 0);
 	assert_int_equal(gw_remove(&g, "dir"), -EISDIR);
-	snprintf(p, sizeof(p), "%s/hl", dest);
-	assert_int_equal(symlink(hostdir, p), 0);
+	assert_int_equal(symlink(hostdir, in_dest("hl")), 0);
 	assert_int_equal(gw_remove(&g, "hl/x"), -ELOOP);
 	gw_close(&g);
 	markers_untouched();
-}
-
-static int setup(void **state)
-{
-	snprintf(tmp, sizeof(tmp), "/tmp/kosa8-gwtest-XXXXXX");
-	return mkdtemp(tmp) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-	return system(cmd) == 0 ? 0 : -1;
 }
 
 int main(void)
@@ -440,5 +409,5 @@ int main(void)
 		cmocka_unit_test(test_open_read),
 		cmocka_unit_test(test_remove),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
 }

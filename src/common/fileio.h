@@ -1,0 +1,28 @@
+/* File helpers on plain libc, with the tree's error convention (0 or a
+ * count, else -errno).  Apart from util.c so that the static guest agent
+ * links them too: util.c also looks up home directories, which a static
+ * binary cannot do through NSS.  util.h includes this header. */
+#ifndef KOSA8_COMMON_FILEIO_H
+#define KOSA8_COMMON_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Reads a whole file into a malloc'd buffer, refusing files over max bytes. */
+int read_file(const char *path, size_t max, uint8_t **buf, size_t *len);
+/* The same from an open descriptor of a regular file (not closed):
+ * -EINVAL if it is no regular file, -EFBIG if it is over max bytes. */
+int read_fd(int fd, size_t max, uint8_t **buf, size_t *len);
+
+/* write()/read() loops that retry on EINTR and short transfers. */
+int write_all(int fd, const void *buf, size_t len);
+ssize_t read_full(int fd, void *buf, size_t len);
+/* Writes text into the existing file path (a /proc or cgroup knob): one
+ * open, write_all, close; 0 or -errno. */
+int write_text_file(const char *path, const char *text);
+
+/* mkdir -p with the given mode for each created component. */
+int mkdir_p(const char *path, mode_t mode);
+
+#endif
