@@ -276,14 +276,21 @@ static void test_forgery_with_swapped_pub_pem(void **state)
  * log and of the heads together, or replacing the log, is then caught. */
 static void test_verify_pinned_head(void **state)
 {
-	assert_int_equal(run("cp $LOG $D/h.log && cp $LOG.heads $D/h.log.heads && "
+	/* A log of its own: an append 10 s after the last head signs one by
+	 * itself, so under load the shared log's head numbers vary.  The cut
+	 * keeps the first two records and the heads covering at most those. */
+	assert_int_equal(run("rm -f $D/h.log* && for i in 1 2 3 4; do "
+			     "$K audit append --log $D/h.log --type t >/dev/null 2>&1 || exit 1; "
+			     "[ $i = 2 ] && stat -c %%s $D/h.log > $D/h.two; done; "
+			     "$K audit sign --log $D/h.log >/dev/null && "
 			     "$K audit head --log $D/h.log > $D/pin.head && "
 			     "$K audit verify --log $D/h.log --head $D/pin.head"),
 			 0);
-	assert_non_null(strstr(out, "pinned: head #3 (size 6)"));
-	/* cut the last two records and the last head: plain verify cannot tell */
-	assert_int_equal(run("head -n 3 $LOG.heads > $D/h.log.heads && "
-			     "head -c $(( $(stat -c %%s $LOG) - 140 )) $LOG > $D/h.log && "
+	assert_non_null(strstr(out, "pinned: head #"));
+	assert_non_null(strstr(out, "(size 4)"));
+	/* cut the last two records and the heads over them: plain verify cannot tell */
+	assert_int_equal(run("awk '$6 <= 2' $D/h.log.heads > $D/c.heads && head -c $(cat $D/h.two) $D/h.log > $D/c.log && "
+			     "mv $D/c.heads $D/h.log.heads && mv $D/c.log $D/h.log && rm -f $D/h.log.state && "
 			     "$K audit verify --log $D/h.log"),
 			 0);
 	assert_int_equal(run("$K audit verify --log $D/h.log --head $D/pin.head"), 1);
