@@ -1122,3 +1122,63 @@ void virtio_vsock_get_stats(struct virtio_vsock *v, struct virtio_vsock_stats *o
 	*out = v->stats;
 	pthread_mutex_unlock(&v->mmio.lock);
 }
+
+/* ---- in the VMM's device table (hw/device.h) ---- */
+
+static bool dev_wanted(const struct vm_config *cfg) { return cfg->vsock_uds != NULL; }
+
+static int dev_create(const struct device_env *env, void **dev, const char **why)
+{
+	struct virtio_vsock *v = malloc(sizeof(*v));
+	int err;
+
+	if (!v)
+		return -ENOMEM;
+	err = virtio_vsock_init(v, env->cfg->vsock_cid, env->cfg->vsock_uds, NULL, env->mem,
+				env->mmio_base, env->gsi, env->set_irq, env->ctx);
+	if (err) {
+		snprintf(env->err, env->err_len,
+			 "cannot start vsock on %.300s: %s (a non-socket file there, or a bad --cid)",
+			 env->cfg->vsock_uds, strerror(-err));
+		*why = env->err;
+		free(v);
+		return err;
+	}
+	if ((err = virtio_mmio_attach(&v->mmio, env, v->kick_fd))) {
+		*why = "cannot register the vsock device";
+		virtio_vsock_destroy(v);
+		free(v);
+		return err;
+	}
+	*dev = v;
+	return 0;
+}
+
+static void dev_destroy(void *dev)
+{
+	virtio_vsock_destroy(dev);
+	free(dev);
+}
+
+static void dev_pause(void *dev) { virtio_vsock_pause(dev); }
+static void dev_resume(void *dev) { virtio_vsock_resume(dev); }
+static void dev_save(void *dev, void *state) { virtio_vsock_save(dev, state); }
+/* Open connections are not in a checkpoint: the guest gets a transport
+ * reset and connects again (virtio 1.2, 5.10.6.6). */
+static int dev_restore(void *dev, const void *state) { return virtio_vsock_restore(dev, state); }
+
+const struct device_ops virtio_vsock_device = {
+	.name = "vsock",
+	.what = "virtio-vsock",
+	.wanted = dev_wanted,
+	.option = "--vsock PATH",
+	.create = dev_create,
+	.destroy = dev_destroy,
+	.pause = dev_pause,
+	.resume = dev_resume,
+	.state_len = sizeof(struct virtio_vsock_state),
+	.save = dev_save,
+	.restore = dev_restore,
+	.resync_irq = virtio_device_resync_irq,
+	.cmdline = virtio_device_cmdline,
+};
