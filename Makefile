@@ -4,7 +4,7 @@
 #   make san           ASan+UBSan build     -> build-san/kosa8
 #   make check         unit tests (both builds) + VM tests (KVM or helper VM)
 #   make unit          unit tests only, both builds (and make layers)
-#   make layers        the include order of src/ by folder (scripts/check-layers)
+#   make layers        the include and call order of src/ by folder (scripts/check-layers)
 #   make fuzz          every fuzz target for FUZZ_SECONDS each (clang, libFuzzer)
 #   make kernel        the guest kernel, cached under ~/.cache/kosa8
 #   make image         the default Debian rootfs image (root), cached likewise
@@ -107,8 +107,8 @@ unit: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-agent $(SAN_DIR)/kosa8-
       $(patsubst tests/unit/%.c,$(SAN_DIR)/tests/%,$(UNIT_SRCS))
 	REL_DIR=$(REL_DIR) SAN_DIR=$(SAN_DIR) tests/run unit
 
-layers:
-	scripts/check-layers
+layers: $(REL_DIR)/libkosa8.a
+	scripts/check-layers --objs $(REL_DIR)/obj
 
 # make check: what the tests need, built side by side as make -j allows
 # (the kernel and the image are the long ones), each part timed into
