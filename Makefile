@@ -3,7 +3,8 @@
 #   make               release build        -> build/kosa8
 #   make san           ASan+UBSan build     -> build-san/kosa8
 #   make check         unit tests (both builds) + VM tests (KVM or helper VM)
-#   make unit          unit tests only, both builds
+#   make unit          unit tests only, both builds (and make layers)
+#   make layers        the include and call order of src/ by folder (scripts/check-layers)
 #   make fuzz          every fuzz target for FUZZ_SECONDS each (clang, libFuzzer)
 #   make kernel        the guest kernel, cached under ~/.cache/kosa8
 #   make image         the default Debian rootfs image (root), cached likewise
@@ -24,7 +25,7 @@ TESTLIBS := -lcmocka
 
 # Parts linked into the kosa8 binary (and into unit tests).
 # src/cli is in the library too (minus main.c) so unit tests reach its parsers.
-LIB_DIRS := src/common src/vmm src/virtio src/devices src/disk src/audit src/sandbox src/supervisor src/proxy src/cli src/agentproto
+LIB_DIRS := src/common src/hw src/vmm src/virtio src/devices src/disk src/audit src/sandbox src/supervisor src/proxy src/cli src/agentproto
 LIB_SRCS := $(filter-out src/cli/main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
 CLI_SRCS := src/cli/main.c
 AGENT_SRCS := $(wildcard src/agent/*.c)
@@ -48,7 +49,7 @@ SAN_CFLAGS := $(CFLAGS_COMMON) -O1 -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SAN_LDFLAGS := -fsanitize=address,undefined
 
-.PHONY: all san unit check vmtest fuzz kernel initramfs image deps clean bench man completion
+.PHONY: all san unit layers check vmtest fuzz kernel initramfs image deps clean bench man completion
 all: $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-agent
 
 define flavour
@@ -105,6 +106,9 @@ unit: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-agent $(SAN_DIR)/kosa8-
       $(patsubst tests/unit/%.c,$(REL_DIR)/tests/%,$(UNIT_SRCS)) \
       $(patsubst tests/unit/%.c,$(SAN_DIR)/tests/%,$(UNIT_SRCS))
 	REL_DIR=$(REL_DIR) SAN_DIR=$(SAN_DIR) tests/run unit
+
+layers: $(REL_DIR)/libkosa8.a
+	scripts/check-layers --objs $(REL_DIR)/obj
 
 # make check: what the tests need, built side by side as make -j allows
 # (the kernel and the image are the long ones), each part timed into

@@ -1,8 +1,8 @@
 #include "devices/acpi_pm.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
-
-#include "vmm/acpi.h"
 
 static void evt_read(void *opaque, uint64_t off, uint8_t *data, uint32_t size)
 {
@@ -61,3 +61,30 @@ void acpi_pm_init(struct acpi_pm *pm, void (*poweroff)(void *ctx), void *ctx)
 				       .len = ACPI_PM1_CNT_LEN, .opaque = pm,
 				       .read = cnt_read, .write = cnt_write};
 }
+
+/* ---- in the VMM's device table (hw/device.h) ---- */
+
+static int dev_create(const struct device_env *env, void **dev, const char **why)
+{
+	struct acpi_pm *pm = malloc(sizeof(*pm));
+	int err;
+
+	if (!pm)
+		return -ENOMEM;
+	acpi_pm_init(pm, env->poweroff, env->ctx);
+	if ((err = bus_register(env->pio, &pm->evt_bus)) ||
+	    (err = bus_register(env->pio, &pm->cnt_bus))) {
+		*why = "cannot claim the ACPI PM1 I/O ports";
+		free(pm);
+		return err;
+	}
+	*dev = pm;
+	return 0;
+}
+
+const struct device_ops acpi_pm_device = {
+	.name = "acpi-pm",
+	.what = "ACPI power management",
+	.create = dev_create,
+	.destroy = free,
+};

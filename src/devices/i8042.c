@@ -1,5 +1,7 @@
 #include "devices/i8042.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void i8042_read(void *opaque, uint64_t off, uint8_t *data, uint32_t size)
@@ -26,3 +28,30 @@ void i8042_init(struct i8042 *k, void (*reset)(void *ctx), void *ctx)
 	k->cmd_bus = (struct bus_dev){.name = "i8042-cmd", .base = I8042_CMD_PORT, .len = 1,
 				      .opaque = k, .read = i8042_read, .write = i8042_cmd_write};
 }
+
+/* ---- in the VMM's device table (hw/device.h) ---- */
+
+static int dev_create(const struct device_env *env, void **dev, const char **why)
+{
+	struct i8042 *k = malloc(sizeof(*k));
+	int err;
+
+	if (!k)
+		return -ENOMEM;
+	i8042_init(k, env->reset, env->ctx);
+	if ((err = bus_register(env->pio, &k->data_bus)) ||
+	    (err = bus_register(env->pio, &k->cmd_bus))) {
+		*why = "cannot claim the keyboard controller's I/O ports";
+		free(k);
+		return err;
+	}
+	*dev = k;
+	return 0;
+}
+
+const struct device_ops i8042_device = {
+	.name = "i8042",
+	.what = "keyboard controller",
+	.create = dev_create,
+	.destroy = free,
+};

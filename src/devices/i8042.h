@@ -5,7 +5,8 @@
 #ifndef KOSA8_I8042_H
 #define KOSA8_I8042_H
 
-#include "vmm/bus.h"
+#include "hw/bus.h"
+#include "hw/device.h"
 
 #define I8042_DATA_PORT 0x60
 #define I8042_CMD_PORT 0x64
@@ -18,5 +19,7 @@ struct i8042 {
 };
 
 void i8042_init(struct i8042 *k, void (*reset)(void *ctx), void *ctx);
+
+extern const struct device_ops i8042_device;
 
 #endif

@@ -1,6 +1,7 @@
 #include "devices/serial8250.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -294,3 +295,57 @@ int serial8250_restore(struct serial8250 *u, const struct serial8250_state *in)
 	pthread_mutex_unlock(&u->lock);
 	return 0;
 }
+
+/* ---- in the VMM's device table (hw/device.h) ---- */
+
+/* The UART and the line it raises; the UART first, so that the VMM's
+ * console finds it (serial8250_device). */
+struct serial_dev {
+	struct serial8250 u;
+	const struct device_env *env;
+};
+
+static void dev_irq(void *ctx, int level)
+{
+	struct serial_dev *d = ctx;
+
+	d->env->set_irq(d->env->ctx, d->env->gsi, level);
+}
+
+static int dev_create(const struct device_env *env, void **dev, const char **why)
+{
+	struct serial_dev *d = calloc(1, sizeof(*d));
+	int err;
+
+	if (!d)
+		return -ENOMEM;
+	d->env = env;
+	serial8250_init(&d->u, env->cfg->console_out, dev_irq, d);
+	if ((err = bus_register(env->pio, &d->u.bus))) {
+		*why = "cannot claim the serial port's I/O ports";
+		serial8250_destroy(&d->u);
+		free(d);
+		return err;
+	}
+	*dev = d;
+	return 0;
+}
+
+static void dev_destroy(void *dev)
+{
+	serial8250_destroy(dev);
+	free(dev);
+}
+
+static void dev_save(void *dev, void *state) { serial8250_save(dev, state); }
+static int dev_restore(void *dev, const void *state) { return serial8250_restore(dev, state); }
+
+const struct device_ops serial8250_device = {
+	.name = "serial",
+	.what = "serial port",
+	.create = dev_create,
+	.destroy = dev_destroy,
+	.state_len = sizeof(struct serial8250_state),
+	.save = dev_save,
+	.restore = dev_restore,
+};

@@ -13,7 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vmm/bus.h"
+#include "hw/bus.h"
+#include "hw/device.h"
 
 #define SERIAL_COM1_PORT 0x3f8
 #define SERIAL_COM1_IRQ 4
@@ -58,5 +59,9 @@ size_t serial8250_wait_space(struct serial8250 *u, int timeout_ms);
 void serial8250_save(struct serial8250 *u, struct serial8250_state *out);
 /* Refuses a record of another version or with impossible values (-EINVAL). */
 int serial8250_restore(struct serial8250 *u, const struct serial8250_state *in);
+
+/* COM1 in the VMM's device table.  Its instance starts with a struct
+ * serial8250, which the VMM's console input feeds. */
+extern const struct device_ops serial8250_device;
 
 #endif

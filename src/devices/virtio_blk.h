@@ -53,7 +53,7 @@ struct virtio_blk {
 	uint64_t capacity;      /* in 512-byte sectors */
 	char serial[20];        /* VIRTIO_BLK_T_GET_ID answer */
 	int kick_fd;            /* eventfd: the guest's notify wakes the I/O threads (KVM
-	                         * signals it, vm.c add_doorbells; else the vCPU) */
+	                         * signals it, virtio_mmio_attach; else the vCPU) */
 	int stop_fd;            /* eventfd, written once by destroy */
 	struct blk_worker workers[VIRTIO_BLK_MAX_WORKERS];
 	unsigned nworkers;
@@ -98,5 +98,8 @@ void virtio_blk_resume(struct virtio_blk *b);
 void virtio_blk_save(struct virtio_blk *b, struct virtio_mmio_state *out);
 /* Loads it and serves whatever the restored ring holds. */
 int virtio_blk_restore(struct virtio_blk *b, const struct virtio_mmio_state *in);
+
+/* The disk at --disk (struct vm_config's disk_path), in the device table. */
+extern const struct device_ops virtio_blk_device;
 
 #endif

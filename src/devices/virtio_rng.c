@@ -72,3 +72,47 @@ void virtio_rng_init(struct virtio_rng *r, const struct guest_mem *mem, uint64_t
 	r->bytes_given = 0;
 	virtio_mmio_init(&r->mmio, &rng_ops, r, mem, base, gsi, set_irq, irq_ctx);
 }
+
+/* ---- in the VMM's device table (hw/device.h) ---- */
+
+static int dev_create(const struct device_env *env, void **dev, const char **why)
+{
+	struct virtio_rng *r = malloc(sizeof(*r));
+	int err;
+
+	if (!r)
+		return -ENOMEM;
+	virtio_rng_init(r, env->mem, env->mmio_base, env->gsi, env->set_irq, env->ctx);
+	if ((err = virtio_mmio_attach(&r->mmio, env, -1))) {
+		*why = "cannot register the entropy device";
+		virtio_mmio_destroy(&r->mmio);
+		free(r);
+		return err;
+	}
+	*dev = r;
+	return 0;
+}
+
+static void dev_destroy(void *dev)
+{
+	struct virtio_rng *r = dev;
+
+	virtio_mmio_destroy(&r->mmio);
+	free(r);
+}
+
+/* Its state is its transport's. */
+static void dev_save(void *dev, void *state) { virtio_mmio_save(dev, state); }
+static int dev_restore(void *dev, const void *state) { return virtio_mmio_restore(dev, state); }
+
+const struct device_ops virtio_rng_device = {
+	.name = "rng",
+	.what = "virtio-rng",
+	.create = dev_create,
+	.destroy = dev_destroy,
+	.state_len = sizeof(struct virtio_mmio_state),
+	.save = dev_save,
+	.restore = dev_restore,
+	.resync_irq = virtio_device_resync_irq,
+	.cmdline = virtio_device_cmdline,
+};

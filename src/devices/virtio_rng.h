@@ -17,4 +17,6 @@ void virtio_rng_init(struct virtio_rng *r, const struct guest_mem *mem, uint64_t
 		     uint32_t gsi, void (*set_irq)(void *ctx, uint32_t gsi, int level),
 		     void *irq_ctx);
 
+extern const struct device_ops virtio_rng_device;
+
 #endif

@@ -129,6 +129,9 @@ int virtio_vsock_restore(struct virtio_vsock *v, const struct virtio_vsock_state
 
 void virtio_vsock_get_stats(struct virtio_vsock *v, struct virtio_vsock_stats *out);
 
+/* The device at --vsock (struct vm_config's vsock_uds and vsock_cid). */
+extern const struct device_ops virtio_vsock_device;
+
 /* One turn of the event loop, waiting at most timeout_ms (no_thread mode). */
 void virtio_vsock_poll(struct virtio_vsock *v, int timeout_ms);
 

@@ -13,10 +13,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "hw/bus.h"
+#include "hw/device.h"
+#include "hw/guest_mem.h"
 #include "virtio/coalesce.h"
 #include "virtio/queue.h"
-#include "vmm/bus.h"
-#include "vmm/guest_mem.h"
 
 #define VIRTIO_MMIO_SIZE 0x200
 #define VIRTIO_MAX_QUEUES 4
@@ -99,5 +100,12 @@ int virtio_mmio_restore(struct virtio_mmio *t, const struct virtio_mmio_state *i
  * overwrites a level a device thread raised after its device's restore, and
  * the cache in irq_level would never raise that line again. */
 void virtio_mmio_resync_irq(struct virtio_mmio *t);
+
+/* Claims t's page on the VMM's MMIO bus and, with kick_fd >= 0, asks for
+ * the hypervisor's doorbells on its queues' notify register. */
+int virtio_mmio_attach(struct virtio_mmio *t, const struct device_env *env, int kick_fd);
+/* device_ops for a device whose struct starts with its transport. */
+int virtio_device_cmdline(void *dev, char *buf, size_t len);
+void virtio_device_resync_irq(void *dev);
 
 #endif

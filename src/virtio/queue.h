@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "vmm/guest_mem.h"
+#include "hw/guest_mem.h"
 
 #define VIRTQ_MAX_SIZE 256 /* QueueNumMax we offer; also the longest chain */
 

@@ -15,17 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* PM1a event block (status, enable: 2 bytes each) and control block. */
-#define ACPI_PM1_EVT_PORT       0x600
-#define ACPI_PM1_EVT_LEN        4
-#define ACPI_PM1_CNT_PORT       0x604
-#define ACPI_PM1_CNT_LEN        2
-#define ACPI_S5_SLEEP_TYPE      5    /* the value our \_S5 package announces */
-#define ACPI_PM1_SCI_EN         0x0001 /* ACPI 6.4, 4.8.3.2.1: PM1 control bits */
-#define ACPI_PM1_SLP_TYP_SHIFT  10
-#define ACPI_PM1_SLP_TYP_MASK   0x1c00
-#define ACPI_PM1_SLP_EN         0x2000
-#define ACPI_SCI_IRQ            9
+#include "devices/acpi_pm.h" /* the PM1 block the FADT describes */
 
 #define IOAPIC_ADDR 0xfec00000u
 #define LAPIC_ADDR  0xfee00000u

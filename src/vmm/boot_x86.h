@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hw/guest_mem.h"
 #include "vmm/accel.h"
-#include "vmm/guest_mem.h"
 
 /* Fixed low-memory layout (guest-physical). */
 #define BOOT_GDT_ADDR       0x500ULL

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vmm/guest_mem.h"
+#include "hw/guest_mem.h"
 
 #define SNAP_MAGIC "KOSA8SNP"
 #define SNAP_MAGIC_LEN 8

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vmm/guest_mem.h"
+#include "hw/guest_mem.h"
 #include "vmm/snapshot.h"
 
 struct snapmem_layer {

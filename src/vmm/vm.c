@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/virtio_mmio.h>
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
@@ -15,6 +14,7 @@
 #include "common/log.h"
 #include "common/thread.h"
 #include "common/util.h"
+#include "devices/serial8250.h"
 #include "vmm/acpi.h"
 #include "vmm/boot_x86.h"
 #include "vmm/cpuid.h"
@@ -52,19 +52,6 @@ static bool vm_stopping(struct vm *vm)
 	return __atomic_load_n(&vm->stop_reason, __ATOMIC_ACQUIRE) != VM_STOP_NONE;
 }
 
-static void on_reset(void *ctx) { vm_request_stop(ctx, VM_STOP_RESET); }
-static void on_poweroff(void *ctx) { vm_request_stop(ctx, VM_STOP_POWEROFF); }
-
-static void serial_irq(void *ctx, int level)
-{
-	struct vm *vm = ctx;
-	int err = accel_irq_line(vm->accel, SERIAL_COM1_IRQ, level);
-
-	if (err)
-		log_once(0x495251, SERIAL_COM1_IRQ, "cannot raise IRQ %d: %s", SERIAL_COM1_IRQ,
-			 strerror(-err));
-}
-
 int host_available_memory(uint64_t *bytes)
 {
 	char line[256];
@@ -84,102 +71,13 @@ int host_available_memory(uint64_t *bytes)
 	return avail ? 0 : -ENODATA;
 }
 
-static void virtio_irq(void *ctx, uint32_t gsi, int level)
-{
-	struct vm *vm = ctx;
-
-	accel_irq_line(vm->accel, gsi, level);
-}
-
-/* Puts the notify register of each of t's queues in the hypervisor as a
- * doorbell on fd, the device's own wake-up eventfd: a guest's notify then
- * wakes the device's I/O thread with no exit to the VMM (each such exit is
- * a round trip through user space, the costliest part of a request under
- * nested virtualization).  The devices check that the queue is live
- * themselves, as the transport does for a notify that exits.  Without
- * doorbells notifies exit as before: slower, not wrong. */
-static void add_doorbells(struct vm *vm, const struct virtio_mmio *t, int fd)
-{
-	for (uint16_t q = 0; q < t->ops->nqueues; q++)
-		if (accel_mmio_doorbell(vm->accel, t->bus.base + VIRTIO_MMIO_QUEUE_NOTIFY, 4, q, fd)) {
-			log_info("%s: no doorbell in the hypervisor from queue %u on; those notifies exit to the VMM",
-				 t->ops->name, q);
-			return;
-		}
-}
-
-static int setup_disk(struct vm *vm, const char **why)
-{
-	struct disk *d = NULL;
-	char msg[DISK_ERR_LEN];
-	int err;
-
-	err = disk_open(&d, vm->cfg.disk_path, vm->cfg.disk_read_only ? DISK_RDONLY : 0,
-			msg, sizeof(msg));
-	if (err) {
-		snprintf(vm->err_buf, sizeof(vm->err_buf), "disk: %.400s", msg);
-		*why = vm->err_buf;
-		return err;
-	}
-	err = virtio_blk_init(&vm->blk, d, vm->cfg.disk_read_only, "kosa8-disk0", &vm->mem,
-			      VM_VIRTIO_MMIO_BASE + VM_VIRTIO_MMIO_STRIDE, VM_VIRTIO_BLK_GSI,
-			      virtio_irq, vm);
-	vm->has_blk = true;
-	if (!err)
-		err = bus_register(&vm->mmio, &vm->blk.mmio.bus);
-	if (err)
-		*why = "cannot start the block device";
-	else
-		add_doorbells(vm, &vm->blk.mmio, vm->blk.kick_fd);
-	return err;
-}
-
-static int setup_vsock(struct vm *vm, const char **why)
-{
-	int err;
-
-	err = virtio_vsock_init(&vm->vsock, vm->cfg.vsock_cid, vm->cfg.vsock_uds, NULL, &vm->mem,
-				VM_VIRTIO_MMIO_BASE + 2 * VM_VIRTIO_MMIO_STRIDE,
-				VM_VIRTIO_VSOCK_GSI, virtio_irq, vm);
-	if (err) {
-		snprintf(vm->err_buf, sizeof(vm->err_buf),
-			 "cannot start vsock on %.300s: %s (a non-socket file there, or a bad --cid)",
-			 vm->cfg.vsock_uds, strerror(-err));
-		*why = vm->err_buf;
-		return err;
-	}
-	vm->has_vsock = true;
-	if ((err = bus_register(&vm->mmio, &vm->vsock.mmio.bus)))
-		*why = "cannot register the vsock device";
-	else
-		add_doorbells(vm, &vm->vsock.mmio, vm->vsock.kick_fd);
-	return err;
-}
-
 static int setup_devices(struct vm *vm, const char **why)
 {
-	int err;
+	int err = vm_devices_create(vm, why);
 
-	vm->pio.name = "pio";
-	vm->mmio.name = "mmio";
-	serial8250_init(&vm->serial, vm->cfg.console_out, serial_irq, vm);
-	i8042_init(&vm->i8042, on_reset, vm);
-	acpi_pm_init(&vm->acpi_pm, on_poweroff, vm);
-	if ((err = bus_register(&vm->pio, &vm->serial.bus)) ||
-	    (err = bus_register(&vm->pio, &vm->i8042.data_bus)) ||
-	    (err = bus_register(&vm->pio, &vm->i8042.cmd_bus)) ||
-	    (err = bus_register(&vm->pio, &vm->acpi_pm.evt_bus)) ||
-	    (err = bus_register(&vm->pio, &vm->acpi_pm.cnt_bus)))
-		return err;
-	virtio_rng_init(&vm->rng, &vm->mem, VM_VIRTIO_MMIO_BASE, VM_VIRTIO_RNG_GSI,
-			virtio_irq, vm);
-	if ((err = bus_register(&vm->mmio, &vm->rng.mmio.bus)))
-		return err;
-	if (vm->cfg.disk_path && (err = setup_disk(vm, why)))
-		return err;
-	if (vm->cfg.vsock_uds && (err = setup_vsock(vm, why)))
-		return err;
-	return 0;
+	/* Console input goes to the UART, when the VM has one. */
+	vm->console = vm_device(vm, &serial8250_device);
+	return err;
 }
 
 static int setup_vcpu(struct vm *vm, int id, const struct cpuid_leaf *supported,
@@ -265,16 +163,9 @@ static int load_images(struct vm *vm, struct x86_boot_cpu *bsp, uint64_t rsdp,
 			goto out;
 		}
 	}
-	virtio_mmio_cmdline(&vm->rng.mmio, devs, sizeof(devs));
-	if (vm->has_blk) {
-		size_t n = strlen(devs);
-		devs[n++] = ' ';
-		virtio_mmio_cmdline(&vm->blk.mmio, devs + n, sizeof(devs) - n);
-	}
-	if (vm->has_vsock) {
-		size_t n = strlen(devs);
-		devs[n++] = ' ';
-		virtio_mmio_cmdline(&vm->vsock.mmio, devs + n, sizeof(devs) - n);
+	if ((err = vm_devices_cmdline(vm, devs, sizeof(devs)))) {
+		*why = "the devices' kernel command line is too long";
+		goto out;
 	}
 	if (snprintf(cmdline, sizeof(cmdline), "%s %s%s%s", VM_DEFAULT_CMDLINE, devs,
 		     vm->cfg.cmdline ? " " : "", vm->cfg.cmdline ? vm->cfg.cmdline : "") >=
@@ -399,7 +290,6 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 		*why = "KVM could not create the interrupt controller and timer";
 		goto fail;
 	}
-	*why = "device set-up failed";
 	if ((err = setup_devices(vm, why)))
 		goto fail;
 	if (cfg->control_path && (err = vm_control_open(vm, cfg->control_path, why)))
@@ -576,11 +466,11 @@ static void *input_thread(void *arg)
 
 	while (!vm_stopping(vm)) {
 		struct pollfd pfd = {.fd = vm->cfg.console_in, .events = POLLIN};
-		size_t space = serial8250_wait_space(&vm->serial, 100);
+		size_t space = serial8250_wait_space(vm->console, 100);
 		ssize_t n;
 
 		/* Typed-ahead input waits in the host until the guest listens. */
-		if (!serial8250_rx_enabled(&vm->serial)) {
+		if (!serial8250_rx_enabled(vm->console)) {
 			usleep(50 * 1000);
 			continue;
 		}
@@ -603,8 +493,8 @@ static void *input_thread(void *arg)
 				escape = true;
 				continue;
 			}
-			while (!serial8250_receive(&vm->serial, &buf[i], 1) && !vm_stopping(vm))
-				serial8250_wait_space(&vm->serial, 100);
+			while (!serial8250_receive(vm->console, &buf[i], 1) && !vm_stopping(vm))
+				serial8250_wait_space(vm->console, 100);
 		}
 	}
 	return NULL;
@@ -654,7 +544,7 @@ enum vm_stop vm_run(struct vm *vm)
 		} else
 			vm_request_stop(vm, VM_STOP_CRASH);
 	}
-	if (vm->cfg.console_in >= 0 &&
+	if (vm->cfg.console_in >= 0 && vm->console &&
 	    thread_start(&vm->input_thread, input_thread, vm) == 0)
 		vm->input_started = 1;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -733,18 +623,8 @@ void vm_destroy(struct vm *vm)
 			accel_vcpu_destroy(vm->vcpus[i].accel);
 		vm->vcpus[i].accel = NULL;
 	}
-	if (vm->has_vsock)
-		virtio_vsock_destroy(&vm->vsock);
-	vm->has_vsock = false;
-	if (vm->has_blk)
-		virtio_blk_destroy(&vm->blk);
-	vm->has_blk = false;
-	if (vm->rng.mmio.ops)
-		virtio_mmio_destroy(&vm->rng.mmio);
-	vm->rng.mmio.ops = NULL;
-	if (vm->serial.bus.opaque)
-		serial8250_destroy(&vm->serial);
-	vm->serial.bus.opaque = NULL;
+	vm_devices_destroy(vm);
+	vm->console = NULL;
 	if (vm->mem.base || vm->mem.memfd >= 0)
 		guest_mem_destroy(&vm->mem);
 	accel_close(vm->accel);

@@ -10,17 +10,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "devices/acpi_pm.h"
-#include "devices/i8042.h"
-#include "devices/serial8250.h"
-#include "devices/virtio_blk.h"
-#include "devices/virtio_rng.h"
-#include "devices/virtio_vsock.h"
+#include "hw/bus.h"
+#include "hw/config.h"
+#include "hw/device.h"
+#include "hw/guest_mem.h"
 #include "vmm/accel.h"
-#include "vmm/bus.h"
-#include "vmm/guest_mem.h"
 #include "vmm/seccomp.h"
 #include "vmm/snapshot.h"
+
+struct serial8250;
 
 #define VM_MAX_VCPUS 254 /* xAPIC ids 0..253, the IOAPIC takes the next one */
 #define VM_DEFAULT_CMDLINE "console=ttyS0 reboot=k panic=-1 pci=off nomodule"
@@ -33,6 +31,7 @@
 #define VM_VIRTIO_BLK_GSI 6
 #define VM_VIRTIO_VSOCK_GSI 7
 #define VM_DEFAULT_VSOCK_CID 3
+#define VM_MAX_DEVICES 16 /* lines in vm_devices.c's table, at most */
 
 enum vm_stop {
 	VM_STOP_NONE = 0,
@@ -58,30 +57,6 @@ enum vm_exit_status {
  * rebooted or its CPU reset (triple fault)", "killed by signal 9 (Killed)". */
 void vm_exit_describe(int wstatus, char *buf, size_t len);
 
-struct vm_config {
-	const char *kernel_path;
-	const char *initrd_path;   /* may be NULL */
-	const char *cmdline;       /* appended to VM_DEFAULT_CMDLINE; may be NULL */
-	uint64_t mem_size;
-	int ncpus;
-	int console_in;            /* -1: no console input */
-	int console_out;
-	int console_escape;        /* Ctrl-A x stops the VM (interactive terminals) */
-	const char *disk_path;     /* top delta of a layered disk (virtio-blk), or NULL */
-	bool disk_read_only;
-	const char *vsock_uds;     /* host side of virtio-vsock (unix socket path), or NULL */
-	uint64_t vsock_cid;        /* the guest's vsock address, 3 or more */
-	bool seccomp;              /* filter system calls once set-up is over (vmm/seccomp.h) */
-	/* Restore: boot from this checkpoint directory instead of a kernel.
-	 * mem_size and ncpus then come from the checkpoint, and disk_path names
-	 * a new delta to create over the checkpoint's frozen disk. */
-	const char *restore_dir;
-	/* With restore_dir: RAM is this fd (a live fork's frozen memfd, mapped
-	 * privately), not the checkpoint's memory file. */
-	bool has_restore_memfd;
-	int restore_memfd;
-	const char *control_path;  /* unix socket for pause/resume/checkpoint, or NULL */
-};
 
 struct vm_vcpu {
 	struct vm *vm;
@@ -96,14 +71,11 @@ struct vm {
 	struct accel_vm *accel;
 	struct guest_mem mem;
 	struct bus pio, mmio;
-	struct serial8250 serial;
-	struct i8042 i8042;
-	struct acpi_pm acpi_pm;
-	struct virtio_rng rng;
-	struct virtio_blk blk;
-	bool has_blk;
-	struct virtio_vsock vsock;
-	bool has_vsock;
+	/* Devices by their line in vm_devices.c's table (NULL: this VM has
+	 * none of that kind), and what each was lent (hw/device.h). */
+	void *devs[VM_MAX_DEVICES];
+	struct device_env dev_env[VM_MAX_DEVICES];
+	struct serial8250 *console; /* the UART console input goes to, or NULL */
 	char err_buf[512];         /* a dynamic "why" for vm_create's caller */
 	struct vm_vcpu vcpus[VM_MAX_VCPUS];
 	int stop_pipe[2];          /* any thread writes a byte to wake the main loop */
@@ -181,6 +153,24 @@ int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg
 int vm_checkpoint_live(struct vm *vm, const char *dir, const char *new_top, int *memfd, char *msg,
 		       size_t msglen);
 int vm_checkpoint_live_finish(struct vm *vm);
+
+/* The device table (vm_devices.c).  Create, pause, save and restore go in
+ * its order; resume and destroy in reverse. */
+int vm_devices_create(struct vm *vm, const char **why);
+void vm_devices_destroy(struct vm *vm);
+void vm_devices_pause(struct vm *vm);
+void vm_devices_resume(struct vm *vm);
+void vm_devices_save(struct vm *vm, struct snap_writer *w);
+int vm_devices_restore(struct vm *vm, const struct snapshot *s, const char **why);
+/* Whether the options ask for the devices the checkpoint has. */
+int vm_devices_check_restore(struct vm *vm, const struct snapshot *s, const char **why);
+void vm_devices_resync_irqs(struct vm *vm);
+/* The kernel command-line words that declare the devices. */
+int vm_devices_cmdline(struct vm *vm, char *buf, size_t len);
+/* The instance of the device with these ops, or NULL. */
+void *vm_device(struct vm *vm, const struct device_ops *ops);
+/* The disk a device serves (checkpoints freeze it), or NULL. */
+struct disk *vm_disk(struct vm *vm);
 
 /* Restore steps, called by vm_create (vm_checkpoint.c): load and check the
  * checkpoint, then, once devices and vCPUs exist, load their state. */

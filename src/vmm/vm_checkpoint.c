@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "disk/disk.h"
 #include "vmm/snapshot_mem.h"
 
 static uint64_t now_us(void) { return mono_ns() / 1000u; }
@@ -45,22 +46,6 @@ void vm_cpu_fingerprint(const struct cpuid_leaf *leaves, size_t n, uint8_t fp[SN
 }
 
 /* ---- pause ---- */
-
-static void devices_pause(struct vm *vm)
-{
-	if (vm->has_blk)
-		virtio_blk_pause(&vm->blk);
-	if (vm->has_vsock)
-		virtio_vsock_pause(&vm->vsock);
-}
-
-static void devices_resume(struct vm *vm)
-{
-	if (vm->has_vsock)
-		virtio_vsock_resume(&vm->vsock);
-	if (vm->has_blk)
-		virtio_blk_resume(&vm->blk);
-}
 
 static bool stopping(struct vm *vm)
 {
@@ -93,7 +78,7 @@ int vm_pause(struct vm *vm)
 	pthread_mutex_unlock(&vm->pause_lock);
 	if (stopping(vm))
 		return -ECANCELED;
-	devices_pause(vm);
+	vm_devices_pause(vm);
 	return 0;
 }
 
@@ -102,7 +87,7 @@ void vm_resume(struct vm *vm)
 	if (vm->pause_depth == 0 || --vm->pause_depth > 0)
 		return;
 	if (!stopping(vm))
-		devices_resume(vm);
+		vm_devices_resume(vm);
 	pthread_mutex_lock(&vm->pause_lock);
 	__atomic_store_n(&vm->pause_req, 0, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&vm->pause_cond);
@@ -145,32 +130,11 @@ static int save_cpus(struct vm *vm, struct snap_writer *w, const char **why)
 	return err;
 }
 
-static void save_devices(struct vm *vm, struct snap_writer *w)
-{
-	struct serial8250_state ser;
-	struct virtio_mmio_state ms;
-	struct virtio_vsock_state vs;
-
-	serial8250_save(&vm->serial, &ser);
-	snap_writer_add(w, SNAP_SEC_SERIAL, 0, &ser, sizeof(ser));
-	virtio_mmio_save(&vm->rng.mmio, &ms);
-	snap_writer_add(w, SNAP_SEC_RNG, 0, &ms, sizeof(ms));
-	if (vm->has_blk) {
-		virtio_blk_save(&vm->blk, &ms);
-		snap_writer_add(w, SNAP_SEC_BLK, 0, &ms, sizeof(ms));
-	}
-	if (vm->has_vsock) {
-		virtio_vsock_save(&vm->vsock, &vs);
-		snap_writer_add(w, SNAP_SEC_VSOCK, 0, &vs, sizeof(vs));
-	}
-}
-
 /* Records the chain (absolute paths, bottom first) whose top is frozen into
  * the checkpoint, then freezes it and moves the VM onto new_top. */
-static int save_disk(struct vm *vm, struct snap_writer *w, const char *dir, const char *new_top,
-		     char *msg, size_t msglen)
+static int save_disk(struct vm *vm, struct disk *d, struct snap_writer *w, const char *dir,
+		     const char *new_top, char *msg, size_t msglen)
 {
-	struct disk *d = vm->blk.disk;
 	char real[PATH_MAX], def_top[PATH_MAX], derr[DISK_ERR_LEN], *chain = NULL, *base;
 	size_t len = 0, cap = 0;
 	unsigned n = disk_layer_count(d);
@@ -408,8 +372,8 @@ static int write_checkpoint(struct vm *vm, const char *tmp, const char *dir, con
 		snprintf(msg, msglen, "%s: %s", why ? why : "vCPU state", strerror(-err));
 		goto out;
 	}
-	save_devices(vm, &w);
-	if (vm->has_blk && (err = save_disk(vm, &w, dir, new_top, msg, msglen)))
+	vm_devices_save(vm, &w);
+	if (vm_disk(vm) && (err = save_disk(vm, vm_disk(vm), &w, dir, new_top, msg, msglen)))
 		goto out;
 	if ((err = save_memory(vm, &w, tmp, dir, live, md, pages, msg, msglen)))
 		goto out;
@@ -509,7 +473,7 @@ static int take_checkpoint(struct vm *vm, const char *dir, const char *new_top, 
 		 "checkpoint %.300s memory_bytes=%llu memory=%s depth=%u paused_ms=%.1f total_ms=%.1f live=%d disk=%.300s",
 		 dir, (unsigned long long)md.data_bytes, md.flags & SNAP_MEM_LAYER ? "layer" : "full",
 		 md.depth, (double)(t_done - t_paused) / 1000.0, (double)(t_done - t0) / 1000.0,
-		 (int)live, vm->has_blk ? vm->disk_top : "none");
+		 (int)live, vm_disk(vm) ? vm->disk_top : "none");
 	return 0;
 }
 
@@ -689,10 +653,8 @@ int vm_restore_load(struct vm *vm, const char **why)
 	}
 	vm->cfg.mem_size = vm->snap.h.mem_size;
 	vm->cfg.ncpus = (int)vm->snap.h.ncpus;
-	if (!!snapshot_find(&vm->snap, SNAP_SEC_VSOCK, 0) != !!vm->cfg.vsock_uds)
-		return restore_fail(vm, why, vm->cfg.vsock_uds ?
-				    "this checkpoint has no vsock device; leave out --vsock" :
-				    "this checkpoint has a vsock device: give --vsock PATH");
+	if ((rc = vm_devices_check_restore(vm, &vm->snap, why)))
+		return rc;
 	return restore_disk(vm, why);
 }
 
@@ -709,51 +671,6 @@ static void collect(const struct snapshot *s, uint32_t base, uint32_t index,
 		st->recs[st->n++] = (struct accel_rec){
 			.tag = sec->tag & 0xffu, .len = sec->len, .data = (uint8_t *)sec->data};
 	}
-}
-
-/* A device record, copied out to an aligned struct of exactly its size. */
-static int device_rec(const struct snapshot *s, uint32_t tag, void *out, size_t len)
-{
-	const struct snap_section *sec = snapshot_find(s, tag, 0);
-
-	if (!sec || sec->len != len)
-		return -EINVAL;
-	memcpy(out, sec->data, len);
-	return 0;
-}
-
-static int restore_devices(struct vm *vm, const char **why)
-{
-	struct serial8250_state ser;
-	struct virtio_mmio_state ms;
-	struct virtio_vsock_state vs;
-
-	if (device_rec(&vm->snap, SNAP_SEC_SERIAL, &ser, sizeof(ser)) ||
-	    serial8250_restore(&vm->serial, &ser))
-		return restore_fail(vm, why, "checkpoint's serial port state is missing or invalid");
-	if (device_rec(&vm->snap, SNAP_SEC_RNG, &ms, sizeof(ms)) ||
-	    virtio_mmio_restore(&vm->rng.mmio, &ms))
-		return restore_fail(vm, why, "checkpoint's virtio-rng state is missing or invalid");
-	if (vm->has_blk && (device_rec(&vm->snap, SNAP_SEC_BLK, &ms, sizeof(ms)) ||
-			    virtio_blk_restore(&vm->blk, &ms)))
-		return restore_fail(vm, why, "checkpoint's virtio-blk state is missing or invalid");
-	/* Open connections are not in a checkpoint: the guest gets a
-	 * transport reset and connects again (virtio 1.2, 5.10.6.6). */
-	if (vm->has_vsock && (device_rec(&vm->snap, SNAP_SEC_VSOCK, &vs, sizeof(vs)) ||
-			      virtio_vsock_restore(&vm->vsock, &vs)))
-		return restore_fail(vm, why, "checkpoint's virtio-vsock state is missing or invalid");
-	return 0;
-}
-
-/* The irqchip's restore set every line to its saved level; a device may have
- * changed its own since (vsock's transport reset raises one from its thread). */
-static void resync_device_irqs(struct vm *vm)
-{
-	virtio_mmio_resync_irq(&vm->rng.mmio);
-	if (vm->has_blk)
-		virtio_mmio_resync_irq(&vm->blk.mmio);
-	if (vm->has_vsock)
-		virtio_mmio_resync_irq(&vm->vsock.mmio);
 }
 
 int vm_restore_state(struct vm *vm, const char **why)
@@ -774,7 +691,7 @@ int vm_restore_state(struct vm *vm, const char **why)
 			return err;
 		}
 	}
-	if ((err = restore_devices(vm, why)))
+	if ((err = vm_devices_restore(vm, &vm->snap, why)))
 		return err;
 	collect(&vm->snap, SNAP_SEC_VM, 0, &st);
 	if ((err = accel_vm_restore(vm->accel, &st, &what))) {
@@ -783,7 +700,10 @@ int vm_restore_state(struct vm *vm, const char **why)
 		*why = vm->err_buf;
 		return err;
 	}
-	resync_device_irqs(vm);
+	/* The irqchip's restore set every line to its saved level; a device
+	 * may have changed its own since (vsock's transport reset raises one
+	 * from its thread). */
+	vm_devices_resync_irqs(vm);
 	free(vm->snap_buf);
 	vm->snap_buf = NULL;
 	snapshot_free(&vm->snap);

@@ -831,7 +831,7 @@ static void vcase_rst_flood(const char *name, int n)
 	if (taken != n || !device_live())
 		say(name, "bad: %d of %d taken, status 0x%x", taken, n, rd(R_STATUS));
 	/* The rx ring's QSIZE buffers, then what the device keeps: 512 resets
-	 * (RST_BACKLOG in src/devices/virtio_vsock.c); more would mean it
+	 * (RST_BACKLOG in src/devices/vsock_int.h); more would mean it
 	 * holds one per connect, which a guest could grow without end. */
 	else if (got < QSIZE || got > 1024)
 		say(name, "bad: %d resets for %d connects (want %d to 1024)", got, n, QSIZE);

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "hw/guest_mem.h"
 #include "vmm/boot_x86.h"
-#include "vmm/guest_mem.h"
 
 #define IMG_LEN (64 * 1024)
 

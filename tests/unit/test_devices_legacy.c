@@ -14,8 +14,8 @@
 #include "devices/acpi_pm.h"
 #include "devices/i8042.h"
 #include "devices/serial8250.h"
+#include "hw/bus.h"
 #include "vmm/acpi.h"
-#include "vmm/bus.h"
 
 static int irq_level = -1, irq_changes;
 static void record_irq(void *ctx, int level) { irq_level = level; irq_changes++; }

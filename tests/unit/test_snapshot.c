@@ -14,8 +14,8 @@
 #include <cmocka.h>
 
 #include "disk/format.h"
+#include "hw/guest_mem.h"
 #include "vmm/accel.h"
-#include "vmm/guest_mem.h"
 #include "vmm/snapshot.h"
 
 #define NCPUS 2

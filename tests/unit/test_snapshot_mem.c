@@ -16,8 +16,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "hw/guest_mem.h"
 #include "vmm/accel.h"
-#include "vmm/guest_mem.h"
 #include "vmm/snapshot.h"
 #include "vmm/snapshot_mem.h"
 

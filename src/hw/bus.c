@@ -1,4 +1,4 @@
-#include "vmm/bus.h"
+#include "hw/bus.h"
 
 #include <errno.h>
 #include <string.h>

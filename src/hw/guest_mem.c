@@ -1,4 +1,4 @@
-#include "vmm/guest_mem.h"
+#include "hw/guest_mem.h"
 
 #include <errno.h>
 #include <fcntl.h>
