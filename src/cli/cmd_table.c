@@ -304,6 +304,20 @@ static const struct cli_cmd approvals_subs[] = {
 	END,
 };
 
+/* ---- the helper machine ---- */
+
+static const struct cli_cmd machine_subs[] = {
+	{"start", "boot the helper machine (the first sandbox command does it too)", "", NULL, NULL, NULL, NULL,
+	 -1, CLI_OPERAND_NONE, false},
+	{"stop", "power the helper machine off; sandboxes running in it stop", "", NULL, NULL, NULL, NULL, -1,
+	 CLI_OPERAND_NONE, false},
+	{"status", "whether it runs (exit 0) or not (exit 3), its QEMU pid and logs", "", NULL, NULL, NULL,
+	 NULL, -1, CLI_OPERAND_NONE, false},
+	{"rm", "stop it and remove its directory (sandboxes and the audit log stay)", "", NULL, NULL, NULL,
+	 NULL, -1, CLI_OPERAND_NONE, false},
+	END,
+};
+
 /* ---- kosa8 itself ---- */
 
 static const struct cli_opt help_opts[] = {
@@ -317,6 +331,8 @@ const struct cli_opt cli_global_opts[] = {
 	{"verbose", 'v', NULL, "say more on stderr (-vv: debugging detail)"},
 	{"version", 0, NULL, "print the version, the commit it was built from and the build, and exit"},
 	{"help", 'h', NULL, "this help"},
+	{"no-emulate", 0, NULL, "where KVM cannot run the guests, refuse sandbox commands instead of running them in "
+				"the helper machine (also KOSA8_NO_EMULATE=1)"},
 	{0},
 };
 
@@ -389,6 +405,14 @@ const struct cli_cmd cli_commands[] = {
 	 "Without a command: list the requests waiting in NAME (default: every running sandbox). "
 	 "Unanswered requests are denied after a timeout.",
 	 NULL, approvals_subs, cmd_approvals, -1, CLI_OPERAND_SANDBOX, false},
+	{"machine", "the helper machine that runs sandboxes where KVM cannot (QEMU, software emulation)",
+	 "start|stop|status|rm",
+	 "Where /dev/kvm is missing or cannot run kosa8's guests (a software KVM such as kvm-pvm, a cloud VM "
+	 "without nested virtualization), every sandbox command runs in one persistent helper machine under "
+	 "QEMU, started by the first of them and reused by the rest. It sees this host's files as they are "
+	 "(state, config, workspaces) and runs the commands as you; see docs/machine.md. --no-emulate (before "
+	 "the command) or KOSA8_NO_EMULATE=1 refuses instead.",
+	 NULL, machine_subs, cmd_machine, -1, CLI_OPERAND_NONE, false},
 	{"help", "help on a command", "[--man] [COMMAND [SUBCOMMAND]]", NULL, help_opts, NULL, cmd_help, -1,
 	 CLI_OPERAND_NONE, false},
 	{"version", "the version, the commit it was built from, and the build", "", NULL, NULL, NULL, cmd_version,
@@ -399,6 +423,8 @@ const struct cli_cmd cli_commands[] = {
 	 NULL, NULL, cmd_completion, -1, CLI_OPERAND_NONE, false},
 	{"__supervise", "the sandbox supervisor (started by kosa8 start)", "NAME FD [MEMFD]", NULL, NULL, NULL,
 	 cmd_supervise, -1, CLI_OPERAND_NONE, true},
+	{"__machine-serve", "the helper machine's command server (started by its init)", "DIR UID GID RUNDIR",
+	 NULL, NULL, NULL, cmd_machine_serve, -1, CLI_OPERAND_NONE, true},
 	END,
 };
 

@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "disk/disk.h"
+#include "machine/machine.h"
 #include "vmm/accel.h"
 #include "vmm/jail.h"
 #include "vmm/snapshot.h"
@@ -246,17 +247,6 @@ static void term_raw(void)
 }
 
 /* ---- software emulation: re-run this command inside the test bed ---- */
-
-/* Why this host's KVM cannot run the VM directly, or NULL if it can. */
-static const char *kvm_unusable(void)
-{
-	if (access("/dev/kvm", F_OK) != 0)
-		return "no /dev/kvm here";
-	if (!accel_hw_virt())
-		return "the /dev/kvm here has no hardware virtualization under it (no vmx/svm CPU flag: "
-		       "a software KVM, which cannot run kosa8's guest)";
-	return NULL;
-}
 
 static int find_testbed(char *buf, size_t len)
 {
@@ -604,7 +594,7 @@ int cmd_vm(int argc, char **argv)
 	}
 	if (a.emulate == EMULATE_ALWAYS)
 		return run_emulated(&a, "--emulate given");
-	if (a.emulate == EMULATE_AUTO && (why = kvm_unusable()))
+	if (a.emulate == EMULATE_AUTO && (why = machine_kvm_unusable()))
 		return run_emulated(&a, why);
 	if (a.jail && (err = enter_jail(&cfg, &a, &why)) < 0) {
 		fprintf(stderr, "kosa8 vm: jail: %s: %s\n", why, strerror(-err));

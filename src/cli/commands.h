@@ -3,6 +3,8 @@
 #ifndef KOSA8_CLI_COMMANDS_H
 #define KOSA8_CLI_COMMANDS_H
 
+#include <stdbool.h>
+
 #include "agentproto/tree.h"
 
 int cmd_vm(int argc, char **argv);
@@ -30,6 +32,14 @@ int cmd_checkpoint(int argc, char **argv);
 int cmd_checkpoints(int argc, char **argv);
 int cmd_rewind(int argc, char **argv);
 int cmd_fork(int argc, char **argv);
+int cmd_machine(int argc, char **argv);
+int cmd_machine_serve(int argc, char **argv);
+
+/* Where this host's KVM cannot run guests, runs command name (argv: the
+ * whole command line) in the helper machine, starting it if need be, or
+ * refuses (no_emulate, KOSA8_NO_EMULATE): true then, with its exit status
+ * in *status.  False when the command runs here (cmd_machine.c). */
+bool cli_machine_dispatch(const char *name, int argc, char **argv, bool no_emulate, int *status);
 
 /* Shared by the sandbox commands (cmd_sandbox.c): start NAME's supervisor
  * and wait until the sandbox runs; copy a policy file into a state dir;

@@ -2,13 +2,15 @@
 #include <string.h>
 
 #include "cli/cmd_table.h"
+#include "cli/commands.h"
 #include "common/log.h"
 
 /* The options before COMMAND are cli_global_opts (cmd_table.c). */
 int main(int argc, char **argv)
 {
 	const struct cli_cmd *cmd, *sub;
-	int i = 1;
+	bool no_emulate = false;
+	int i = 1, status;
 
 	for (; i < argc && argv[i][0] == '-'; i++) {
 		if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) {
@@ -18,6 +20,8 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			cli_print_usage(stdout);
 			return 0;
+		} else if (!strcmp(argv[i], "--no-emulate")) {
+			no_emulate = true;
 		} else if (!strcmp(argv[i], "--version")) {
 			printf("kosa8 %s\n", cli_version());
 			return 0;
@@ -40,5 +44,7 @@ int main(int argc, char **argv)
 		cli_print_help(stdout, cmd, sub);
 		return 0;
 	}
+	if (cli_machine_dispatch(cmd->name, argc, argv, no_emulate, &status))
+		return status;
 	return cmd->run(argc - i, argv + i);
 }

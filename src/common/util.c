@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -142,6 +143,23 @@ int private_dir(const char *path, bool create, char *why, size_t len)
 		return snprintf(why, len, "%s is open to other users (mode %03o): chmod 700 it", path,
 				(unsigned)(st.st_mode & 0777)), -EPERM;
 	return 0;
+}
+
+int rename_noreplace(const char *from, const char *to)
+{
+	struct stat st;
+
+	if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return -errno;
+	if (fstatat(AT_FDCWD, to, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		return -EEXIST;
+	if (errno != ENOENT)
+		return -errno;
+	/* The system call itself: glibc makes renameat2 with no flags a
+	 * renameat, which the VMM's seccomp filter does not allow. */
+	return syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, 0) < 0 ? -errno : 0;
 }
 
 int kosa8_data_path(const char *rel, char *buf, size_t len)

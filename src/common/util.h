@@ -71,6 +71,13 @@ int process_hold_secrets(void);
  * user: which directory, what is wrong, what to do). */
 int private_dir(const char *path, bool create, char *why, size_t len);
 
+/* rename(2) that never replaces an existing to (RENAME_NOREPLACE).  On a
+ * filesystem that lacks the flag (9p, which the helper machine's state
+ * directory is on: docs/machine.md) it checks that to does not exist,
+ * then renames: callers use it only for names that no one else creates.
+ * 0 or -errno (-EEXIST when to exists). */
+int rename_noreplace(const char *from, const char *to);
+
 /* fsync(2) of the folder holding path: makes a create, link or rename there
  * durable.  0 or -errno. */
 int sync_dir_of(const char *path);

@@ -447,10 +447,8 @@ static int take_checkpoint(struct vm *vm, const char *dir, const char *new_top, 
 	}
 	t_paused = now_us();
 	err = write_checkpoint(vm, tmp, dir, new_top, live, &md, &pages, msg, msglen);
-	if (!err && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_NOREPLACE) < 0) {
-		err = -errno;
-		snprintf(msg, msglen, "cannot rename the checkpoint into place: %s", strerror(errno));
-	}
+	if (!err && (err = rename_noreplace(tmp, dir)))
+		snprintf(msg, msglen, "cannot rename the checkpoint into place: %s", strerror(-err));
 	if (err)
 		give_back_dirty(vm, pages);
 	else if (!live)
@@ -507,8 +505,8 @@ int vm_checkpoint_live_finish(struct vm *vm)
 	snprintf(part, sizeof(part), "%s/%s.part", vm->live_dir, SNAP_MEMORY_FILE);
 	snprintf(path, sizeof(path), "%s/%s", vm->live_dir, SNAP_MEMORY_FILE);
 	err = snapshot_write_frozen(part, vm->mem.file_fd, vm->mem.size, &bytes);
-	if (!err && renameat2(AT_FDCWD, part, AT_FDCWD, path, RENAME_NOREPLACE) < 0)
-		err = -errno;
+	if (!err)
+		err = rename_noreplace(part, path);
 	if (!err)
 		err = snapshot_fsync_dir(vm->live_dir);
 	if (err) {

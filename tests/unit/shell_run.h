@@ -25,6 +25,8 @@ static int run(const char *fmt, ...)
 	size_t n;
 	int st;
 
+	/* The CLI's own checks, here: never in a helper machine (docs/machine.md). */
+	setenv("KOSA8_MACHINE", "never", 1);
 	shell_vars(vars, sizeof(vars));
 	va_start(ap, fmt);
 	vsnprintf(cmd, sizeof(cmd), fmt, ap);

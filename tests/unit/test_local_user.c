@@ -93,7 +93,8 @@ static int kosa8_as_nobody(char *out, size_t outlen, const char *const *args)
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		char *envp[] = {env[0], env[1], env[2], "KOSA8_KERNEL=/dev/null", "PATH=/usr/bin:/bin", NULL};
+		char *envp[] = {env[0], env[1], env[2], "KOSA8_KERNEL=/dev/null", "PATH=/usr/bin:/bin",
+				"KOSA8_MACHINE=never", NULL};
 		dup2(p[1], 1);
 		dup2(p[1], 2);
 		close(p[0]);

@@ -1,0 +1,85 @@
+/* The helper machine: where this host's KVM cannot run kosa8's guests (no
+ * /dev/kvm, or a software KVM such as kvm-pvm), sandboxes run inside one
+ * persistent QEMU machine under software emulation, whose nested KVM can
+ * (testbed/machine boots it; see docs/machine.md).
+ *
+ * The machine sees the host's root over a writable 9p share and runs its
+ * kosa8 commands as this user, so the state dir (sandboxes, checkpoints,
+ * the audit log), the config dir (policy, secrets), workspaces and copy
+ * destinations are the host's own files.  The host CLI forwards a sandbox
+ * command line through a request directory in the machine's directory
+ * (<state>/machine/requests/, the user's alone: private_dir), which the
+ * machine's `kosa8 machine __serve` polls:
+ *
+ *   request   written by the host before the directory gets its name:
+ *             "kosa8-machine-request 1\0" then KEY\0VALUE\0 pairs: exe (the
+ *             kosa8 binary), cwd, tty ("ROWS COLS", only when the command
+ *             gets a terminal), arg (repeated, argv in order), env
+ *             (repeated, NAME=VALUE)
+ *   started   made by the server (O_EXCL) when it takes the request
+ *   in        the command's stdin, appended by the host; in.eof: no more
+ *   out, err  the command's stdout and stderr, appended by the machine
+ *   winsize   "ROWS COLS", replaced (rename) by the host on SIGWINCH
+ *   signal    a signal number, made by the host (rename) on SIGINT & co.
+ *   status    the exit status (128+N for signal N), written last (rename)
+ *
+ * Polling files over 9p rather than a stream: this host has no
+ * vhost-vsock, and a QEMU virtio-serial port serves one host client at a
+ * time with no clean way to tell one session's bytes from the next;
+ * a directory per request is concurrent, ordered and owned by nothing
+ * but file permissions.  Nothing a sandbox guest controls reaches it: the
+ * guests are nested VMs whose only way out is vsock to their supervisor. */
+#ifndef KOSA8_MACHINE_MACHINE_H
+#define KOSA8_MACHINE_MACHINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define MACHINE_REQ_MAGIC "kosa8-machine-request 1"
+#define MACHINE_REQ_MAX (1024 * 1024)   /* bytes of one request file */
+#define MACHINE_REQ_MAX_ITEMS 8192      /* args + env entries */
+
+struct machine_req {
+	const char *exe;
+	const char *cwd;
+	bool tty;
+	unsigned rows, cols;
+	int argc, envc;
+	char **argv; /* argc entries and a NULL, pointing into the parsed buffer */
+	char **env;  /* envc entries and a NULL */
+};
+
+/* Parses a request file's bytes (data is modified: the strings point into
+ * it).  0, or -EINVAL with why.  free machine_req_free()s the arrays. */
+int machine_req_parse(char *data, size_t len, struct machine_req *r, char *why, size_t whylen);
+void machine_req_free(struct machine_req *r);
+/* Encodes a request into a malloc'd buffer: 0 or -errno (-E2BIG over the
+ * bounds the parser takes). */
+int machine_req_encode(const char *exe, const char *cwd, bool tty, unsigned rows, unsigned cols,
+		       char *const argv[], char *const env[], char **out, size_t *outlen);
+
+/* Why this host's KVM cannot run kosa8's guests, or NULL if it can. */
+const char *machine_kvm_unusable(void);
+
+/* <state>/machine, made 0700 and checked to be the user's alone (create),
+ * or just named.  0 or -errno with why. */
+int machine_dir(char *buf, size_t len, bool create, char *why, size_t whylen);
+/* 1 running (QEMU holds the directory's owner.lock; *pid is QEMU's), 0
+ * not, or -errno. */
+int machine_running(const char *dir, int *pid);
+/* 1 when its server has said it is ready, else 0. */
+int machine_ready(const char *dir);
+
+/* Runs argv (argv[0] is the command's name, e.g. "run") in the machine
+ * from this process's cwd, with its environment, stdin, stdout, stderr and
+ * terminal; returns the command's exit status, or 125 with a message when
+ * the machine failed it. */
+int machine_forward(const char *dir, int argc, char **argv);
+
+/* The machine's side: serves requests in dir until dir/stop appears.
+ * Runs as uid:gid when uid is not 0 (the host user), giving each command
+ * XDG_RUNTIME_DIR=rundir (a directory of the machine's own, for sockets).
+ * Returns 0 when stopped, else -errno. */
+int machine_serve(const char *dir, unsigned uid, unsigned gid, const char *rundir);
+
+#endif
