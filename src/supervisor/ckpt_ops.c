@@ -158,7 +158,7 @@ static void take_frozen(const char *vm_ctl, const char *dir, int fd, int *memfd)
 int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
 	      struct ckpt_meta *out, int *memfd, char *err, size_t errlen)
 {
-	static struct vm_control_req req; /* 8 KiB of paths */
+	struct vm_control_req *req = NULL; /* 8 KiB of paths: not on a thread's stack */
 	struct vm_control_reply rep;
 	int passed = -1;
 	char dir[PATH_MAX], top[PATH_MAX];
@@ -176,10 +176,14 @@ int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
 		snprintf(err, errlen, "checkpoint paths are too long");
 		goto out;
 	}
-	req = (struct vm_control_req){.op = VMCTL_CHECKPOINT, .live = memfd != NULL};
-	snprintf(req.dir, sizeof(req.dir), "%s", dir);
-	snprintf(req.top, sizeof(req.top), "%s", top);
-	if ((rc = vm_control_call(vm_ctl, &req, &rep, memfd ? &passed : NULL, CKPT_VMM_TIMEOUT_MS))) {
+	if (!(req = calloc(1, sizeof(*req)))) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	*req = (struct vm_control_req){.op = VMCTL_CHECKPOINT, .live = memfd != NULL};
+	snprintf(req->dir, sizeof(req->dir), "%s", dir);
+	snprintf(req->top, sizeof(req->top), "%s", top);
+	if ((rc = vm_control_call(vm_ctl, req, &rep, memfd ? &passed : NULL, CKPT_VMM_TIMEOUT_MS))) {
 		snprintf(err, errlen, "the VMM %s: %.400s",
 			 rc == -EREMOTEIO ? "refused" : "did not answer", rep.text);
 		goto out;
@@ -211,6 +215,7 @@ out:
 		close(*memfd);
 		*memfd = -1;
 	}
+	free(req);
 	ckpt_meta_free(&cur);
 	return rc;
 }
