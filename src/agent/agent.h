@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "agentproto/conn.h"
+#include "agentproto/wire.h"
 #include "common/fileio.h"
 
 struct agent_cfg {
@@ -72,7 +73,7 @@ int net_setup(void);
 /* The egress loop; returns only on a fatal error (-errno). */
 int net_serve(void);
 struct sockaddr_in;
-/* Writes the 12-byte K8E1 header for dst into out; returns 12. */
+/* Writes the K8E1 header for dst into out; returns EGRESS_HDR_V4_LEN. */
 size_t net_egress_header(uint8_t *out, const struct sockaddr_in *dst);
 
 #endif

@@ -33,11 +33,15 @@ uint64_t boottime_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define DEFAULT_LISTEN "vsock:" STR(AGENT_VSOCK_PORT)
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: kosa8-agent [--listen vsock:PORT|unix:PATH] [--default-user NAME]\n"
 		   "       kosa8-agent --egress-only [--egress-upstream PREFIX] [--egress-tcp A:P] [--egress-dns A:P]\n"
-		   "  --listen           where to accept the host (default vsock:1024)\n"
+		   "  --listen           where to accept the host (default " DEFAULT_LISTEN ")\n"
 		   "  --default-user     user that runs commands when a request names none (default kosa8)\n"
 		   "  --egress-only      run only the egress relay (tests; PID 1 runs it as a child)\n"
 		   "  --egress-upstream  reach host port P at unix socket PREFIX_P instead of vsock CID 2\n"
@@ -258,7 +262,7 @@ static int on_signal(int sfd)
 
 int main(int argc, char **argv)
 {
-	const char *spec = "vsock:1024";
+	const char *spec = DEFAULT_LISTEN;
 	bool egress_only = false;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--listen") && i + 1 < argc) {

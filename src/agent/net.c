@@ -15,7 +15,7 @@
  * The agent then forwards, in one epoll loop (one process, no thread per
  * connection):
  *   - each redirected TCP connection: SO_ORIGINAL_DST, a vsock connection to
- *     the host (CID 2) port EGRESS_TCP_PORT, the "K8E1" header
+ *     the host (WIRE_HOST_CID) port EGRESS_TCP_PORT, the "K8E1" header
  *     (src/proxy/egress.h), then bytes both ways with bounded buffers (a
  *     full buffer stops reading its source: back-pressure), half-closes
  *     passed on;
@@ -62,9 +62,6 @@
 #define DNS_ANSWER_MAX 4096       /* a framed answer larger than this ends the stream */
 #define DNS_PENDING_MS 150000     /* longer than the host's approval timeout */
 #define DNS_OUT_BUF (16 * 1024)
-#define HOST_CID 2
-#define EGRESS_DNS_PORT 1053      /* src/proxy/egress.h; the agent is libc only */
-#define EGRESS_TCP_PORT 1080
 #define VOID_DEV "kosa8-void"
 
 struct net_opts net_opts = {
@@ -237,7 +234,7 @@ static int connect_host(uint32_t port, bool *pending)
 			return -errno;
 		rc = connect(fd, (struct sockaddr *)&a, sizeof(a));
 	} else {
-		struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = HOST_CID, .svm_port = port };
+		struct sockaddr_vm a = { .svm_family = AF_VSOCK, .svm_cid = WIRE_HOST_CID, .svm_port = port };
 		fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 		if (fd < 0)
 			return -errno;
@@ -484,15 +481,15 @@ static int relay_new(struct loop *l, int gfd, uint32_t port, const uint8_t *hdr,
 	return 0;
 }
 
-/* The K8E1 header for an IPv4 destination (src/proxy/egress.h). */
+/* The K8E1 header for an IPv4 destination (agentproto/wire.h). */
 size_t net_egress_header(uint8_t *out, const struct sockaddr_in *dst)
 {
-	memcpy(out, "K8E1", 4);
+	memcpy(out, EGRESS_HDR_MAGIC, EGRESS_HDR_MAGIC_LEN);
 	out[4] = 4;
 	out[5] = 0;
 	memcpy(out + 6, &dst->sin_port, 2);        /* already big-endian */
 	memcpy(out + 8, &dst->sin_addr.s_addr, 4); /* network order */
-	return 12;
+	return EGRESS_HDR_V4_LEN;
 }
 
 /* Out of descriptors, accept() fails and leaves the client queued: the
@@ -535,7 +532,7 @@ static void on_tcp_accept(struct loop *l)
 	for (;;) {
 		struct sockaddr_in dst;
 		socklen_t sl = sizeof(dst);
-		uint8_t hdr[12];
+		uint8_t hdr[EGRESS_HDR_V4_LEN];
 		int fd = accept_one(l, l->tcp_listen.fd);
 
 		if (fd == -EAGAIN)

@@ -1,7 +1,7 @@
 /* Host-side client of kosa8-agent: what `kosa8 exec/run/cp` use.
  *
  *   struct agent_client *c;
- *   agent_client_connect_vsock_uds("/run/.../vsock.sock", 1024, &c);
+ *   agent_client_connect_vsock_uds("/run/.../vsock.sock", AGENT_VSOCK_PORT, &c);
  *   struct agent_exec_opts o = AGENT_EXEC_OPTS_INIT;
  *   o.argv = (const char *[]){ "bash", "-l", NULL };
  *   o.pty = isatty(0); o.stdin_fd = 0; o.stdout_fd = 1; o.stderr_fd = 2;

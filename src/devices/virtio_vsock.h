@@ -17,6 +17,7 @@
 #ifndef KOSA8_VIRTIO_VSOCK_H
 #define KOSA8_VIRTIO_VSOCK_H
 
+#include <linux/vm_sockets.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,7 +26,7 @@
 #include "virtio/mmio.h"
 
 #define VIRTIO_ID_VSOCK_DEVICE 19
-#define VSOCK_HOST_CID 2
+#define VSOCK_HOST_CID VMADDR_CID_HOST /* 2: the host, in the vsock specification */
 #define VSOCK_HDR_LEN 44            /* struct virtio_vsock_hdr */
 #define VSOCK_MAX_PKT (64 * 1024)   /* payload of one packet (Linux's limit too) */
 #define VSOCK_LINE_MAX 32           /* "CONNECT <port>\n" and its answer */

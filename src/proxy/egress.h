@@ -7,15 +7,9 @@
  *   port EGRESS_DNS_PORT   one stream of DNS messages, each preceded by its
  *                          length as 2 bytes big-endian (RFC 1035 4.2.2
  *                          framing); the host answers each in order.
- *   port EGRESS_TCP_PORT   one connection per guest TCP connection.  The
- *                          agent first writes a header, then the stream:
- *                            4 bytes  "K8E1"
- *                            1 byte   family: 4 or 6
- *                            1 byte   0 (reserved)
- *                            2 bytes  destination port, big-endian
- *                            4 or 16  destination address, network order
- *                          The host writes nothing before the stream; a
- *                          refused connection is closed.
+ *   port EGRESS_TCP_PORT   one connection per guest TCP connection: the
+ *                          agent first writes the K8E1 header
+ *                          (agentproto/wire.h), then the stream.
  *
  * Security never depends on the guest following this: the host looks only at
  * the destination address (which must be a synthetic one, names.h), the
@@ -29,13 +23,10 @@
 
 #include <cjson/cJSON.h>
 
+#include "agentproto/wire.h" /* the ports and the K8E1 header */
 #include "proxy/names.h"
 #include "proxy/policy.h"
 
-#define EGRESS_DNS_PORT 1053
-#define EGRESS_TCP_PORT 1080
-#define EGRESS_HDR_MAGIC "K8E1"
-#define EGRESS_HDR_MAX (8 + 16)
 
 struct secret_set;   /* proxy/secrets.h */
 struct egress_ca;    /* proxy/ca.h */

@@ -65,14 +65,6 @@ int egress_parse_header(const uint8_t *buf, size_t len, int *family, uint8_t add
 	return (int)(8 + alen);
 }
 
-void egress_audit(const struct egress_ctx *ctx, const char *type, cJSON *details)
-{
-	if (ctx->audit && details)
-		ctx->audit(ctx->arg, type, details);
-	else
-		cJSON_Delete(details);
-}
-
 ssize_t egress_read_timed(int fd, void *buf, size_t len, int timeout_ms)
 {
 	for (;;) {
@@ -153,13 +145,6 @@ static enum policy_action decide(struct egress_conn *c, char *rule, size_t rulel
 	return a == POLICY_ALLOW ? POLICY_ALLOW : POLICY_DENY;
 }
 
-static bool same_name(const char *seen, const char *name)
-{
-	char norm[POLICY_NAME_MAX + 1];
-
-	return !policy_normalise_name(seen, norm, sizeof(norm)) && !strcmp(norm, name);
-}
-
 static int check_tls(struct egress_conn *c, int r, const struct tls_hello *h)
 {
 	if (r < 0) {
@@ -177,44 +162,8 @@ static int check_tls(struct egress_conn *c, int r, const struct tls_hello *h)
 		c->reason = "encrypted ClientHello";
 		return -EACCES;
 	}
-	if (!same_name(h->sni, c->name)) {
+	if (!egress_same_name(h->sni, c->name)) {
 		c->reason = "SNI does not match the name";
-		return -EACCES;
-	}
-	return 0;
-}
-
-int egress_check_request(struct egress_conn *c, const uint8_t *buf, const struct http_head *h)
-{
-	const char *target = (const char *)buf + h->target.off;
-	char host[TLS_SNI_MAX + 1];
-
-	c->requests++;
-	if (h->method.len == 7 && !memcmp(buf + h->method.off, "CONNECT", 7)) {
-		c->reason = "CONNECT request";
-		return -EACCES;
-	}
-	/* An absolute-form target names its own host, which a server must
-	 * prefer to Host (RFC 9112 3.2.2): only origin-form is let through. */
-	if (target[0] != '/' && !(h->target.len == 1 && target[0] == '*')) {
-		c->reason = "request target not in origin form";
-		return -EACCES;
-	}
-	for (size_t i = 0; i < h->nfields; i++) {
-		if (http_field_is(buf, h, i, "upgrade")) {
-			c->reason = "protocol upgrade";
-			return -EACCES;
-		}
-	}
-	if (http_host_name(buf, h, host, sizeof(host))) {
-		c->reason = "request without a usable Host";
-		return -EACCES;
-	}
-	if (!c->seen[0])
-		snprintf(c->seen, sizeof(c->seen), "%s", host);
-	if (!same_name(host, c->name)) {
-		snprintf(c->seen, sizeof(c->seen), "%s", host);
-		c->reason = "Host does not match the name";
 		return -EACCES;
 	}
 	return 0;

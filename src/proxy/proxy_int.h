@@ -30,9 +30,13 @@ struct egress_conn {
 	const char *reason;                    /* why it was refused or cut */
 };
 
+/* Whether seen (an SNI or Host as sent) normalises to name
+ * (conn_checks.c, below both proxy.c and intercept.c). */
+bool egress_same_name(const char *seen, const char *name);
+
 /* Whether a request head may go to c's host: origin-form target (or "*"
  * for OPTIONS), a Host equal to the name, no CONNECT and no Upgrade.
- * Sets c->reason and returns -EACCES otherwise. */
+ * Sets c->reason and returns -EACCES otherwise (conn_checks.c). */
 int egress_check_request(struct egress_conn *c, const uint8_t *buf, const struct http_head *h);
 
 /* Serves c after the checks, terminating the guest's TLS with the sandbox
@@ -42,7 +46,7 @@ int egress_intercept(struct egress_conn *c);
 /* Reads into buf with a timeout: bytes read, 0 at EOF, -ETIMEDOUT, -errno. */
 ssize_t egress_read_timed(int fd, void *buf, size_t len, int timeout_ms);
 
-/* Sends an audit record of type with details (consumed). */
+/* Sends an audit record of type with details (consumed; conn_checks.c). */
 void egress_audit(const struct egress_ctx *ctx, const char *type, cJSON *details);
 
 #endif

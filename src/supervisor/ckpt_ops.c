@@ -21,7 +21,7 @@
 #include "supervisor/sandbox.h"
 #include "vmm/snapshot.h"
 #include "vmm/snapshot_mem.h"
-#include "vmm/vm.h"
+#include "vmm/vm_control.h"
 
 /* state_dir/checkpoints/dN.k8d: the delta written after checkpoint or
  * rewind N. */
@@ -140,7 +140,8 @@ static uint64_t memory_size(const char *dir)
  * answer comes only after that). */
 static void take_frozen(const char *vm_ctl, const char *dir, int fd, int *memfd)
 {
-	char answer[256];
+	static const struct vm_control_req status = {.op = VMCTL_STATUS};
+	struct vm_control_reply rep;
 
 	*memfd = fd >= 0 ? frozen_memory_fd(fd, memory_size(dir)) : -1;
 	if (fd >= 0 && *memfd < 0)
@@ -150,17 +151,18 @@ static void take_frozen(const char *vm_ctl, const char *dir, int fd, int *memfd)
 		close(fd);
 	if (*memfd < 0) {
 		*memfd = -1;
-		vm_control_call(vm_ctl, "status", answer, sizeof(answer), CKPT_VMM_TIMEOUT_MS);
+		vm_control_call(vm_ctl, &status, &rep, NULL, CKPT_VMM_TIMEOUT_MS);
 	}
 }
 
 int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
 	      struct ckpt_meta *out, int *memfd, char *err, size_t errlen)
 {
+	struct vm_control_req *req = NULL; /* 8 KiB of paths: not on a thread's stack */
+	struct vm_control_reply rep;
 	int passed = -1;
-	char dir[PATH_MAX], top[PATH_MAX], cmd[2 * PATH_MAX + 32], answer[1024];
+	char dir[PATH_MAX], top[PATH_MAX];
 	struct ckpt_meta cur;
-	const char *p;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -174,11 +176,16 @@ int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
 		snprintf(err, errlen, "checkpoint paths are too long");
 		goto out;
 	}
-	snprintf(cmd, sizeof(cmd), "checkpoint%s %s %s", memfd ? "-live" : "", dir, top);
-	if ((rc = vm_control_call_fd(vm_ctl, cmd, answer, sizeof(answer), CKPT_VMM_TIMEOUT_MS,
-				     memfd ? &passed : NULL))) {
-		snprintf(err, errlen, "the VMM %s: %.400s", rc == -EREMOTEIO ? "refused" : "did not answer",
-			 rc == -EREMOTEIO ? answer : strerror(-rc));
+	if (!(req = calloc(1, sizeof(*req)))) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	*req = (struct vm_control_req){.op = VMCTL_CHECKPOINT, .live = memfd != NULL};
+	snprintf(req->dir, sizeof(req->dir), "%s", dir);
+	snprintf(req->top, sizeof(req->top), "%s", top);
+	if ((rc = vm_control_call(vm_ctl, req, &rep, memfd ? &passed : NULL, CKPT_VMM_TIMEOUT_MS))) {
+		snprintf(err, errlen, "the VMM %s: %.400s",
+			 rc == -EREMOTEIO ? "refused" : "did not answer", rep.text);
 		goto out;
 	}
 	if (memfd)
@@ -188,10 +195,8 @@ int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
 	snprintf(out->top, sizeof(out->top), "%s", cur.top);
 	ckpt_meta_free(&cur);
 	out->created = (int64_t)time(NULL);
-	if ((p = strstr(answer, "memory_bytes=")))
-		out->memory_bytes = strtoull(p + 13, NULL, 10);
-	if ((p = strstr(answer, "paused_ms=")))
-		out->paused_ms = strtod(p + 10, NULL);
+	out->memory_bytes = rep.memory_bytes;
+	out->paused_ms = rep.paused_ms;
 	/* current.json first: the VMM writes to the new delta already, and a
 	 * start after a crash must find it there.  A crash before the record
 	 * below leaves a checkpoint that is not listed (its files are there). */
@@ -210,6 +215,7 @@ out:
 		close(*memfd);
 		*memfd = -1;
 	}
+	free(req);
 	ckpt_meta_free(&cur);
 	return rc;
 }

@@ -1,7 +1,6 @@
 #include "supervisor/control.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/jsonl.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "supervisor/approvals.h"
@@ -60,134 +60,26 @@ int control_accept(int listen_fd)
 	return fd;
 }
 
+/* A request that cannot be read is answered with why, so that the client
+ * says what went wrong instead of "connection reset". */
 int control_recv(int fd, cJSON **msg, int timeout_ms)
 {
-	char *buf = malloc(CONTROL_MAX_LINE + 1);
-	size_t got = 0;
-	int err = -EPROTO;
+	const char *why = NULL;
+	int err = jsonl_recv(fd, CONTROL_MAX_LINE, timeout_ms, msg, NULL, &why);
 
-	if (!buf)
-		return -ENOMEM;
-	while (got < CONTROL_MAX_LINE) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		ssize_t n;
-		if (poll(&p, 1, timeout_ms) <= 0) {
-			err = -ETIMEDOUT;
-			goto out;
-		}
-		n = read(fd, buf + got, 1);
-		if (n <= 0) {
-			err = n == 0 ? -ECONNRESET : -errno;
-			goto out;
-		}
-		if (buf[got] == '\n') {
-			buf[got] = '\0';
-			*msg = cJSON_Parse(buf);
-			err = *msg && cJSON_IsObject(*msg) ? 0 : -EPROTO;
-			if (err && *msg) {
-				cJSON_Delete(*msg);
-				*msg = NULL;
-			}
-			goto out;
-		}
-		got++;
+	if (err == -EPROTO || err == -EPROTONOSUPPORT) {
+		cJSON *r = cJSON_CreateObject();
+		cJSON_AddBoolToObject(r, "ok", false);
+		cJSON_AddStringToObject(r, "error", why);
+		jsonl_send(fd, r, -1);
+		cJSON_Delete(r);
 	}
-out:
-	free(buf);
 	return err;
 }
 
 int control_send(int fd, const cJSON *msg, int pass_fd)
 {
-	char *text = cJSON_PrintUnformatted(msg);
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov;
-	struct msghdr mh;
-	size_t len;
-	int err = 0;
-
-	if (!text)
-		return -ENOMEM;
-	len = strlen(text);
-	text[len] = '\n'; /* replaces the NUL: the line is sent without it */
-	iov = (struct iovec){.iov_base = text, .iov_len = len + 1};
-	memset(&mh, 0, sizeof(mh));
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	if (pass_fd >= 0) {
-		memset(cbuf, 0, sizeof(cbuf));
-		mh.msg_control = cbuf;
-		mh.msg_controllen = sizeof(cbuf);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-	}
-	/* One sendmsg carries the fd with the first byte; the rest follows. */
-	ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
-	if (n < 0)
-		err = -errno;
-	else if ((size_t)n < len + 1)
-		err = write_all(fd, text + n, len + 1 - (size_t)n);
-	free(text);
-	return err;
-}
-
-/* Reads the reply line; a descriptor can only come with its first bytes. */
-static int recv_reply(int fd, cJSON **reply, int *fd_out, int timeout_ms)
-{
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	char first;
-	struct iovec iov = {.iov_base = &first, .iov_len = 1};
-	struct msghdr mh;
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-	ssize_t n;
-	int err;
-
-	memset(&mh, 0, sizeof(mh));
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = cbuf;
-	mh.msg_controllen = sizeof(cbuf);
-	if (poll(&p, 1, timeout_ms) <= 0)
-		return -ETIMEDOUT;
-	n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-	if (n <= 0)
-		return n == 0 ? -ECONNRESET : -errno;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fd_out)
-			memcpy(fd_out, CMSG_DATA(c), sizeof(int));
-	}
-	if (first == '\n')
-		return -EPROTO;
-	/* The rest of the line: prepend the byte already read. */
-	char *rest = malloc(CONTROL_MAX_LINE + 2);
-	size_t got = 1;
-	if (!rest)
-		return -ENOMEM;
-	rest[0] = first;
-	err = -EPROTO;
-	while (got < CONTROL_MAX_LINE) {
-		if (poll(&p, 1, timeout_ms) <= 0) {
-			err = -ETIMEDOUT;
-			break;
-		}
-		n = read(fd, rest + got, 1);
-		if (n <= 0) {
-			err = -ECONNRESET;
-			break;
-		}
-		if (rest[got] == '\n') {
-			rest[got] = '\0';
-			*reply = cJSON_Parse(rest);
-			err = *reply ? 0 : -EPROTO;
-			break;
-		}
-		got++;
-	}
-	free(rest);
-	return err;
+	return jsonl_send(fd, msg, pass_fd);
 }
 
 /* The client's side of the check control_accept makes: a socket served by
@@ -210,6 +102,7 @@ static int peer_is_me(int fd, const char *path)
 int control_call(const char *path, const cJSON *req, cJSON **reply, int *fd_out, int timeout_ms)
 {
 	struct sockaddr_un a;
+	const char *why;
 	int fd, err;
 
 	if (fd_out)
@@ -227,7 +120,9 @@ int control_call(const char *path, const cJSON *req, cJSON **reply, int *fd_out,
 		goto out;
 	if ((err = control_send(fd, req, -1)))
 		goto out;
-	err = recv_reply(fd, reply, fd_out, timeout_ms);
+	if ((err = jsonl_recv(fd, CONTROL_MAX_LINE, timeout_ms, reply, fd_out, &why)) &&
+	    (err == -EPROTO || err == -EPROTONOSUPPORT))
+		log_err("%s: %s", path, why);
 out:
 	close(fd);
 	return err;

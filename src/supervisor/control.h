@@ -1,4 +1,5 @@
-/* The supervisor's control socket: one JSON object per line each way, and
+/* The supervisor's control socket: one JSON object per line each way
+ * (common/jsonl.h, docs/control-protocol.md), and
  * optionally one file descriptor passed with the reply (SCM_RIGHTS), e.g. a
  * connection to the guest agent.  Only processes of the same user are
  * served (SO_PEERCRED), on top of the socket's 0700 directory. */

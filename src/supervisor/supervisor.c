@@ -590,10 +590,11 @@ static void request_stop(struct supervisor *s, uint64_t grace_ms)
  * status. */
 static int end_vmm(struct supervisor *s)
 {
-	char answer[256];
+	static const struct vm_control_req stop = {.op = VMCTL_STOP};
+	struct vm_control_reply rep;
 	int status = 0;
 
-	if (vm_control_call(s->vm_ctl, "stop", answer, sizeof(answer), VMM_CTL_STOP_MS) == 0) {
+	if (vm_control_call(s->vm_ctl, &stop, &rep, NULL, VMM_CTL_STOP_MS) == 0) {
 		for (uint64_t end = mono_ms() + VMM_EXIT_WAIT_MS; mono_ms() < end; usleep(20 * 1000))
 			if (waitpid(s->vmm, &status, WNOHANG) == s->vmm)
 				goto out;

@@ -6,7 +6,8 @@
 #ifndef KOSA8_SUPERVISOR_H
 #define KOSA8_SUPERVISOR_H
 
-#define AGENT_VSOCK_PORT 1024
+#include "agentproto/wire.h" /* AGENT_VSOCK_PORT */
+
 /* How long a start (or a rewind) waits for the agent: 300 s, nested
  * emulation is slow; KOSA8_BOOT_TIMEOUT (seconds, 10..7200) overrides it,
  * for test machines under heavy load.  The CLI waits a minute longer. */

@@ -14,7 +14,6 @@
 #include "common/util.h"
 #include "disk/format.h"
 #include "vmm/accel.h"
-#include "vmm/snapshot_mem.h"
 
 /* Header field offsets (docs/snapshot-format.md). */
 #define H_VERSION 8
@@ -596,6 +595,27 @@ struct layer_write {
 	uint64_t *data_bytes;
 };
 
+void snapshot_page_runs(const uint64_t *bits, uint64_t npages,
+			void (*fn)(uint64_t first, uint64_t end, void *arg), void *arg)
+{
+	uint64_t p = 0;
+
+	while (p < npages) {
+		uint64_t first, w = bits[p / 64] >> (p % 64);
+		if (!w) {
+			p = (p / 64 + 1) * 64;
+			continue;
+		}
+		p += (uint64_t)__builtin_ctzll(w);
+		if (p >= npages)
+			break;
+		first = p;
+		while (p < npages && (bits[p / 64] >> (p % 64) & 1))
+			p++;
+		fn(first, p, arg);
+	}
+}
+
 static void layer_run(uint64_t first, uint64_t end, void *arg)
 {
 	struct layer_write *l = arg;
@@ -622,7 +642,7 @@ static int write_memory_file(const char *path, const struct guest_mem *m, const 
 	if (ftruncate(fd, (off_t)m->size) < 0)
 		err = -errno;
 	else if (pages) {
-		snapmem_runs(pages, m->size / PAGE, layer_run, &l);
+		snapshot_page_runs(pages, m->size / PAGE, layer_run, &l);
 		err = l.err;
 	} else if (m->memfd >= 0)
 		err = write_memfd(fd, m, data_bytes);

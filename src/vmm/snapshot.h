@@ -119,6 +119,10 @@ int snapshot_memory_parent(const struct snapshot *s, uint8_t id[SNAP_MEM_ID_LEN]
 /* A layer's page map as words of 64 pages each (bit i of word w is page
  * 64w + i), malloc'd into *pages; -EINVAL if missing or the wrong size. */
 int snapshot_memory_pages(const struct snapshot *s, uint64_t **pages);
+/* Calls fn for each run [first, end) of set bits among npages of such a
+ * page map. */
+void snapshot_page_runs(const uint64_t *bits, uint64_t npages,
+			void (*fn)(uint64_t first, uint64_t end, void *arg), void *arg);
 
 /* Builds a state file in memory.  Errors stick: check snap_writer_finish. */
 struct snap_writer {

@@ -16,27 +16,6 @@
 #define PAGE 4096u
 #define COPY_CHUNK (1u << 20)
 
-void snapmem_runs(const uint64_t *bits, uint64_t npages,
-		  void (*fn)(uint64_t first, uint64_t end, void *arg), void *arg)
-{
-	uint64_t p = 0;
-
-	while (p < npages) {
-		uint64_t first, w = bits[p / 64] >> (p % 64);
-		if (!w) {
-			p = (p / 64 + 1) * 64;
-			continue;
-		}
-		p += (uint64_t)__builtin_ctzll(w);
-		if (p >= npages)
-			break;
-		first = p;
-		while (p < npages && (bits[p / 64] >> (p % 64) & 1))
-			p++;
-		fn(first, p, arg);
-	}
-}
-
 /* The directory that holds dir, and dir's own name. */
 static void split_dir(const char *dir, char *parent, size_t plen, const char **name)
 {
@@ -206,11 +185,11 @@ static int apply_layer(struct guest_mem *m, const struct snapmem_layer *l, uint6
 
 	if (a.fd < 0)
 		return a.fd;
-	snapmem_runs(l->pages, m->size / PAGE, count_run, &a);
+	snapshot_page_runs(l->pages, m->size / PAGE, count_run, &a);
 	a.map = *maps + a.runs <= MAX_LAYER_MAPS && m->nlayers < GUEST_MEM_MAX_LAYERS;
 	if (a.map)
 		*maps += a.runs;
-	snapmem_runs(l->pages, m->size / PAGE, apply_run, &a);
+	snapshot_page_runs(l->pages, m->size / PAGE, apply_run, &a);
 	if (m->nlayers == nlayers)
 		close(a.fd); /* not kept: read, or nothing mapped */
 	return a.rc;
@@ -347,7 +326,7 @@ static int detach(const char *child, const struct snapmem_layer *p, const struct
 		goto out;
 	}
 	if (p->pages) {
-		snapmem_runs(p->pages, npages, fold_run, &f);
+		snapshot_page_runs(p->pages, npages, fold_run, &f);
 	} else {
 		fold_run(0, npages, &f); /* a full parent: every page the child lacks */
 	}

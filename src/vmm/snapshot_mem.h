@@ -40,10 +40,6 @@ void snapmem_chain_free(struct snapmem_chain *c);
  * then each layer's pages mapped over it, lowest first). */
 int snapmem_map(struct guest_mem *m, const struct snapmem_chain *c, char *err, size_t errlen);
 
-/* Calls fn for each run [first, end) of set bits among npages. */
-void snapmem_runs(const uint64_t *bits, uint64_t npages,
-		  void (*fn)(uint64_t first, uint64_t end, void *arg), void *arg);
-
 /* Before checkpoint dir is deleted: every sibling checkpoint whose memory
  * is a layer over it gets dir's pages it lacks, and then stands on dir's
  * parent (or becomes full).  Returns how many were changed, or -errno with

@@ -17,6 +17,7 @@
 #include "vmm/accel.h"
 #include "vmm/seccomp.h"
 #include "vmm/snapshot.h"
+#include "vmm/vm_control.h"
 
 struct serial8250;
 
@@ -116,7 +117,7 @@ struct vm {
 	int control_fd, control_client;
 	char control_path[108];    /* unlinked at the end (no getsockname under seccomp) */
 	size_t control_len;
-	char control_buf[4096];
+	char control_buf[VM_CONTROL_MAX_LINE + 1];
 };
 
 /* Builds the VM and loads the kernel.  On failure, why is a sentence for the
@@ -135,12 +136,21 @@ int vm_pause(struct vm *vm);
 void vm_resume(struct vm *vm);
 bool vm_paused(const struct vm *vm);
 
+/* What a checkpoint did, for its caller to report. */
+struct vm_ckpt_info {
+	uint64_t memory_bytes; /* guest memory data the checkpoint holds */
+	double paused_ms;      /* how long the guest did not run */
+	bool layer;            /* the memory is a layer over the previous checkpoint */
+	bool live;             /* memory frozen, passed, and written afterwards */
+};
+
 /* Writes a checkpoint to the directory dir (must not exist) while the VM
  * is paused, and lets it go on.  The disk's top delta is frozen into the
  * checkpoint and the VM continues on a new delta, new_top (NULL: next to
  * the old top, named after dir).  msg gets one line for the user either
- * way.  Main thread only. */
-int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg, size_t msglen);
+ * way, *info (optional) the numbers.  Main thread only. */
+int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, struct vm_ckpt_info *info,
+		  char *msg, size_t msglen);
 /* A checkpoint for a live fork, O(1) in guest size: RAM's memfd is frozen
  * (guest_mem_freeze) instead of written, *memfd gets it (still the VM's:
  * do not close it) for forks to map, and the directory is renamed into
@@ -150,8 +160,8 @@ int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg
  * disk (the loader says its memory is missing).  When RAM is already a
  * private view (after a restore or an earlier live fork) this is an
  * ordinary checkpoint and *memfd is -1. */
-int vm_checkpoint_live(struct vm *vm, const char *dir, const char *new_top, int *memfd, char *msg,
-		       size_t msglen);
+int vm_checkpoint_live(struct vm *vm, const char *dir, const char *new_top, int *memfd,
+		       struct vm_ckpt_info *info, char *msg, size_t msglen);
 int vm_checkpoint_live_finish(struct vm *vm);
 
 /* The device table (vm_devices.c).  Create, pause, save and restore go in
@@ -180,21 +190,6 @@ int vm_restore_memory(struct vm *vm, const char **why);
 int vm_restore_state(struct vm *vm, const char **why);
 /* SHA-256 over a CPUID set: what a checkpoint's CPU must match. */
 void vm_cpu_fingerprint(const struct cpuid_leaf *leaves, size_t n, uint8_t fp[SNAP_FP_LEN]);
-
-/* The control socket (vm_control.c), served by vm_run's main loop. */
-int vm_control_open(struct vm *vm, const char *path, const char **why);
-/* Client side: sends one command line (without its newline) to the VMM at
- * path and puts its one-line answer in answer.  0 when the answer is
- * "ok ...", -EREMOTEIO for "error ...", other -errno when there was none
- * (no VMM there, timed out after timeout_ms). */
-int vm_control_call(const char *path, const char *cmd, char *answer, size_t len, int timeout_ms);
-/* The same, and *fd_out gets a descriptor the answer carried (or -1). */
-int vm_control_call_fd(const char *path, const char *cmd, char *answer, size_t len,
-		       int timeout_ms, int *fd_out);
-void vm_control_close(struct vm *vm);
-/* Fills up to 2 pollfds; returns how many. */
-int vm_control_pollfds(struct vm *vm, struct pollfd *pfd);
-void vm_control_serve(struct vm *vm, const struct pollfd *pfd, int n);
 
 /* Checks vCPUs, memory and the kernel and initrd files without touching
  * KVM, so that bad input is reported before any set-up (vm_create checks

@@ -417,7 +417,7 @@ static void remove_tmp(const char *tmp)
  * directory, never a checkpoint that looks whole and is not.  (A live one
  * is renamed before its memory file exists: see vm_checkpoint_live.) */
 static int take_checkpoint(struct vm *vm, const char *dir, const char *new_top, bool live,
-			   char *msg, size_t msglen)
+			   struct vm_ckpt_info *info, char *msg, size_t msglen)
 {
 	char tmp[PATH_MAX], parent[PATH_MAX];
 	uint64_t t0 = now_us(), t_paused, t_done, *pages = NULL;
@@ -472,23 +472,28 @@ static int take_checkpoint(struct vm *vm, const char *dir, const char *new_top, 
 		 dir, (unsigned long long)md.data_bytes, md.flags & SNAP_MEM_LAYER ? "layer" : "full",
 		 md.depth, (double)(t_done - t_paused) / 1000.0, (double)(t_done - t0) / 1000.0,
 		 (int)live, vm_disk(vm) ? vm->disk_top : "none");
+	if (info)
+		*info = (struct vm_ckpt_info){.memory_bytes = md.data_bytes,
+					      .paused_ms = (double)(t_done - t_paused) / 1000.0,
+					      .layer = md.flags & SNAP_MEM_LAYER, .live = live};
 	return 0;
 }
 
-int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, char *msg, size_t msglen)
+int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, struct vm_ckpt_info *info,
+		  char *msg, size_t msglen)
 {
-	return take_checkpoint(vm, dir, new_top, false, msg, msglen);
+	return take_checkpoint(vm, dir, new_top, false, info, msg, msglen);
 }
 
-int vm_checkpoint_live(struct vm *vm, const char *dir, const char *new_top, int *memfd, char *msg,
-		       size_t msglen)
+int vm_checkpoint_live(struct vm *vm, const char *dir, const char *new_top, int *memfd,
+		       struct vm_ckpt_info *info, char *msg, size_t msglen)
 {
 	int err;
 
 	*memfd = -1;
 	if (vm->mem.memfd < 0) /* a private view already: there is nothing to freeze */
-		return take_checkpoint(vm, dir, new_top, false, msg, msglen);
-	if (!(err = take_checkpoint(vm, dir, new_top, true, msg, msglen)))
+		return take_checkpoint(vm, dir, new_top, false, info, msg, msglen);
+	if (!(err = take_checkpoint(vm, dir, new_top, true, info, msg, msglen)))
 		*memfd = vm->mem.file_fd;
 	return err;
 }

@@ -1,21 +1,12 @@
-/* The VMM's control socket: a unix stream socket that takes one command per
- * line and answers one line, "ok ..." or "error ...":
- *
- *   pause                     stop the vCPUs and devices
- *   resume                    let them run again
- *   checkpoint DIR [NEWTOP]   write a checkpoint (vm_checkpoint)
- *   checkpoint-live DIR [NEWTOP]
- *                             the same for a live fork (vm_checkpoint_live):
- *                             the answer carries the frozen memory's fd
- *                             (SCM_RIGHTS) when there is one ("live=1")
- *   status                    "ok running" or "ok paused"
- *   stop                      end the VM as if stopped from the host
+/* The VMM's control socket (vm_control.h; the messages are in
+ * docs/control-protocol.md).
  *
  * Whoever can connect controls the VM, so the socket is created mode 0600
  * and its directory is the caller's to protect (the supervisor keeps it in
  * the sandbox's private state directory).  One client is served at a time;
- * others wait in the listen backlog.  Lines are bounded: a longer one is
- * answered with an error and the client dropped. */
+ * others wait in the listen backlog.  A request that is too long, not JSON
+ * of this version or not a known request is answered with an error; one
+ * longer than VM_CONTROL_MAX_LINE also ends the connection. */
 #include "vmm/vm.h"
 
 #include <errno.h>
@@ -27,6 +18,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/jsonl.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -89,110 +81,266 @@ int vm_control_pollfds(struct vm *vm, struct pollfd *pfd)
 	return 0;
 }
 
-/* Sends line with fd attached to its first byte, then the rest. */
-static int send_with_fd(int sock, const char *line, size_t len, int fd)
-{
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = {.iov_base = (void *)line, .iov_len = len};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			    .msg_controllen = sizeof(cbuf)};
-	struct cmsghdr *c;
-	ssize_t n;
 
-	memset(cbuf, 0, sizeof(cbuf));
-	c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	do
-		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	if (n <= 0)
-		return n < 0 ? -errno : -EIO;
-	return write_all(sock, line + n, len - (size_t)n);
+/* ---- messages ---- */
+
+static const char *const op_names[] = {
+	[VMCTL_PAUSE] = "pause",   [VMCTL_RESUME] = "resume",
+	[VMCTL_STATUS] = "status", [VMCTL_STOP] = "stop",
+	[VMCTL_CHECKPOINT] = "checkpoint",
+};
+
+/* Whether every field of msg is one of the names in keys (a NULL-ended
+ * list), "v" always allowed: a field the receiver does not know is a
+ * message of another version, not something to skip. */
+static bool only_fields(const cJSON *msg, const char *const *keys)
+{
+	const cJSON *it;
+
+	cJSON_ArrayForEach(it, msg) {
+		bool known = !strcmp(it->string, "v");
+		for (const char *const *k = keys; *k && !known; k++)
+			known = !strcmp(it->string, *k);
+		if (!known)
+			return false;
+	}
+	return true;
 }
 
-/* One answer line: "ok TEXT" or "error TEXT", with fd passed when >= 0. */
-static void reply_fd(struct vm *vm, const char *status, const char *text, int fd)
+/* A string field into buf: 1 when copied, 0 when absent, -EPROTO when of
+ * another type or as long as buf. */
+static int str_field(const cJSON *msg, const char *key, char *buf, size_t len)
 {
-	char line[1024];
-	int n = snprintf(line, sizeof(line) - 1, "%s %s", status, text);
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(msg, key);
 
-	if (n < 0)
-		return;
-	if (n > (int)sizeof(line) - 2)
-		n = (int)sizeof(line) - 2;
-	line[n++] = '\n';
-	/* A client that does not read its answers is its own problem: the
-	 * socket is blocking only for this short line. */
-	if ((fd >= 0 ? send_with_fd(vm->control_client, line, (size_t)n, fd)
-		     : write_all(vm->control_client, line, (size_t)n)) < 0)
+	if (!f)
+		return 0;
+	if (!cJSON_IsString(f) || strlen(f->valuestring) >= len)
+		return -EPROTO;
+	memcpy(buf, f->valuestring, strlen(f->valuestring) + 1);
+	return 1;
+}
+
+/* A boolean field: 0 (absent: false) or -EPROTO. */
+static int bool_field(const cJSON *msg, const char *key, bool *out)
+{
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(msg, key);
+
+	*out = cJSON_IsTrue(f);
+	return !f || cJSON_IsBool(f) ? 0 : -EPROTO;
+}
+
+/* A number field in [0, max]: 0 (absent: 0) or -EPROTO. */
+static int num_field(const cJSON *msg, const char *key, double max, double *out)
+{
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(msg, key);
+
+	*out = 0;
+	if (!f)
+		return 0;
+	if (!cJSON_IsNumber(f) || !(f->valuedouble >= 0 && f->valuedouble <= max))
+		return -EPROTO;
+	*out = f->valuedouble;
+	return 0;
+}
+
+int vm_control_req_decode(const cJSON *msg, struct vm_control_req *req, const char **why)
+{
+	static const char *const simple[] = {"op", NULL};
+	static const char *const ckpt[] = {"op", "dir", "top", "live", NULL};
+	const cJSON *op = cJSON_GetObjectItemCaseSensitive(msg, "op");
+	size_t i;
+
+	memset(req, 0, sizeof(*req));
+	for (i = 0; cJSON_IsString(op) && i < ARRAY_SIZE(op_names); i++)
+		if (!strcmp(op->valuestring, op_names[i]))
+			break;
+	if (!cJSON_IsString(op) || i == ARRAY_SIZE(op_names)) {
+		*why = "unknown op (pause, resume, status, stop, checkpoint)";
+		return -EPROTO;
+	}
+	req->op = (enum vm_control_op)i;
+	if (!only_fields(msg, req->op == VMCTL_CHECKPOINT ? ckpt : simple)) {
+		*why = "a field this op does not take";
+		return -EPROTO;
+	}
+	if (req->op != VMCTL_CHECKPOINT)
+		return 0;
+	if (str_field(msg, "dir", req->dir, sizeof(req->dir)) != 1 || !req->dir[0] ||
+	    str_field(msg, "top", req->top, sizeof(req->top)) < 0 ||
+	    bool_field(msg, "live", &req->live)) {
+		*why = "checkpoint needs a dir, and takes a top and live (paths shorter than 4096 bytes)";
+		return -EPROTO;
+	}
+	return 0;
+}
+
+cJSON *vm_control_req_encode(const struct vm_control_req *req)
+{
+	cJSON *m = cJSON_CreateObject();
+
+	if (!m || !cJSON_AddStringToObject(m, "op", op_names[req->op]))
+		goto fail;
+	if (req->op == VMCTL_CHECKPOINT &&
+	    (!cJSON_AddStringToObject(m, "dir", req->dir) ||
+	     (req->top[0] && !cJSON_AddStringToObject(m, "top", req->top)) ||
+	     (req->live && !cJSON_AddTrueToObject(m, "live"))))
+		goto fail;
+	return m;
+fail:
+	cJSON_Delete(m);
+	return NULL;
+}
+
+/* Replies carry no number above 2^53: cJSON keeps them exact below. */
+#define EXACT_MAX 9007199254740992.0
+
+int vm_control_reply_decode(const cJSON *msg, struct vm_control_reply *rep, const char **why)
+{
+	static const char *const keys[] = {"ok", "message", "error", "state", "memory_bytes",
+					   "paused_ms", "layer", "live", NULL};
+	const cJSON *ok = cJSON_GetObjectItemCaseSensitive(msg, "ok");
+	const cJSON *text;
+	double bytes;
+
+	memset(rep, 0, sizeof(*rep));
+	rep->ok = cJSON_IsTrue(ok);
+	text = cJSON_GetObjectItemCaseSensitive(msg, rep->ok ? "message" : "error");
+	if (!cJSON_IsBool(ok) || !cJSON_IsString(text) || !only_fields(msg, keys) ||
+	    str_field(msg, "state", rep->state, sizeof(rep->state)) < 0 ||
+	    (rep->state[0] && strcmp(rep->state, "running") && strcmp(rep->state, "paused")) ||
+	    num_field(msg, "memory_bytes", EXACT_MAX, &bytes) ||
+	    num_field(msg, "paused_ms", EXACT_MAX, &rep->paused_ms) ||
+	    bool_field(msg, "layer", &rep->layer) || bool_field(msg, "live", &rep->live)) {
+		memset(rep, 0, sizeof(*rep));
+		*why = "the VMM's reply is not one this kosa8 knows";
+		return -EPROTO;
+	}
+	/* The text is for the user only: a long one is cut, not refused. */
+	snprintf(rep->text, sizeof(rep->text), "%s", text->valuestring);
+	rep->memory_bytes = (uint64_t)bytes;
+	return 0;
+}
+
+cJSON *vm_control_reply_encode(const struct vm_control_reply *rep)
+{
+	cJSON *m = cJSON_CreateObject();
+	bool fail = !m;
+
+	fail = fail || !cJSON_AddBoolToObject(m, "ok", rep->ok);
+	fail = fail || !cJSON_AddStringToObject(m, rep->ok ? "message" : "error", rep->text);
+	if (rep->state[0])
+		fail = fail || !cJSON_AddStringToObject(m, "state", rep->state);
+	if (rep->memory_bytes || rep->paused_ms > 0) {
+		fail = fail || !cJSON_AddNumberToObject(m, "memory_bytes", (double)rep->memory_bytes);
+		fail = fail || !cJSON_AddNumberToObject(m, "paused_ms", rep->paused_ms);
+	}
+	if (rep->layer)
+		fail = fail || !cJSON_AddTrueToObject(m, "layer");
+	if (rep->live)
+		fail = fail || !cJSON_AddTrueToObject(m, "live");
+	if (fail) {
+		cJSON_Delete(m);
+		return NULL;
+	}
+	return m;
+}
+
+/* ---- server ---- */
+
+/* A client that does not read its replies is its own problem: the socket
+ * is blocking only for this one line. */
+static void reply(struct vm *vm, const struct vm_control_reply *rep, int fd)
+{
+	cJSON *m = vm_control_reply_encode(rep);
+
+	if (!m || jsonl_send(vm->control_client, m, fd) < 0)
 		log_warn("control: could not answer the client");
+	cJSON_Delete(m);
 }
 
-static void reply(struct vm *vm, const char *status, const char *text)
+static void reply_text(struct vm *vm, bool ok, const char *state, const char *text)
 {
-	reply_fd(vm, status, text, -1);
+	struct vm_control_reply rep = {.ok = ok};
+
+	snprintf(rep.state, sizeof(rep.state), "%s", state ? state : "");
+	snprintf(rep.text, sizeof(rep.text), "%s", text);
+	reply(vm, &rep, -1);
 }
 
-static void cmd_checkpoint(struct vm *vm, char *args, bool live)
+static void do_checkpoint(struct vm *vm, const struct vm_control_req *req)
 {
-	char msg[900];
-	char *dir = strtok(args, " "), *top = strtok(NULL, " ");
+	struct vm_control_reply rep = {0};
+	struct vm_ckpt_info info = {0};
+	const char *top = req->top[0] ? req->top : NULL;
 	int memfd = -1, err;
 
-	if (!dir || strtok(NULL, " ")) {
-		reply(vm, "error", live ? "usage: checkpoint-live DIR [NEWTOP]"
-					: "usage: checkpoint DIR [NEWTOP]");
-		return;
-	}
-	err = live ? vm_checkpoint_live(vm, dir, top, &memfd, msg, sizeof(msg))
-		   : vm_checkpoint(vm, dir, top, msg, sizeof(msg));
+	err = req->live ? vm_checkpoint_live(vm, req->dir, top, &memfd, &info, rep.text, sizeof(rep.text))
+			: vm_checkpoint(vm, req->dir, top, &info, rep.text, sizeof(rep.text));
 	if (err) {
-		reply(vm, "error", msg);
+		reply(vm, &rep, -1);
 		return;
 	}
-	log_info("%s", msg);
-	reply_fd(vm, "ok", msg, memfd);
+	log_info("%s", rep.text);
+	rep.ok = true;
+	rep.memory_bytes = info.memory_bytes;
+	rep.paused_ms = info.paused_ms;
+	rep.layer = info.layer;
+	rep.live = memfd >= 0;
+	reply(vm, &rep, memfd);
 	/* The fork can start now; its memory file is written meanwhile. */
 	vm_checkpoint_live_finish(vm);
 }
 
-static void run_command(struct vm *vm, char *line)
+static void do_request(struct vm *vm, const struct vm_control_req *req)
 {
-	size_t n = strlen(line);
-
-	if (n && line[n - 1] == '\r')
-		line[--n] = '\0';
-	if (!strcmp(line, "pause")) {
-		if (vm->pause_depth > 0)
-			reply(vm, "ok", "paused (already)");
-		else if (vm_pause(vm) == 0)
-			reply(vm, "ok", "paused");
-		else {
-			vm_resume(vm);
-			reply(vm, "error", "the VM is stopping");
-		}
-	} else if (!strcmp(line, "resume")) {
-		if (vm->pause_depth == 0) {
-			reply(vm, "ok", "running (was not paused)");
+	switch (req->op) {
+	case VMCTL_PAUSE:
+		if (vm->pause_depth > 0) {
+			reply_text(vm, true, "paused", "paused (already)");
+		} else if (vm_pause(vm) == 0) {
+			reply_text(vm, true, "paused", "paused");
 		} else {
 			vm_resume(vm);
-			reply(vm, "ok", "running");
+			reply_text(vm, false, NULL, "the VM is stopping");
 		}
-	} else if (!strncmp(line, "checkpoint ", 11)) {
-		cmd_checkpoint(vm, line + 11, false);
-	} else if (!strncmp(line, "checkpoint-live ", 16)) {
-		cmd_checkpoint(vm, line + 16, true);
-	} else if (!strcmp(line, "status")) {
-		reply(vm, "ok", vm->pause_depth ? "paused" : "running");
-	} else if (!strcmp(line, "stop")) {
-		reply(vm, "ok", "stopping");
+		break;
+	case VMCTL_RESUME:
+		if (vm->pause_depth == 0) {
+			reply_text(vm, true, "running", "running (was not paused)");
+		} else {
+			vm_resume(vm);
+			reply_text(vm, true, "running", "running");
+		}
+		break;
+	case VMCTL_STATUS:
+		reply_text(vm, true, vm->pause_depth ? "paused" : "running",
+			   vm->pause_depth ? "paused" : "running");
+		break;
+	case VMCTL_STOP:
+		reply_text(vm, true, NULL, "stopping");
 		vm_request_stop(vm, VM_STOP_HOST);
-	} else {
-		reply(vm, "error", "unknown command (pause, resume, checkpoint DIR [NEWTOP], checkpoint-live DIR [NEWTOP], status, stop)");
+		break;
+	case VMCTL_CHECKPOINT:
+		do_checkpoint(vm, req);
+		break;
 	}
+}
+
+static void run_line(struct vm *vm, const char *line, size_t len)
+{
+	static struct vm_control_req req; /* 8 KiB: main thread only */
+	const char *why = NULL;
+	cJSON *msg = NULL;
+	int err = jsonl_parse(line, len, VM_CONTROL_MAX_LINE, &msg, &why);
+
+	if (!err)
+		err = vm_control_req_decode(msg, &req, &why);
+	cJSON_Delete(msg);
+	if (err)
+		reply_text(vm, false, NULL, why);
+	else
+		do_request(vm, &req);
 }
 
 static void drop_client(struct vm *vm)
@@ -204,31 +352,30 @@ static void drop_client(struct vm *vm)
 
 static void read_client(struct vm *vm)
 {
-	ssize_t n;
-	char *nl;
+	char *buf = vm->control_buf, *nl;
+	/* read, not recvmsg: no request carries a descriptor, and one sent
+	 * anyway is closed by the kernel with the bytes it came with (the
+	 * seccomp filter allows no recvmsg either). */
+	ssize_t n = read(vm->control_client, buf + vm->control_len,
+			 sizeof(vm->control_buf) - vm->control_len);
 
-	n = read(vm->control_client, vm->control_buf + vm->control_len,
-		 sizeof(vm->control_buf) - 1 - vm->control_len);
+	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+		return;
 	if (n <= 0) {
-		if (n < 0 && (errno == EINTR || errno == EAGAIN))
-			return;
 		drop_client(vm);
 		return;
 	}
 	vm->control_len += (size_t)n;
-	vm->control_buf[vm->control_len] = '\0';
-	while ((nl = memchr(vm->control_buf, '\n', vm->control_len))) {
-		size_t used = (size_t)(nl - vm->control_buf) + 1;
-		*nl = '\0';
-		run_command(vm, vm->control_buf);
+	while ((nl = memchr(buf, '\n', vm->control_len))) {
+		size_t used = (size_t)(nl - buf) + 1;
+		run_line(vm, buf, used - 1);
 		if (vm->control_client < 0)
 			return;
-		memmove(vm->control_buf, vm->control_buf + used, vm->control_len - used);
+		memmove(buf, buf + used, vm->control_len - used);
 		vm->control_len -= used;
-		vm->control_buf[vm->control_len] = '\0';
 	}
-	if (vm->control_len == sizeof(vm->control_buf) - 1) {
-		reply(vm, "error", "line too long");
+	if (vm->control_len == sizeof(vm->control_buf)) {
+		reply_text(vm, false, NULL, "the request is longer than the protocol allows");
 		drop_client(vm);
 	}
 }
@@ -264,81 +411,42 @@ static int call_connect(const char *path, int timeout_ms)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	/* A VMM that stopped answering must not hang the caller for ever. */
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+	/* A VMM whose backlog is full, or that stopped reading, must not hang
+	 * the caller for ever: the send timeout bounds connect and the
+	 * request; jsonl_recv bounds the wait for the reply. */
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
 	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		int err = -errno;
 		close(fd);
-		return err;
+		return err == -EAGAIN ? -ETIMEDOUT : err;
 	}
 	return fd;
 }
 
-/* One byte of the answer; the first may carry a descriptor (*fd_out). */
-static ssize_t read_byte(int fd, char *b, int *fd_out)
+int vm_control_call(const char *path, const struct vm_control_req *req,
+		    struct vm_control_reply *rep, int *fd_out, int timeout_ms)
 {
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = {.iov_base = b, .iov_len = 1};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			    .msg_controllen = sizeof(cbuf)};
-	ssize_t r;
+	const char *why = NULL;
+	cJSON *m = vm_control_req_encode(req), *msg = NULL;
+	int fd = -1, err = m ? 0 : -ENOMEM;
 
-	if (!fd_out)
-		return read(fd, b, 1);
-	r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); r > 0 && c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-		    c->cmsg_len == CMSG_LEN(sizeof(int)) && *fd_out < 0)
-			memcpy(fd_out, CMSG_DATA(c), sizeof(int));
-	return r;
-}
-
-/* Reads the answer up to its newline (the VMM sends exactly one line). */
-static int call_read_line(int fd, char *buf, size_t len, int *fd_out)
-{
-	size_t n = 0;
-
-	while (n + 1 < len) {
-		ssize_t r = read_byte(fd, buf + n, n ? NULL : fd_out);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return errno == EAGAIN ? -ETIMEDOUT : -errno;
-		if (r == 0)
-			return n ? 0 : -EPIPE;
-		if (buf[n] == '\n')
-			break;
-		n++;
-	}
-	buf[n] = '\0';
-	return 0;
-}
-
-int vm_control_call_fd(const char *path, const char *cmd, char *answer, size_t len,
-		      int timeout_ms, int *fd_out)
-{
-	int fd = call_connect(path, timeout_ms), err;
-
+	memset(rep, 0, sizeof(*rep));
 	if (fd_out)
 		*fd_out = -1;
-	if (fd < 0)
-		return fd;
-	err = write_all(fd, cmd, strlen(cmd));
-	if (!err)
-		err = write_all(fd, "\n", 1);
-	if (!err)
-		err = call_read_line(fd, answer, len, fd_out);
-	close(fd);
-	if (!err && !(strncmp(answer, "ok", 2) == 0 && (answer[2] == ' ' || !answer[2])))
+	if (!err && (fd = err = call_connect(path, timeout_ms)) >= 0 &&
+	    !(err = jsonl_send(fd, m, -1)) &&
+	    !(err = jsonl_recv(fd, VM_CONTROL_MAX_LINE, timeout_ms, &msg, fd_out, &why)) &&
+	    !(err = vm_control_reply_decode(msg, rep, &why)) && !rep->ok)
 		err = -EREMOTEIO;
+	if (err && err != -EREMOTEIO)
+		snprintf(rep->text, sizeof(rep->text), "%s", why ? why : strerror(-err));
 	if (err && fd_out && *fd_out >= 0) {
 		close(*fd_out);
 		*fd_out = -1;
 	}
+	if (fd >= 0)
+		close(fd);
+	cJSON_Delete(msg);
+	cJSON_Delete(m);
 	return err;
-}
-
-int vm_control_call(const char *path, const char *cmd, char *answer, size_t len, int timeout_ms)
-{
-	return vm_control_call_fd(path, cmd, answer, len, timeout_ms, NULL);
 }

@@ -1,0 +1,137 @@
+#include "common/jsonl.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/fdpass.h"
+#include "common/util.h"
+
+int jsonl_parse(const char *line, size_t len, size_t max, cJSON **msg, const char **why)
+{
+	const cJSON *v;
+	char *text;
+
+	*msg = NULL;
+	if (len > max) {
+		*why = "the message is longer than the protocol allows";
+		return -EPROTO;
+	}
+	if (memchr(line, '\0', len)) {
+		*why = "the message holds a NUL byte";
+		return -EPROTO;
+	}
+	if (!(text = malloc(len + 1)))
+		return *why = "out of memory", -ENOMEM;
+	memcpy(text, line, len);
+	text[len] = '\0';
+	*msg = cJSON_ParseWithOpts(text, NULL, 1);
+	free(text);
+	if (!cJSON_IsObject(*msg)) {
+		cJSON_Delete(*msg);
+		*msg = NULL;
+		*why = "the message is not one JSON object";
+		return -EPROTO;
+	}
+	v = cJSON_GetObjectItemCaseSensitive(*msg, "v");
+	if (!cJSON_IsNumber(v) || v->valuedouble != JSONL_VERSION) {
+		cJSON_Delete(*msg);
+		*msg = NULL;
+		*why = "the peer speaks another control protocol version (a kosa8 upgraded while "
+		       "this sandbox ran? stop it with the old kosa8, or kill it, and start it again)";
+		return -EPROTONOSUPPORT;
+	}
+	return 0;
+}
+
+int jsonl_send(int sock, const cJSON *msg, int pass_fd)
+{
+	cJSON *copy = cJSON_Duplicate(msg, 1);
+	char *text = NULL;
+	size_t len;
+	int err = -ENOMEM;
+
+	if (!cJSON_IsObject(copy)) {
+		err = copy ? -EINVAL : -ENOMEM;
+		goto out;
+	}
+	cJSON_DeleteItemFromObjectCaseSensitive(copy, "v");
+	if (!cJSON_AddNumberToObject(copy, "v", JSONL_VERSION) ||
+	    !(text = cJSON_PrintUnformatted(copy)))
+		goto out;
+	len = strlen(text);
+	text[len] = '\n'; /* replaces the NUL: the line goes without it */
+	err = fdpass_send(sock, text, len + 1, pass_fd);
+out:
+	free(text);
+	cJSON_Delete(copy);
+	return err;
+}
+
+/* Milliseconds left until deadline (mono_ms), 0 when past. */
+static int left_ms(uint64_t deadline)
+{
+	uint64_t now = mono_ms();
+
+	return now >= deadline ? 0 : (int)(deadline - now);
+}
+
+/* Reads until a newline; *len gets the line's length without it. */
+static int read_line(int sock, char *buf, size_t cap, size_t *len, int timeout_ms, int *fd_out,
+		     const char **why)
+{
+	uint64_t deadline = mono_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+	size_t got = 0;
+	char *nl;
+
+	for (;;) {
+		struct pollfd p = {.fd = sock, .events = POLLIN};
+		int r = poll(&p, 1, left_ms(deadline));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return *why = "no answer in time", r < 0 ? -errno : -ETIMEDOUT;
+		ssize_t n = fdpass_recv(sock, buf + got, cap - got, fd_out);
+		if (n == -EPROTO)
+			return *why = "a descriptor came that was not asked for, or more than one", -EPROTO;
+		if (n < 0)
+			return *why = "the connection failed", (int)n;
+		if (n == 0)
+			return *why = "the peer closed the connection before a whole message",
+			       -ECONNRESET;
+		if ((nl = memchr(buf + got, '\n', (size_t)n))) {
+			*len = (size_t)(nl - buf);
+			if (*len + 1 != got + (size_t)n)
+				return *why = "bytes came after the message", -EPROTO;
+			return 0;
+		}
+		got += (size_t)n;
+		if (got == cap)
+			return *why = "the message is longer than the protocol allows", -EPROTO;
+	}
+}
+
+int jsonl_recv(int sock, size_t max, int timeout_ms, cJSON **msg, int *fd_out, const char **why)
+{
+	char *buf = malloc(max + 1);
+	size_t len = 0;
+	int err;
+
+	*msg = NULL;
+	if (fd_out)
+		*fd_out = -1;
+	if (!buf)
+		return *why = "out of memory", -ENOMEM;
+	/* max + 1: room for the newline of a line of exactly max bytes. */
+	err = read_line(sock, buf, max + 1, &len, timeout_ms, fd_out, why);
+	if (!err)
+		err = jsonl_parse(buf, len, max, msg, why);
+	free(buf);
+	if (err && fd_out && *fd_out >= 0) {
+		close(*fd_out);
+		*fd_out = -1;
+	}
+	return err;
+}
