@@ -280,7 +280,7 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 	if (kenv && *kenv) {
 		if (!realpath(kenv, cfg.kernel))
 			return cli_fail(cmd, "KOSA8_KERNEL=%s: no such file", kenv);
-	} else if (script_path("guest/kernel/build.sh", NULL, cfg.kernel, sizeof(cfg.kernel)) < 0) {
+	} else if (kosa8_guest_kernel(cfg.kernel, sizeof(cfg.kernel)) < 0) {
 		return cli_fail(cmd, "%s", "the guest kernel is not built: run 'make kernel' (or guest/kernel/build.sh)");
 	}
 	if (strchr(o->image, '/') && stat(o->image, &st) == 0 && S_ISREG(st.st_mode)) {

@@ -248,7 +248,7 @@ static void term_raw(void)
 /* ---- software emulation: re-run this command inside the test bed ---- */
 
 /* Why this host's KVM cannot run the VM directly, or NULL if it can. */
-static const char *kvm_unusable(void)
+const char *kvm_unusable(void)
 {
 	if (access("/dev/kvm", F_OK) != 0)
 		return "no /dev/kvm here";

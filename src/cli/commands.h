@@ -30,6 +30,7 @@ int cmd_checkpoint(int argc, char **argv);
 int cmd_checkpoints(int argc, char **argv);
 int cmd_rewind(int argc, char **argv);
 int cmd_fork(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 /* Shared by the sandbox commands (cmd_sandbox.c): start NAME's supervisor
  * and wait until the sandbox runs; copy a policy file into a state dir;

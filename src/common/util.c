@@ -165,6 +165,18 @@ int kosa8_data_path(const char *rel, char *buf, size_t len)
 	return -ENOENT;
 }
 
+int kosa8_guest_kernel(char *buf, size_t len)
+{
+	char script[PATH_MAX], found[PATH_MAX];
+	const char *argv[3] = {script, "--path", NULL};
+
+	if (kosa8_data_path(KOSA8_KERNEL_FILE, script, sizeof(script)) == 0 && realpath(script, found))
+		return snprintf(buf, len, "%s", found) < (int)len ? 0 : -ENAMETOOLONG;
+	if (kosa8_data_path("guest/kernel/build.sh", script, sizeof(script)))
+		return -ENOENT;
+	return run_for_last_line(argv, buf, len) < 0 ? -ENOENT : 0;
+}
+
 int run_for_last_line(const char *const argv[], char *buf, size_t len)
 {
 	int p[2], status;
