@@ -290,6 +290,7 @@ static bool check_image(struct check *c)
 		fix(c, "reinstall kosa8");
 		return false;
 	}
+	kosa8_use_installed_agent();
 	if (run_for_last_line(argv, path, sizeof(path)) == 0 && path[0] == '/')
 		return say(c, DOC_OK, "default: %s", path), true;
 	say(c, DOC_FAIL, "default: not built");

@@ -182,10 +182,9 @@ static int image_build(int argc, char **argv)
 	/* The agent built with this kosa8 (same build folder), or installed
 	 * with it (<prefix>/lib/kosa8), unless told otherwise. */
 	snprintf(agent, sizeof(agent), "%s/kosa8-agent", bindir);
-	if (access(agent, F_OK) != 0 && kosa8_data_path("kosa8-agent", agent, sizeof(agent)) != 0)
-		agent[0] = '\0';
-	if (!getenv("KOSA8_AGENT") && agent[0])
+	if (!getenv("KOSA8_AGENT") && access(agent, F_OK) == 0)
 		setenv("KOSA8_AGENT", agent, 1);
+	kosa8_use_installed_agent();
 	rc = run_builder(builder, args, path, sizeof(path));
 	if (rc == 0 && path[0] == '/')
 		identify(path);

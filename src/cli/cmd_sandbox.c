@@ -123,6 +123,7 @@ static int script_path(const char *script, const char *arg, char *out, size_t le
 
 	if ((err = kosa8_data_path(script, path, sizeof(path))))
 		return err;
+	kosa8_use_installed_agent();
 	return run_for_last_line(argv, out, len);
 }
 

@@ -177,6 +177,15 @@ int kosa8_guest_kernel(char *buf, size_t len)
 	return run_for_last_line(argv, buf, len) < 0 ? -ENOENT : 0;
 }
 
+void kosa8_use_installed_agent(void)
+{
+	char agent[PATH_MAX];
+	const char *env = getenv("KOSA8_AGENT");
+
+	if ((!env || !*env) && kosa8_data_path("kosa8-agent", agent, sizeof(agent)) == 0)
+		setenv("KOSA8_AGENT", agent, 1);
+}
+
 int run_for_last_line(const char *const argv[], char *buf, size_t len)
 {
 	int p[2], status;

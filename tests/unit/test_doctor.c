@@ -101,6 +101,30 @@ static void test_kernel_of_installed_layout(void **state)
 	assert_string_equal(st, "fail");
 }
 
+/* The image a release's kosa8 built is keyed by the installed agent: the
+ * lookup must name that agent to find it (kosa8 run does the same). */
+static void test_image_of_installed_layout(void **state)
+{
+	char st[16], found[PATH_MAX + 256], key[32];
+
+	assert_int_equal(run("mkdir -p $D/img/bin $D/img/lib/kosa8/guest/image && cp $K $D/img/bin/kosa8 && "
+			     "cp $(dirname $K)/kosa8-agent $D/img/lib/kosa8/ && "
+			     "cp guest/image/build.sh guest/image/default.recipe $D/img/lib/kosa8/guest/image/ && "
+			     "KOSA8_CACHE_DIR=$D/cache KOSA8_AGENT=$D/img/lib/kosa8/kosa8-agent "
+			     "$D/img/lib/kosa8/guest/image/build.sh --path default 2>&1 | "
+			     "sed -n 's/.*for key \\([0-9a-f]*\\).*/\\1/p'"),
+			 0);
+	snprintf(key, sizeof(key), "%.16s", out);
+	assert_int_equal(strlen(key), 16);
+	assert_int_equal(run("mkdir -p $D/cache/images/default/%s && touch $D/cache/images/default/%s/rootfs.ext4 && "
+			     "KOSA8_CACHE_DIR=$D/cache $D/img/bin/kosa8 doctor --json",
+			     key, key),
+			 1);
+	check_of("image", st, found, sizeof(found));
+	assert_string_equal(st, "ok");
+	assert_non_null(strstr(found, key));
+}
+
 static void test_key_never_created(void **state)
 {
 	char st[16], found[PATH_MAX + 256];
@@ -147,6 +171,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kernel_of_installed_layout),
+		cmocka_unit_test(test_image_of_installed_layout),
 		cmocka_unit_test(test_key_never_created),
 		cmocka_unit_test(test_key_fingerprint_and_mode),
 		cmocka_unit_test(test_usage),
