@@ -204,8 +204,11 @@ main() {
 	check_platform
 	[ -n "$src" ] || src=$RELEASE_URL
 	if [ -z "$src" ]; then
-		here=$(dirname "$0")
-		[ -f "$here/SHA256SUMS" ] || die "where is the release? pass --from URL or --from DIR (or set KOSA8_RELEASE_URL)"
+		# Run from a file (not piped): the release may lie beside it.
+		case $0 in */install.sh | install.sh) here=$(dirname "$0") ;; *) here= ;; esac
+		if [ -z "$here" ] || [ ! -f "$here/SHA256SUMS" ]; then
+			die "where is the release? pass --from URL or --from DIR (or set KOSA8_RELEASE_URL)"
+		fi
 		src=$here
 	fi
 	src=${src%/}
