@@ -374,9 +374,10 @@ static int print_json(const struct check *cs, size_t n, bool ready)
 
 int cmd_doctor(int argc, char **argv)
 {
-	struct check cs[] = {{.name = "kvm"},	 {.name = "emulation"}, {.name = "cgroup"},
-			     {.name = "userns"}, {.name = "disk"},	{.name = "kernel"},
-			     {.name = "image"},	 {.name = "audit-key"}};
+	struct check cs[] = {
+		{.name = "kvm"},  {.name = "emulation"}, {.name = "cgroup"}, {.name = "userns"},
+		{.name = "disk"}, {.name = "kernel"},	 {.name = "image"},  {.name = "audit-key"},
+	};
 	bool json = false, kvm, emu, ready;
 
 	for (int i = 1; i < argc; i++) {
@@ -393,6 +394,7 @@ int cmd_doctor(int argc, char **argv)
 		cs[0].v = DOC_WARN;
 	check_cgroup(&cs[2]);
 	check_userns(&cs[3]);
+	/* '&', not '&&': every check runs and prints its line. */
 	ready = (kvm || emu) & check_disk(&cs[4]) & check_kernel(&cs[5]) & check_image(&cs[6]) &
 		check_audit_key(&cs[7]);
 	fflush(stdout);
