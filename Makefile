@@ -11,6 +11,9 @@
 #   make deps          Debian packages the build and tests need (root)
 #   make man           man pages from the command table -> build/man/man1/
 #   make completion    bash, zsh and fish completions -> build/completion/
+#   make deb           the Debian package -> build/dist/ (lintian-checked)
+#   make dist          a signed release -> build/dist/: tarball, .deb, install.sh,
+#                      SHA256SUMS(.sig); RELEASE_KEY=key.pem (docs/release.md)
 #
 # Sources are found by folder: each folder under src/ is one part of the
 # architecture (see README.md), and adding a .c file there is all it takes.
@@ -49,7 +52,7 @@ SAN_CFLAGS := $(CFLAGS_COMMON) -O1 -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SAN_LDFLAGS := -fsanitize=address,undefined
 
-.PHONY: all san unit layers check vmtest fuzz kernel initramfs image deps clean bench man completion
+.PHONY: all san unit layers check vmtest fuzz kernel initramfs image deps clean bench man completion deb dist
 all: $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-agent
 
 define flavour
@@ -176,6 +179,15 @@ completion: $(REL_DIR)/kosa8
 	@mkdir -p $(REL_DIR)/completion
 	for s in bash zsh fish; do \
 		$(REL_DIR)/kosa8 completion $$s >$(REL_DIR)/completion/kosa8.$$s || exit 1; done
+
+# Releases (packaging/release.sh, docs/release.md): the kernel comes from
+# the cache (make kernel builds it when missing).
+DIST_DIR ?= $(REL_DIR)/dist
+deb: $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-agent kernel
+	REL_DIR=$(REL_DIR) packaging/release.sh deb $(DIST_DIR)
+
+dist: $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-agent kernel
+	REL_DIR=$(REL_DIR) packaging/release.sh dist $(DIST_DIR)
 
 FUZZ_SECONDS ?= 60
 fuzz:

@@ -15,6 +15,7 @@ PKGS="
   bind9-dnsutils
   curl openssl python3 git
   man-db groff-base fish zsh
+  dpkg-dev lintian
 "
 # Skip apt entirely when everything is there: keeps 'make check' fast and offline.
 missing=

@@ -130,22 +130,38 @@ out:
 	return err;
 }
 
-int audit_key_load_or_create(const char *dir, EVP_PKEY **key)
+/* dir (NULL: audit_key_dir()) into d, the key file's path into path. */
+static int key_paths(const char *dir, char d[PATH_MAX], char path[PATH_MAX])
 {
-	char d[PATH_MAX], path[PATH_MAX];
 	int err, n;
 
 	if (dir) {
-		n = snprintf(d, sizeof(d), "%s", dir);
-		if (n < 0 || (size_t)n >= sizeof(d))
+		n = snprintf(d, PATH_MAX, "%s", dir);
+		if (n < 0 || n >= PATH_MAX)
 			return -ENAMETOOLONG;
-	} else if ((err = audit_key_dir(d, sizeof(d)))) {
+	} else if ((err = audit_key_dir(d, PATH_MAX))) {
 		return err;
 	}
-	n = snprintf(path, sizeof(path), "%s/%s", d, AUDIT_KEY_FILE);
-	if (n < 0 || (size_t)n >= sizeof(path))
-		return -ENAMETOOLONG;
-	if ((err = process_hold_secrets()))
+	n = snprintf(path, PATH_MAX, "%s/%s", d, AUDIT_KEY_FILE);
+	return n < 0 || n >= PATH_MAX ? -ENAMETOOLONG : 0;
+}
+
+int audit_key_load(const char *dir, EVP_PKEY **key)
+{
+	char d[PATH_MAX], path[PATH_MAX];
+	int err;
+
+	if ((err = key_paths(dir, d, path)) || (err = process_hold_secrets()))
+		return err;
+	return load_private(path, key);
+}
+
+int audit_key_load_or_create(const char *dir, EVP_PKEY **key)
+{
+	char d[PATH_MAX], path[PATH_MAX];
+	int err;
+
+	if ((err = key_paths(dir, d, path)) || (err = process_hold_secrets()))
 		return err;
 	err = load_private(path, key);
 	if (err != -ENOENT)

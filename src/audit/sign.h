@@ -23,6 +23,9 @@ int audit_key_dir(char *buf, size_t len);
  * there is none.  Returns 0 or a negative errno (-EPERM: the key file is
  * readable by others). */
 int audit_key_load_or_create(const char *dir, EVP_PKEY **key);
+/* The same without creating one: -ENOENT when there is none yet (what
+ * `kosa8 doctor` reads, so that looking never makes a key). */
+int audit_key_load(const char *dir, EVP_PKEY **key);
 
 /* The raw 32-byte public key of a loaded key. */
 int audit_key_public(EVP_PKEY *key, uint8_t pub[AUDIT_PUBKEY_LEN]);

@@ -179,10 +179,12 @@ static int image_build(int argc, char **argv)
 		}
 	}
 	args[n] = NULL;
-	/* The agent built with this kosa8 (same build folder) unless told otherwise. */
+	/* The agent built with this kosa8 (same build folder), or installed
+	 * with it (<prefix>/lib/kosa8), unless told otherwise. */
 	snprintf(agent, sizeof(agent), "%s/kosa8-agent", bindir);
 	if (!getenv("KOSA8_AGENT") && access(agent, F_OK) == 0)
 		setenv("KOSA8_AGENT", agent, 1);
+	kosa8_use_installed_agent();
 	rc = run_builder(builder, args, path, sizeof(path));
 	if (rc == 0 && path[0] == '/')
 		identify(path);

@@ -123,6 +123,7 @@ static int script_path(const char *script, const char *arg, char *out, size_t le
 
 	if ((err = kosa8_data_path(script, path, sizeof(path))))
 		return err;
+	kosa8_use_installed_agent();
 	return run_for_last_line(argv, out, len);
 }
 
@@ -280,7 +281,7 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 	if (kenv && *kenv) {
 		if (!realpath(kenv, cfg.kernel))
 			return cli_fail(cmd, "KOSA8_KERNEL=%s: no such file", kenv);
-	} else if (script_path("guest/kernel/build.sh", NULL, cfg.kernel, sizeof(cfg.kernel)) < 0) {
+	} else if (kosa8_guest_kernel(cfg.kernel, sizeof(cfg.kernel)) < 0) {
 		return cli_fail(cmd, "%s", "the guest kernel is not built: run 'make kernel' (or guest/kernel/build.sh)");
 	}
 	if (strchr(o->image, '/') && stat(o->image, &st) == 0 && S_ISREG(st.st_mode)) {

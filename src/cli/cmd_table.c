@@ -326,6 +326,11 @@ static const struct cli_opt help_opts[] = {
 	END,
 };
 
+static const struct cli_opt doctor_opts[] = {
+	{"json", 0, NULL, "print the checks as JSON: ready, and per check its status, what was found and the fix"},
+	END,
+};
+
 /* Before COMMAND (main.c parses them). */
 const struct cli_opt cli_global_opts[] = {
 	{"verbose", 'v', NULL, "say more on stderr (-vv: debugging detail)"},
@@ -413,6 +418,11 @@ const struct cli_cmd cli_commands[] = {
 	 "(state, config, workspaces) and runs the commands as you; see docs/machine.md. --no-emulate (before "
 	 "the command) or KOSA8_NO_EMULATE=1 refuses instead.",
 	 NULL, machine_subs, cmd_machine, -1, CLI_OPERAND_NONE, false},
+	{"doctor", "what this host can do for kosa8, and what to fix", "[--json]",
+	 "Checks KVM (hardware, software or none, and its permissions), the emulation fallback, cgroup v2, "
+	 "user namespaces, disk space, the guest kernel and image, and the audit key. Each line says ok, warn "
+	 "or FAIL, and how to fix it. Exit status: 0 this host can run sandboxes, 1 it cannot yet, 2 usage.",
+	 doctor_opts, NULL, cmd_doctor, -1, CLI_OPERAND_NONE, false},
 	{"help", "help on a command", "[--man] [COMMAND [SUBCOMMAND]]", NULL, help_opts, NULL, cmd_help, -1,
 	 CLI_OPERAND_NONE, false},
 	{"version", "the version, the commit it was built from, and the build", "", NULL, NULL, NULL, cmd_version,

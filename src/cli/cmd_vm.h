@@ -37,4 +37,8 @@ struct vm_args {
  * one-line message for the user. */
 int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why);
 
+/* Why this host's KVM cannot run kosa8's guest ("no /dev/kvm here", a
+ * software KVM without vmx/svm under it), or NULL when it can: what makes
+ * kosa8 vm fall back to emulation, and what kosa8 doctor reports. */
+
 #endif

@@ -183,6 +183,27 @@ int kosa8_data_path(const char *rel, char *buf, size_t len)
 	return -ENOENT;
 }
 
+int kosa8_guest_kernel(char *buf, size_t len)
+{
+	char script[PATH_MAX], found[PATH_MAX];
+	const char *argv[3] = {script, "--path", NULL};
+
+	if (kosa8_data_path(KOSA8_KERNEL_FILE, script, sizeof(script)) == 0 && realpath(script, found))
+		return snprintf(buf, len, "%s", found) < (int)len ? 0 : -ENAMETOOLONG;
+	if (kosa8_data_path("guest/kernel/build.sh", script, sizeof(script)))
+		return -ENOENT;
+	return run_for_last_line(argv, buf, len) < 0 ? -ENOENT : 0;
+}
+
+void kosa8_use_installed_agent(void)
+{
+	char agent[PATH_MAX];
+	const char *env = getenv("KOSA8_AGENT");
+
+	if ((!env || !*env) && kosa8_data_path("kosa8-agent", agent, sizeof(agent)) == 0)
+		setenv("KOSA8_AGENT", agent, 1);
+}
+
 int run_for_last_line(const char *const argv[], char *buf, size_t len)
 {
 	int p[2], status;

@@ -49,6 +49,20 @@ int kosa8_state_dir(char *buf, size_t len);
  * installed.  -ENOENT if neither exists. */
 int kosa8_data_path(const char *rel, char *buf, size_t len);
 
+/* The guest kernel that ships with kosa8: the bzImage installed as
+ * <prefix>/lib/kosa8/bzImage (a release, packaging/), else the one the
+ * build tree's guest/kernel/build.sh cached ("make kernel").  -ENOENT when
+ * there is neither. */
+#define KOSA8_KERNEL_FILE "bzImage"
+int kosa8_guest_kernel(char *buf, size_t len);
+
+/* Sets $KOSA8_AGENT, unless it is set, to the guest agent installed with
+ * kosa8 (<prefix>/lib/kosa8/kosa8-agent), for guest/image/build.sh: it
+ * keys an image by its agent, so looking one up must name the agent that
+ * built it.  In a build tree there is none and the builder takes
+ * build/kosa8-agent as before. */
+void kosa8_use_installed_agent(void);
+
 /* Runs a command and reads the last line it prints (the scripts' convention
  * for "the path of what I built"), its stderr silenced; -EIO if it fails. */
 int run_for_last_line(const char *const argv[], char *buf, size_t len);

@@ -139,11 +139,9 @@ static bool enable_controller(const char *dir, const char *name)
 	return write_knob(dir, "cgroup.subtree_control", plus) == 0;
 }
 
-/* The directory that holds kosa8's per-sandbox cgroups, with the memory,
- * pids and cpu controllers enabled for its children as far as possible. */
-static int kosa8_parent_dir(char *dir, size_t len, char *why, size_t whylen)
+int vmm_cgroup_parent(char *dir, size_t len, char *why, size_t whylen)
 {
-	char *mi = NULL, *pc = NULL, mnt[512], own[PATH_MAX], rel[PATH_MAX], top[PATH_MAX];
+	char *mi = NULL, *pc = NULL, mnt[512], own[PATH_MAX], rel[PATH_MAX];
 	int err;
 
 	if ((err = read_proc_text("/proc/self/mountinfo", &mi)) == 0)
@@ -163,8 +161,18 @@ static int kosa8_parent_dir(char *dir, size_t len, char *why, size_t whylen)
 			 (unsigned)getuid(), (unsigned)getuid());
 		return err;
 	}
-	if (snprintf(dir, len, "%s/%s", mnt, rel) >= (int)len)
-		return -ENAMETOOLONG;
+	return snprintf(dir, len, "%s/%s", mnt, rel) >= (int)len ? -ENAMETOOLONG : 0;
+}
+
+/* The directory that holds kosa8's per-sandbox cgroups, with the memory,
+ * pids and cpu controllers enabled for its children as far as possible. */
+static int kosa8_parent_dir(char *dir, size_t len, char *why, size_t whylen)
+{
+	char top[PATH_MAX];
+	int err;
+
+	if ((err = vmm_cgroup_parent(dir, len, why, whylen)))
+		return err;
 	/* kosa8's directory sits right below the mount (root) or below the
 	 * delegated service: that one must hand the controllers down. */
 	snprintf(top, sizeof(top), "%s", dir);

@@ -49,6 +49,10 @@ int vmm_cgroup_create(struct vmm_cgroup *cg, const char *sandbox, const struct v
  * guest's RAM.  Raises memory.max to that (nothing when there is no
  * cgroup or no memory controller). */
 int vmm_cgroup_allow_frozen(struct vmm_cgroup *cg, uint64_t guest_mem);
+/* Where kosa8's per-sandbox cgroups go (<mount>/kosa8 for root, below
+ * user@UID.service for a user), found without creating anything: 0, or
+ * -errno with why. */
+int vmm_cgroup_parent(char *dir, size_t len, char *why, size_t whylen);
 /* Moves process pid into cg (nothing when cg has no path). */
 int vmm_cgroup_add(const struct vmm_cgroup *cg, pid_t pid);
 /* Removes the cgroup once no process is left in it. */

@@ -1,0 +1,177 @@
+/* `kosa8 doctor` run for real (the kosa8 binary of the same build): the
+ * kernel found in an installed layout (<prefix>/lib/kosa8/bzImage, as a
+ * release installs it), the audit key read but never created, a key that
+ * others may read reported as a failure, and the exit status. */
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+
+#include "shell_run.h"
+
+#include "common/util.h"
+
+static char kosa8[PATH_MAX];
+static char dir[64];
+
+static void shell_vars(char *buf, size_t len)
+{
+	snprintf(buf, len, "K='%s'; D='%s'", kosa8, dir);
+}
+
+static int setup(void **state)
+{
+	char self[PATH_MAX - 16];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	if (n <= 0)
+		return -1;
+	self[n] = '\0';
+	/* <build>/tests/test_doctor -> <build>/kosa8 */
+	*strrchr(self, '/') = '\0';
+	*strrchr(self, '/') = '\0';
+	snprintf(kosa8, sizeof(kosa8), "%s/kosa8", self);
+	if (access(kosa8, X_OK))
+		return -1;
+	snprintf(dir, sizeof(dir), "/tmp/kosa8-doctor-XXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	shell_use_dirs(dir);
+	unsetenv("KOSA8_KERNEL");
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* The check named name in doctor --json's output (in `out`): its status
+ * into status, its "found" text into found. */
+static void check_of(const char *name, char *status, char *found, size_t len)
+{
+	cJSON *root = cJSON_Parse(out), *c;
+
+	assert_non_null(root);
+	cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(root, "checks"))
+	{
+		const char *n = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "check"));
+		if (n && !strcmp(n, name)) {
+			snprintf(status, 16, "%s", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "status")));
+			snprintf(found, len, "%s", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "found")));
+			cJSON_Delete(root);
+			return;
+		}
+	}
+	cJSON_Delete(root);
+	fail_msg("no check '%s' in: %s", name, out);
+}
+
+/* The check name says status, and what it found contains in_found. */
+static void expect(const char *name, const char *status, const char *in_found)
+{
+	char st[16], found[PATH_MAX + 256];
+
+	check_of(name, st, found, sizeof(found));
+	assert_string_equal(st, status);
+	if (in_found && !strstr(found, in_found))
+		fail_msg("%s: '%s' does not say '%s'", name, found, in_found);
+}
+
+/* A copy of kosa8 with a kernel beside it, as install.sh and the package
+ * lay it out: no build tree anywhere near. */
+static void test_kernel_of_installed_layout(void **state)
+{
+	assert_int_equal(run("mkdir -p $D/pfx/bin $D/pfx/lib/kosa8 && cp $K $D/pfx/bin/kosa8 && "
+			     "head -c 4096 /dev/urandom >$D/pfx/lib/kosa8/bzImage"), 0);
+	assert_int_equal(run("$D/pfx/bin/kosa8 doctor --json"), 1);
+	expect("kernel", "ok", "/pfx/lib/kosa8/bzImage");
+	/* No image builder installed there: the image check says so. */
+	expect("image", "fail", "not installed");
+	assert_non_null(strstr(out, "\"ready\":\tfalse"));
+
+	assert_int_equal(run("rm $D/pfx/lib/kosa8/bzImage && $D/pfx/bin/kosa8 doctor --json"), 1);
+	expect("kernel", "fail", NULL);
+}
+
+/* The image a release's kosa8 built is keyed by the installed agent: the
+ * lookup must name that agent to find it (kosa8 run does the same). */
+static void test_image_of_installed_layout(void **state)
+{
+	char key[32];
+
+	assert_int_equal(run("mkdir -p $D/img/bin $D/img/lib/kosa8/guest/image && cp $K $D/img/bin/kosa8 && "
+			     /* any static ELF will do as the agent (the sanitizer build's is dynamic) */
+			     "echo 'int main(void){return 0;}' | cc -static -x c - -o $D/img/lib/kosa8/kosa8-agent && "
+			     "cp guest/image/build.sh guest/image/default.recipe $D/img/lib/kosa8/guest/image/ && "
+			     "KOSA8_CACHE_DIR=$D/cache KOSA8_AGENT=$D/img/lib/kosa8/kosa8-agent "
+			     "$D/img/lib/kosa8/guest/image/build.sh --path default 2>&1 | "
+			     "sed -n 's/.*for key \\([0-9a-f]*\\).*/\\1/p'"),
+			 0);
+	snprintf(key, sizeof(key), "%.16s", out);
+	assert_int_equal(strlen(key), 16);
+	assert_int_equal(run("mkdir -p $D/cache/images/default/%s && touch $D/cache/images/default/%s/rootfs.ext4 && "
+			     "KOSA8_CACHE_DIR=$D/cache $D/img/bin/kosa8 doctor --json",
+			     key, key),
+			 1);
+	expect("image", "ok", key);
+}
+
+static void test_key_never_created(void **state)
+{
+	run("$K doctor --json");
+	expect("audit-key", "ok", "none yet");
+	assert_int_equal(run("test -e $D/cfg/audit"), 1);
+}
+
+/* The fingerprint is the raw public key in hex, as `kosa8 audit verify
+ * --pubkey` and trusted-keys take it; a key others may read fails. */
+static void test_key_fingerprint_and_mode(void **state)
+{
+	char hex[80];
+
+	assert_int_equal(run("mkdir -p -m 700 $D/cfg/audit && (umask 077; openssl genpkey -algorithm ed25519 "
+			     "-out $D/cfg/audit/audit-ed25519.pem) && openssl pkey -in "
+			     "$D/cfg/audit/audit-ed25519.pem -pubout -outform DER | tail -c 32 | od -An -tx1 | "
+			     "tr -d ' \\n'"),
+			 0);
+	snprintf(hex, sizeof(hex), "%.64s", out);
+	assert_int_equal(strlen(hex), 64);
+	run("$K doctor --json");
+	expect("audit-key", "ok", hex);
+
+	assert_int_equal(run("chmod 644 $D/cfg/audit/audit-ed25519.pem && $K doctor"), 1);
+	assert_non_null(strstr(out, "FAIL  audit-key"));
+	assert_non_null(strstr(out, "fix: chmod 600"));
+	assert_int_equal(run("rm -rf $D/cfg/audit"), 0);
+}
+
+static void test_usage(void **state)
+{
+	assert_int_equal(run("$K doctor --bogus"), 2);
+	assert_int_equal(run("$K doctor --help"), 0);
+	assert_non_null(strstr(out, "--json"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_kernel_of_installed_layout),
+		cmocka_unit_test(test_image_of_installed_layout),
+		cmocka_unit_test(test_key_never_created),
+		cmocka_unit_test(test_key_fingerprint_and_mode),
+		cmocka_unit_test(test_usage),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
