@@ -1,7 +1,8 @@
 /* Minimal ACPI: RSDP, XSDT, FADT, FACS, MADT and a DSDT holding only \_S5.
  * It tells the guest how many CPUs there are (MADT) and how to power off (the
- * PM1a control register, an I/O port the VMM owns).  Chosen over an MP table
- * because an MP table cannot express poweroff.
+ * PM1a control register, an I/O port the VMM owns).  The guest configures
+ * itself from these rather than from the MP table beside them (mptable.h),
+ * which cannot express poweroff.
  *
  * Not hardware-reduced ACPI, on purpose: Linux treats a hardware-reduced
  * machine as one without a legacy PIC and leaves the ISA interrupts 0-15

@@ -18,6 +18,7 @@
 #include "vmm/acpi.h"
 #include "vmm/boot_x86.h"
 #include "vmm/cpuid.h"
+#include "vmm/mptable.h"
 #include "vmm/seccomp.h"
 
 #define MAX_KERNEL_BYTES (256 * MiB)
@@ -300,6 +301,13 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 			 BOOT_KERNEL_ADDR - BOOT_BIOS_START, cfg->ncpus, &rsdp);
 	if (err < 0) {
 		*why = "ACPI tables do not fit";
+		goto fail;
+	}
+	err = mptable_build(vm->mem.base, BOOT_EBDA_START,
+			    ALIGN_UP(BOOT_BIOS_START + (uint64_t)err, 16ULL), BOOT_KERNEL_ADDR,
+			    cfg->ncpus);
+	if (err < 0) {
+		*why = "MP table does not fit";
 		goto fail;
 	}
 	/* The kernel and initrd buffers are copied into guest RAM and freed:
