@@ -209,6 +209,12 @@ static int peer_is_me(int fd, const char *path)
 
 int control_call(const char *path, const cJSON *req, cJSON **reply, int *fd_out, int timeout_ms)
 {
+	return control_call_progress(path, req, reply, fd_out, timeout_ms, NULL, NULL);
+}
+
+int control_call_progress(const char *path, const cJSON *req, cJSON **reply, int *fd_out,
+			  int timeout_ms, void (*progress)(const cJSON *line, void *arg), void *arg)
+{
 	struct sockaddr_un a;
 	int fd, err;
 
@@ -227,7 +233,14 @@ int control_call(const char *path, const cJSON *req, cJSON **reply, int *fd_out,
 		goto out;
 	if ((err = control_send(fd, req, -1)))
 		goto out;
-	err = recv_reply(fd, reply, fd_out, timeout_ms);
+	/* Progress lines come before the reply (a long operation's). */
+	while (!(err = recv_reply(fd, reply, fd_out, timeout_ms)) &&
+	       cJSON_HasObjectItem(*reply, "progress")) {
+		if (progress)
+			progress(*reply, arg);
+		cJSON_Delete(*reply);
+		*reply = NULL;
+	}
 out:
 	close(fd);
 	return err;
