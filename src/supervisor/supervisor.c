@@ -1284,6 +1284,23 @@ static int fork_started(struct supervisor *s, const struct ckpt_fork *f)
 	return 0;
 }
 
+/* A supervisor before us was killed while its VMM wrote a checkpoint
+ * (ckpt_recover_top): said in the log and the audit. */
+static int recover_checkpoint(struct supervisor *s)
+{
+	char err[600] = "";
+	int rc = ckpt_recover_top(s->state_dir, err, sizeof(err));
+
+	if (rc < 0)
+		log_err("recovering from an interrupted checkpoint: %s", err);
+	if (rc == 1) {
+		log_warn("the last checkpoint was interrupted (its supervisor ended while the VMM "
+			 "wrote it): starting on the disk as it was then, as after a power loss");
+		audit(s, "supervisor", "checkpoint.recovered", NULL);
+	}
+	return rc;
+}
+
 /* Before anything of the sandbox is touched: one supervisor per sandbox. */
 static int own_sandbox(struct supervisor *s, const char *name)
 {
@@ -1347,6 +1364,10 @@ int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
 	startup_mark(&s, &s.start.setup);
 	if ((err = sup_op_init(&s.ops))) {
 		why = "cannot start the supervisor's worker thread";
+		goto fail;
+	}
+	if (!restore && (err = recover_checkpoint(&s)) < 0) {
+		why = "the sandbox's disk cannot be recovered from an interrupted checkpoint";
 		goto fail;
 	}
 	if (!restore && s.restore_memfd >= 0) {
