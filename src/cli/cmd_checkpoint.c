@@ -28,12 +28,32 @@
 /* Forks made by one command (each one a running VM). */
 #define FORK_MAX 16
 
+/* On a terminal: what the supervisor does meanwhile, on one line. */
+struct progress {
+	const char *cmd;
+	bool shown;
+};
+
+static void show_progress(const cJSON *line, void *arg)
+{
+	const char *step = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(line, "progress"));
+	const char *what = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(line, "what"));
+	const cJSON *ms = cJSON_GetObjectItemCaseSensitive(line, "running_ms");
+	struct progress *p = arg;
+
+	fprintf(stderr, "\r\033[Kkosa8 %s: %.48s: %.160s (%.0f s)", p->cmd, what ? what : "",
+		step ? step : "", cJSON_IsNumber(ms) ? ms->valuedouble / 1000 : 0.0);
+	p->shown = true;
+}
+
 /* Sends req to the sandbox's supervisor; prints its error and returns 1,
- * or 0 with *reply set. */
+ * or 0 with *reply set.  On a terminal the supervisor's progress is shown
+ * while a long operation runs. */
 static int call_fd(const char *cmd, const char *name, cJSON *req, cJSON **reply, int timeout_ms,
 		   int *fd_out)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
+	struct progress prog = {.cmd = cmd};
 	const cJSON *e;
 	int err;
 
@@ -43,8 +63,12 @@ static int call_fd(const char *cmd, const char *name, cJSON *req, cJSON **reply,
 		cJSON_Delete(req);
 		return cli_fail(cmd, "bad name '%s'", name);
 	}
-	err = control_call(path, req, reply, fd_out, timeout_ms);
+	if (isatty(2))
+		cJSON_AddBoolToObject(req, "progress", true);
+	err = control_call_progress(path, req, reply, fd_out, timeout_ms, show_progress, &prog);
 	cJSON_Delete(req);
+	if (prog.shown)
+		fputs("\r\033[K", stderr);
 	if (err)
 		return cli_unanswered(cmd, name, err);
 	if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(*reply, "ok"))) {

@@ -39,7 +39,8 @@
 #define START_TIMEOUT_MS (SUPERVISOR_BOOT_TIMEOUT_MS + 60 * 1000)
 /* A supervisor asked to stop has its VMM power off, then at worst killed. */
 #define STOP_WAIT_MS (60 * 1000)
-/* `ps`: a supervisor this slow to answer is busy (a checkpoint). */
+/* `ps`, and the busy part of a refusal: a supervisor answers `status`
+ * at once even while it runs a checkpoint; one this slow is stuck. */
 #define PS_STATUS_MS 1000
 
 /* Errors quote what a guest named (files, link targets, the agent's own
@@ -97,22 +98,39 @@ int cli_unanswered(const char *cmd, const char *name, int err)
 	return cli_fail(cmd, "sandbox '%s' is not running (%s)", name, strerror(-err));
 }
 
-/* Whether the owner answers `status` within ms. */
-static bool sandbox_answers(const char *name, int ms)
+/* The owner's `status` reply within ms, or NULL. */
+static cJSON *sandbox_status(const char *name, int ms)
 {
 	char path[PATH_MAX];
 	cJSON *req, *reply = NULL;
-	bool up;
 
 	if (control_path(name, path, sizeof(path)))
-		return false;
+		return NULL;
 	req = cJSON_CreateObject();
 	cJSON_AddStringToObject(req, "op", "status");
-	up = control_call(path, req, &reply, NULL, ms) == 0 &&
-	     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok"));
+	if (control_call(path, req, &reply, NULL, ms) ||
+	    !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok"))) {
+		cJSON_Delete(reply);
+		reply = NULL;
+	}
 	cJSON_Delete(req);
-	cJSON_Delete(reply);
-	return up;
+	return reply;
+}
+
+/* " and busy: checkpoint c3 running for 41 s" appended to why when the
+ * owner says a long operation runs (sup_op.h), so that a refusal names it. */
+static void owner_busy(const char *name, char *why, size_t len)
+{
+	cJSON *st = sandbox_status(name, PS_STATUS_MS);
+	const cJSON *op = cJSON_GetObjectItemCaseSensitive(st, "operation");
+	const char *what = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(op, "what"));
+	const cJSON *ms = cJSON_GetObjectItemCaseSensitive(op, "running_ms");
+	size_t n = strlen(why);
+
+	if (what && cJSON_IsNumber(ms) && n < len)
+		snprintf(why + n, len - n, " and busy: %.48s running for %.0f s", what,
+			 ms->valuedouble / 1000);
+	cJSON_Delete(st);
 }
 
 static int script_path(const char *script, const char *arg, char *out, size_t len)
@@ -386,8 +404,10 @@ int cli_start_sandbox(const char *cmd, const char *name, int memfd)
 		return cli_fail(cmd, "%s", why);
 	if (err || sandbox_cfg_load(dir, &cfg) < 0)
 		return cli_fail(cmd, "no sandbox named '%s' (see 'kosa8 ps')", name);
-	if (sandbox_owned(name, line, sizeof(line)))
+	if (sandbox_owned(name, line, sizeof(line))) {
+		owner_busy(name, line, sizeof(line));
 		return cli_fail(cmd, "%s", line);
+	}
 	if (!realpath("/proc/self/exe", self) || pipe2(p, O_CLOEXEC) < 0)
 		return cli_fail(cmd, "%s", strerror(errno));
 	pid = fork();
@@ -471,7 +491,8 @@ static int stop_and_own(const char *cmd, const char *name, const char *role, uin
 	else if (err)
 		fd = cli_fail(cmd, "%s, and its supervisor did not answer the stop: %s", why, strerror(-err));
 	else if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok")) || !cJSON_IsString(ended))
-		fd = cli_fail(cmd, "sandbox '%s': the supervisor refused the stop", name);
+		fd = cli_fail(cmd, "sandbox '%s': the supervisor refused the stop: %s", name,
+			      cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(reply, "error")) ?: "no reason given");
 	else
 		fd = 0;
 	if (!fd && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "forced"))) {
@@ -585,6 +606,7 @@ int cmd_rm(int argc, char **argv)
 	fd = sandbox_owner_take(dir, "rm", &who);
 	if (fd == -EBUSY && !force) {
 		sandbox_owner_describe(name, &who, why, sizeof(why));
+		owner_busy(name, why, sizeof(why));
 		return cli_fail("rm", "%s: stop it first, or use rm -f", why);
 	}
 	if (fd == -EBUSY)
@@ -602,13 +624,31 @@ int cmd_rm(int argc, char **argv)
 
 struct ps_ctx { bool json, quiet; cJSON *arr; };
 
+/* "running", "stopped", "running (busy)" when the owner does not answer,
+ * or "running (checkpoint c3, 41 s)" while it runs a long operation. */
+static void ps_state(const cJSON *st, bool owned, char *buf, size_t len)
+{
+	const cJSON *op = cJSON_GetObjectItemCaseSensitive(st, "operation");
+	const char *what = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(op, "what"));
+	const cJSON *ms = cJSON_GetObjectItemCaseSensitive(op, "running_ms");
+
+	if (!owned)
+		snprintf(buf, len, "stopped");
+	else if (!st)
+		snprintf(buf, len, "running (busy)");
+	else if (what && cJSON_IsNumber(ms))
+		snprintf(buf, len, "running (%.48s, %.0f s)", what, ms->valuedouble / 1000);
+	else
+		snprintf(buf, len, "running");
+}
+
 static void ps_one(const char *name, void *arg)
 {
 	struct ps_ctx *ctx = arg;
-	char dir[PATH_MAX];
+	char dir[PATH_MAX], why[320], state[96];
 	struct sandbox_cfg cfg;
-	char why[320];
-	bool owned, busy;
+	cJSON *st = NULL;
+	bool owned;
 
 	if (sandbox_state_dir(name, dir, sizeof(dir)) < 0 || sandbox_cfg_load(dir, &cfg) < 0)
 		return;
@@ -617,12 +657,16 @@ static void ps_one(const char *name, void *arg)
 		return;
 	}
 	owned = sandbox_owned(name, why, sizeof(why));
-	busy = owned && !sandbox_answers(name, PS_STATUS_MS);
+	if (owned)
+		st = sandbox_status(name, PS_STATUS_MS);
+	ps_state(st, owned, state, sizeof(state));
 	if (ctx->json) {
-		cJSON *o = cJSON_CreateObject();
+		cJSON *o = cJSON_CreateObject(), *op = cJSON_GetObjectItemCaseSensitive(st, "operation");
 		cJSON_AddStringToObject(o, "name", name);
 		cJSON_AddStringToObject(o, "state", owned ? "running" : "stopped");
-		cJSON_AddBoolToObject(o, "busy", busy);
+		cJSON_AddBoolToObject(o, "busy", owned && (!st || op));
+		if (op)
+			cJSON_AddItemToObject(o, "operation", cJSON_Duplicate(op, true));
 		cJSON_AddNumberToObject(o, "cpus", cfg.cpus);
 		cJSON_AddNumberToObject(o, "cid", cfg.cid);
 		cJSON_AddNumberToObject(o, "mem", (double)cfg.mem);
@@ -630,10 +674,10 @@ static void ps_one(const char *name, void *arg)
 		cJSON_AddNumberToObject(o, "created", (double)cfg.created);
 		cJSON_AddItemToArray(ctx->arr, o);
 	} else {
-		printf("%-24s %-14s %4d %6lluM  %s\n", name,
-		       busy ? "running (busy)" : owned ? "running" : "stopped", cfg.cpus,
+		printf("%-24s %-14s %4d %6lluM  %s\n", name, state, cfg.cpus,
 		       (unsigned long long)(cfg.mem / MiB), cfg.workspace);
 	}
+	cJSON_Delete(st);
 }
 
 int cmd_ps(int argc, char **argv)

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/fdpass.h"
@@ -93,7 +94,14 @@ static int read_line(int sock, char *buf, size_t cap, size_t *len, int timeout_m
 			continue;
 		if (r <= 0)
 			return *why = "no answer in time", r < 0 ? -errno : -ETIMEDOUT;
-		ssize_t n = fdpass_recv(sock, buf + got, cap - got, fd_out);
+		/* Up to the newline only: a stream may carry more lines (a long
+		 * operation's progress before its reply), which stay in the socket
+		 * for the next call. */
+		size_t want = cap - got;
+		ssize_t pk = recv(sock, buf + got, want, MSG_PEEK | MSG_DONTWAIT);
+		if (pk > 0 && (nl = memchr(buf + got, '\n', (size_t)pk)))
+			want = (size_t)(nl - (buf + got)) + 1;
+		ssize_t n = fdpass_recv(sock, buf + got, want, fd_out);
 		if (n == -EPROTO)
 			return *why = "a descriptor came that was not asked for, or more than one", -EPROTO;
 		if (n < 0)

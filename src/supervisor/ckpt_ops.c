@@ -600,3 +600,73 @@ int ckpt_live_fork(const char *state_dir, const char *id, char *buf, size_t len)
 	closedir(d);
 	return found;
 }
+
+/* ---- after a crash ---- */
+
+/* Whether a and b name the same file. */
+static bool same_file(const char *a, const char *b)
+{
+	struct stat sa, sb;
+
+	return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* The delta at path over the frozen layer under, opened writable: the one
+ * the VMM went on writing, else a new empty one. */
+static int reopen_over(const char *path, const char *under, struct disk **d, char *err,
+		       size_t errlen)
+{
+	char derr[DISK_ERR_LEN];
+	int rc = disk_open(d, path, 0, derr, sizeof(derr));
+
+	if (!rc && disk_layer_count(*d) >= 2 &&
+	    same_file(disk_layer_path(*d, disk_layer_count(*d) - 2), under))
+		return 0;
+	if (*d)
+		disk_close(*d);
+	*d = NULL;
+	unlink(path);
+	if ((rc = disk_create(path, under, NULL, derr, sizeof(derr))) ||
+	    (rc = disk_open(d, path, 0, derr, sizeof(derr))))
+		snprintf(err, errlen, "disk: %.400s", derr);
+	return rc;
+}
+
+int ckpt_recover_top(const char *state_dir, char *err, size_t errlen)
+{
+	char derr[DISK_ERR_LEN], top[PATH_MAX];
+	struct disk *d = NULL;
+	struct ckpt_meta cur;
+	int rc;
+
+	if ((rc = ckpt_current(state_dir, &cur, err, errlen)))
+		return rc;
+	rc = disk_open(&d, cur.top, 0, derr, sizeof(derr));
+	if (d)
+		disk_close(d);
+	d = NULL;
+	if (rc != -EROFS) {
+		/* Writable (or broken in a way the VMM will report). */
+		ckpt_meta_free(&cur);
+		return 0;
+	}
+	if ((rc = delta_path(top, sizeof(top), state_dir, cur.next)) ||
+	    (rc = reopen_over(top, cur.top, &d, err, errlen)))
+		goto out;
+	/* The layers under the new top, as ckpt_take records them. */
+	for (int i = 0; i < cur.nchain; i++)
+		free(cur.chain[i]);
+	cur.nchain = 0;
+	for (unsigned i = 0; !rc && i + 1 < disk_layer_count(d); i++)
+		rc = ckpt_meta_chain_add(&cur, disk_layer_path(d, i));
+	disk_close(d);
+	snprintf(cur.top, sizeof(cur.top), "%s", top);
+	cur.next++;
+	if (!rc && !(rc = ckpt_meta_save(state_dir, &cur)))
+		rc = 1;
+out:
+	if (rc < 0 && !err[0])
+		snprintf(err, errlen, "%s", strerror(-rc));
+	ckpt_meta_free(&cur);
+	return rc;
+}

@@ -40,6 +40,14 @@ int ckpt_rewind_commit(const char *state_dir, const char *id, const char *new_to
  * re-parented.  *freed: bytes given back. */
 int ckpt_remove(const char *state_dir, const char *id, uint64_t *freed, char *err, size_t errlen);
 
+/* A supervisor killed while its VMM wrote a checkpoint leaves current.json
+ * naming the delta the VMM had frozen already.  Before a start, this moves
+ * it to the delta the VMM went on writing (or a new one over the frozen
+ * one): the sandbox boots as after a power loss, every recorded checkpoint
+ * stays, and the unfinished one stays unlisted with its number unused.
+ * 1 when it moved it, 0 when there was nothing to do, else -errno (err). */
+int ckpt_recover_top(const char *state_dir, char *err, size_t errlen);
+
 /* ---- forks ----
  * A fork is a new sandbox that runs from another sandbox's checkpoint: its
  * own delta over the checkpoint's frozen disk chain, the checkpoint's memory

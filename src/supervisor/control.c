@@ -101,6 +101,12 @@ static int peer_is_me(int fd, const char *path)
 
 int control_call(const char *path, const cJSON *req, cJSON **reply, int *fd_out, int timeout_ms)
 {
+	return control_call_progress(path, req, reply, fd_out, timeout_ms, NULL, NULL);
+}
+
+int control_call_progress(const char *path, const cJSON *req, cJSON **reply, int *fd_out,
+			  int timeout_ms, void (*progress)(const cJSON *line, void *arg), void *arg)
+{
 	struct sockaddr_un a;
 	const char *why;
 	int fd, err;
@@ -120,8 +126,15 @@ int control_call(const char *path, const cJSON *req, cJSON **reply, int *fd_out,
 		goto out;
 	if ((err = control_send(fd, req, -1)))
 		goto out;
-	if ((err = jsonl_recv(fd, CONTROL_MAX_LINE, timeout_ms, reply, fd_out, &why)) &&
-	    (err == -EPROTO || err == -EPROTONOSUPPORT))
+	/* Progress lines come before the reply (a long operation's). */
+	while (!(err = jsonl_recv(fd, CONTROL_MAX_LINE, timeout_ms, reply, fd_out, &why)) &&
+	       cJSON_HasObjectItem(*reply, "progress")) {
+		if (progress)
+			progress(*reply, arg);
+		cJSON_Delete(*reply);
+		*reply = NULL;
+	}
+	if (err == -EPROTO || err == -EPROTONOSUPPORT)
 		log_err("%s: %s", path, why);
 out:
 	close(fd);

@@ -34,5 +34,11 @@ int control_serve_approvals(struct approvals *a, int fd, const cJSON *req);
  * *fd_out (optional) gets a passed descriptor or -1.  -ECONNREFUSED/-ENOENT
  * when no supervisor listens there. */
 int control_call(const char *path, const cJSON *req, cJSON **reply, int *fd_out, int timeout_ms);
+/* The same for a long operation's request sent with "progress":true:
+ * each progress line ({"progress":STEP,"what":..,"running_ms":N}) before
+ * the reply goes to progress(line, arg) (NULL: skipped); timeout_ms is the
+ * longest wait for any one line. */
+int control_call_progress(const char *path, const cJSON *req, cJSON **reply, int *fd_out,
+			  int timeout_ms, void (*progress)(const cJSON *line, void *arg), void *arg);
 
 #endif

@@ -28,8 +28,10 @@
 #include "supervisor/console_log.h"
 #include "supervisor/ckpt_ops.h"
 #include "supervisor/control.h"
+#include "supervisor/ctl_server.h"
 #include "supervisor/egress.h"
 #include "supervisor/sandbox.h"
+#include "supervisor/sup_op.h"
 #include "supervisor/vmm_clone.h"
 #include "supervisor/vmm_files.h"
 #include "vmm/jail.h"
@@ -42,6 +44,16 @@
 #define VMM_EXIT_WAIT_MS 5000
 #define STOP_WAITERS_MAX 8
 
+/* What the loop checked of a long operation's request, for the worker. */
+struct op_args {
+	char id[CKPT_ID_LEN];   /* rewind, checkpoint rm */
+	char msg[CKPT_MSG_MAX]; /* checkpoint */
+	bool live;              /* checkpoint for a live fork */
+};
+
+/* The loop's thread owns everything here, except while an operation runs
+ * (ops): then the worker reads op_args, and a rewind (owns_vmm) also owns
+ * vmm and console until it has finished. */
 struct supervisor {
 	struct sandbox_cfg cfg;
 	char state_dir[PATH_MAX], run_dir[PATH_MAX];
@@ -63,12 +75,19 @@ struct supervisor {
 	/* A live fork's first start: the parent's frozen memory (-1: none). */
 	int restore_memfd;
 	int listen_fd;
+	struct ctl_server srv;     /* the control socket's clients */
+	struct ctl_handler handler;
+	struct sup_op_runner ops;  /* checkpoint, rewind, checkpoint rm */
+	struct op_args op_args;
+	int op_client;             /* held for the operation's reply, or -1 */
+	bool op_progress;          /* it asked for progress lines */
+	uint64_t op_progress_ms;   /* the last one sent */
 	int sigchld_pipe[2];
 	/* A stop: asked of the guest at stop_ms; past stop_deadline (or
 	 * once the agent is known not to answer) the host ends the VM. */
 	bool stopping, forced;
 	uint64_t stop_ms, stop_deadline;
-	int stop_waiters[STOP_WAITERS_MAX]; /* clients told how it ended */
+	int stop_waiters[STOP_WAITERS_MAX]; /* held clients told how it ended */
 	int nstop_waiters;
 	/* Where the start went, in ms since the supervisor began (status's
 	 * "startup_ms", and the log): what `kosa8 run`'s time is made of. */
@@ -495,44 +514,67 @@ static void install_guest_ca(struct supervisor *s, const char *pem)
 		agent_client_close(c);
 }
 
-static void reply_error(int fd, const char *msg)
-{
-	cJSON *r = cJSON_CreateObject();
+/* Agent connections being made for clients (each a thread, bounded). */
+#define AGENT_CONNECTS_MAX 16
+static atomic_int agent_connects;
 
-	cJSON_AddBoolToObject(r, "ok", false);
-	cJSON_AddStringToObject(r, "error", msg);
-	control_send(fd, r, -1);
-	cJSON_Delete(r);
-}
+struct agent_connect {
+	char vsock_path[PATH_MAX];
+	int client;   /* a duplicate of the client's connection: its own */
+	cJSON *reply; /* the reply, sent with the agent's descriptor */
+};
 
-static void reply_ok(int fd, cJSON *r, int pass_fd)
+/* The handshake with the VMM's vsock device waits on the VMM (for as long
+ * as it writes a checkpoint, the guest paused): here, never in the loop. */
+static void *agent_connect_thread(void *arg)
 {
-	if (!r)
-		r = cJSON_CreateObject();
-	cJSON_AddBoolToObject(r, "ok", true);
-	control_send(fd, r, pass_fd);
-	cJSON_Delete(r);
-}
-
-/* Connects to the agent for a client and audits what it says it will do. */
-static void handle_agent(struct supervisor *s, int fd, cJSON *req)
-{
-	const cJSON *what = cJSON_GetObjectItemCaseSensitive(req, "what");
-	int afd = agent_vsock_uds_connect(s->vsock_path, AGENT_VSOCK_PORT);
+	struct agent_connect *a = arg;
+	int afd = agent_vsock_uds_connect(a->vsock_path, AGENT_VSOCK_PORT);
 
 	if (afd < 0) {
-		reply_error(fd, afd == -ECONNREFUSED ? "the guest agent is not listening" :
-						       "the sandbox's vsock device is not answering");
+		ctl_reply_error(a->client, afd == -ECONNREFUSED ? "the guest agent is not listening" :
+					   "the sandbox's vsock device is not answering");
+		cJSON_Delete(a->reply);
+	} else {
+		ctl_reply_ok(a->client, a->reply, afd);
+		close(afd);
+	}
+	close(a->client);
+	free(a);
+	atomic_fetch_sub(&agent_connects, 1);
+	return NULL;
+}
+
+/* Audits what the client says the session is for (exec argv, cp paths)
+ * and connects it to the agent, off the loop. */
+static void handle_agent(struct supervisor *s, int fd, const cJSON *req)
+{
+	const cJSON *what = cJSON_GetObjectItemCaseSensitive(req, "what");
+	struct agent_connect *a;
+	cJSON *env;
+
+	if (atomic_fetch_add(&agent_connects, 1) >= AGENT_CONNECTS_MAX || !(a = calloc(1, sizeof(*a)))) {
+		atomic_fetch_sub(&agent_connects, 1);
+		ctl_reply_error(fd, "too many agent sessions starting at once: try again");
 		return;
 	}
-	/* The CLI says what the session is for (exec argv, cp paths): audited. */
-	audit(s, "user", "agent.session", cJSON_IsObject(what) ? cJSON_Duplicate(what, true) : NULL);
+	snprintf(a->vsock_path, sizeof(a->vsock_path), "%s", s->vsock_path);
 	/* Every command gets the secrets' placeholders, never their values. */
-	cJSON *r = cJSON_CreateObject(), *env = cJSON_AddArrayToObject(r, "env");
+	a->reply = cJSON_CreateObject();
+	env = cJSON_AddArrayToObject(a->reply, "env");
 	for (const char *const *e = sup_egress_guest_env(s->egress); *e; e++)
 		cJSON_AddItemToArray(env, cJSON_CreateString(*e));
-	reply_ok(fd, r, afd);
-	close(afd);
+	a->client = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (a->client < 0 || thread_detached(agent_connect_thread, a, 0)) {
+		if (a->client >= 0)
+			close(a->client);
+		cJSON_Delete(a->reply);
+		free(a);
+		atomic_fetch_sub(&agent_connects, 1);
+		ctl_reply_error(fd, "cannot start the agent session");
+		return;
+	}
+	audit(s, "user", "agent.session", cJSON_IsObject(what) ? cJSON_Duplicate(what, true) : NULL);
 }
 
 struct stop_ask {
@@ -617,42 +659,78 @@ static const char *req_str(const cJSON *req, const char *key)
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static void handle_take(struct supervisor *s, int fd, const cJSON *req)
-{
-	const char *msg = req_str(req, "message");
-	bool live = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "live"));
-	struct ckpt_meta m;
-	char err[600] = "";
-	int memfd = -1;
-	cJSON *d, *r;
+/* ---- long operations (sup_op.h): checkpoint, rewind, checkpoint rm ----
+ * Each runs on the worker.  The request's fields were checked and copied
+ * into s->op_args by the loop before it was submitted. */
 
-	if (msg && !ckpt_message_valid(msg)) {
-		reply_error(fd, "the message is too long (511 bytes) or has control characters");
-		return;
-	}
-	if (ckpt_take(s->state_dir, s->vm_ctl, msg, &m, live ? &memfd : NULL, err, sizeof(err))) {
-		log_err("checkpoint: %s", err);
-		reply_error(fd, err);
-		return;
-	}
-	d = cJSON_CreateObject();
-	cJSON_AddStringToObject(d, "id", m.id);
-	cJSON_AddStringToObject(d, "parent", m.parent);
-	cJSON_AddStringToObject(d, "message", m.message);
-	cJSON_AddNumberToObject(d, "memory_bytes", (double)m.memory_bytes);
-	cJSON_AddStringToObject(d, "memory", ckpt_memory_kind(s->state_dir, m.id));
-	cJSON_AddNumberToObject(d, "paused_ms", m.paused_ms);
+static cJSON *take_reply(struct supervisor *s, const struct ckpt_meta *m, int memfd)
+{
+	cJSON *d = cJSON_CreateObject();
+
+	cJSON_AddStringToObject(d, "id", m->id);
+	cJSON_AddStringToObject(d, "parent", m->parent);
+	cJSON_AddStringToObject(d, "message", m->message);
+	cJSON_AddNumberToObject(d, "memory_bytes", (double)m->memory_bytes);
+	cJSON_AddStringToObject(d, "memory", ckpt_memory_kind(s->state_dir, m->id));
+	cJSON_AddNumberToObject(d, "paused_ms", m->paused_ms);
 	/* A live fork: the forks map the frozen memory passed with the reply,
 	 * and the file is written meanwhile (vm_checkpoint_live). */
 	cJSON_AddBoolToObject(d, "live", memfd >= 0);
+	return d;
+}
+
+/* A checkpoint cancelled while the VMM wrote it (the VMM cannot stop
+ * half-way: the guest is paused until it is whole): removed again, its
+ * disk layer kept under the running disk. */
+static cJSON *take_undo(struct supervisor *s, const struct ckpt_meta *m)
+{
+	char err[600] = "", msg[700];
+	uint64_t freed = 0;
+	cJSON *d = cJSON_CreateObject();
+	int rc = ckpt_remove(s->state_dir, m->id, &freed, err, sizeof(err));
+
+	cJSON_AddStringToObject(d, "id", m->id);
+	cJSON_AddBoolToObject(d, "removed", rc == 0);
+	audit(s, "user", "checkpoint.cancelled", d);
+	if (rc)
+		snprintf(msg, sizeof(msg), "checkpoint %s was cancelled once written, but not removed: %s",
+			 m->id, err);
+	else
+		snprintf(msg, sizeof(msg), "checkpoint %s cancelled (it was written, and is removed again)",
+			 m->id);
+	return sup_op_fail(msg);
+}
+
+static cJSON *op_take(struct sup_op_runner *op, void *arg, int *pass_fd)
+{
+	struct supervisor *s = arg;
+	struct op_args *a = &s->op_args;
+	struct ckpt_meta m;
+	char err[600] = "";
+	int memfd = -1;
+	cJSON *d;
+
+	if (sup_op_cancelled(op))
+		return sup_op_fail("checkpoint cancelled before it began");
+	sup_op_step(op, "the VMM writes the checkpoint");
+	if (ckpt_take(s->state_dir, s->vm_ctl, a->msg[0] ? a->msg : NULL, &m, a->live ? &memfd : NULL,
+		      err, sizeof(err))) {
+		log_err("checkpoint: %s", err);
+		return sup_op_fail(err);
+	}
+	/* A live one is in use already: the forks may map its memory. */
+	if (sup_op_cancelled(op) && memfd < 0) {
+		d = take_undo(s, &m);
+		ckpt_meta_free(&m);
+		return d;
+	}
+	d = take_reply(s, &m, memfd);
 	if (memfd >= 0 && vmm_cgroup_allow_frozen(&s->cgroup, s->cfg.mem))
 		log_warn("cannot raise the VMM's memory.max for the frozen memory of a live fork");
-	r = cJSON_Duplicate(d, true);
-	audit(s, "user", "checkpoint.create", d);
-	reply_ok(fd, r, memfd);
-	if (memfd >= 0)
-		close(memfd);
+	audit(s, "user", "checkpoint.create", cJSON_Duplicate(d, true));
 	ckpt_meta_free(&m);
+	*pass_fd = memfd;
+	return d;
 }
 
 /* Ends the running VMM now (its state is thrown away by the rewind). */
@@ -662,45 +740,56 @@ static void kill_vmm(struct supervisor *s)
 		end_vmm(s);
 }
 
-static void handle_rewind(struct supervisor *s, int fd, const cJSON *req)
+/* The VM did not come back from the checkpoint: the sandbox has stopped. */
+static cJSON *rewind_failed(struct supervisor *s, const char *id, int rc, cJSON *d)
 {
-	const char *id = req_str(req, "id");
+	char err[600];
+
+	snprintf(err, sizeof(err), "the VM did not run from checkpoint %s (see 'kosa8 logs'): %s", id,
+		 strerror(-rc));
+	log_err("%s", err);
+	cJSON_AddStringToObject(d, "error", err);
+	audit(s, "user", "checkpoint.rewind_failed", d);
+	if (s->vmm > 0) {
+		kill(s->vmm, SIGKILL);
+		waitpid(s->vmm, NULL, 0);
+	}
+	s->vmm = -1;
+	console_done(s);
+	return sup_op_fail(err);
+}
+
+static cJSON *op_rewind(struct sup_op_runner *op, void *arg, int *pass_fd)
+{
+	struct supervisor *s = arg;
+	const char *id = s->op_args.id;
 	char dir[PATH_MAX], top[PATH_MAX], err[600] = "";
 	uint64_t t0 = mono_ms(), t_stopped, t_running, freed = 0;
 	cJSON *d;
 	int rc;
 
-	if (!id) {
-		reply_error(fd, "rewind needs a checkpoint id");
-		return;
-	}
 	/* Everything that can be checked is checked before the VM is touched:
 	 * a damaged checkpoint leaves the sandbox running as it was. */
+	sup_op_step(op, "checking checkpoint %s", id);
 	if (ckpt_rewind_prepare(s->state_dir, id, dir, sizeof(dir), top, sizeof(top), err,
-				sizeof(err))) {
-		reply_error(fd, err);
-		return;
+				sizeof(err)))
+		return sup_op_fail(err);
+	/* The last point where a cancel leaves the sandbox as it was; past
+	 * it, a half rewind would leave it stopped. */
+	if (sup_op_cancelled(op)) {
+		unlink(top);
+		return sup_op_fail("rewind cancelled before the VM was touched");
 	}
+	sup_op_step(op, "stopping the VM");
 	kill_vmm(s);
 	t_stopped = mono_ms();
 	d = cJSON_CreateObject();
 	cJSON_AddStringToObject(d, "id", id);
-	if ((rc = spawn_vmm(s, dir, top)) || (rc = wait_for_agent(s))) {
-		snprintf(err, sizeof(err), "the VM did not run from checkpoint %s (see 'kosa8 logs'): %s",
-			 id, strerror(-rc));
-		log_err("%s", err);
-		cJSON_AddStringToObject(d, "error", err);
-		audit(s, "user", "checkpoint.rewind_failed", d);
-		reply_error(fd, err);
-		if (s->vmm > 0) {
-			kill(s->vmm, SIGKILL);
-			waitpid(s->vmm, NULL, 0);
-		}
-		s->vmm = -1; /* the sandbox has stopped */
-		console_done(s);
-		return;
-	}
+	sup_op_step(op, "restoring checkpoint %s, waiting for the guest agent", id);
+	if ((rc = spawn_vmm(s, dir, top)) || (rc = wait_for_agent(s)))
+		return rewind_failed(s, id, rc, d);
 	t_running = mono_ms();
+	sup_op_step(op, "setting the guest's clock and RNG");
 	guest_fixup(s, false); /* logged; the rewind stands without it */
 	rc = ckpt_rewind_commit(s->state_dir, id, top, &freed);
 	if (rc)
@@ -713,42 +802,177 @@ static void handle_rewind(struct supervisor *s, int fd, const cJSON *req)
 	cJSON_AddNumberToObject(d, "restore_ms", (double)(t_running - t_stopped));
 	cJSON_AddNumberToObject(d, "fixup_ms", (double)(mono_ms() - t_running));
 	audit(s, "user", "checkpoint.rewind", cJSON_Duplicate(d, true));
-	reply_ok(fd, d, -1);
+	return d;
 }
 
-static void handle_remove(struct supervisor *s, int fd, const cJSON *req)
+static cJSON *op_remove(struct sup_op_runner *op, void *arg, int *pass_fd)
 {
-	const char *id = req_str(req, "id");
+	struct supervisor *s = arg;
+	const char *id = s->op_args.id;
 	char err[600] = "";
 	uint64_t freed = 0;
 	cJSON *d;
 
-	if (!id || ckpt_remove(s->state_dir, id, &freed, err, sizeof(err))) {
-		reply_error(fd, id ? err : "checkpoint rm needs an id");
-		return;
-	}
+	sup_op_step(op, "removing checkpoint %s", id);
+	if (ckpt_remove(s->state_dir, id, &freed, err, sizeof(err)))
+		return sup_op_fail(err);
 	d = cJSON_CreateObject();
 	cJSON_AddStringToObject(d, "id", id);
 	cJSON_AddNumberToObject(d, "freed_bytes", (double)freed);
 	audit(s, "user", "checkpoint.rm", cJSON_Duplicate(d, true));
-	reply_ok(fd, d, -1);
+	return d;
 }
 
-static void handle_checkpoint_op(struct supervisor *s, int fd, const char *op, const cJSON *req)
+/* ---- the control socket (ctl_server.h) ---- */
+
+/* {"ok":false,"error":"NAME is busy: ...","busy":{...}}: what runs. */
+static bool refuse_if_busy(struct supervisor *s, int fd)
 {
-	if (!strcmp(op, "checkpoint"))
-		handle_take(s, fd, req);
-	else if (!strcmp(op, "rewind"))
-		handle_rewind(s, fd, req);
-	else if (!strcmp(op, "checkpoint.rm"))
-		handle_remove(s, fd, req);
-	else
-		reply_error(fd, "unknown op");
+	char msg[256];
+	cJSON *r;
+
+	if (!sup_op_busy(&s->ops, s->cfg.name, msg, sizeof(msg)))
+		return false;
+	r = cJSON_CreateObject();
+	cJSON_AddBoolToObject(r, "ok", false);
+	cJSON_AddStringToObject(r, "error", msg);
+	cJSON_AddItemToObject(r, "busy", sup_op_json(&s->ops));
+	control_send(fd, r, -1);
+	cJSON_Delete(r);
+	return true;
+}
+
+/* Checks a checkpoint request and keeps its fields for the worker: the
+ * operation's name ("checkpoint c3"), or NULL after an error was sent. */
+static sup_op_fn checkpoint_request(struct supervisor *s, int fd, const char *op, const cJSON *req,
+				    char *what, size_t len)
+{
+	const char *msg = req_str(req, "message"), *id = req_str(req, "id");
+	struct op_args *a = &s->op_args;
+	struct ckpt_meta cur;
+	char err[256];
+
+	memset(a, 0, sizeof(*a));
+	if (!strcmp(op, "checkpoint")) {
+		if (msg && !ckpt_message_valid(msg))
+			return ctl_reply_error(fd, "the message is too long (511 bytes) or has control characters"), NULL;
+		snprintf(a->msg, sizeof(a->msg), "%s", msg ? msg : "");
+		a->live = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "live"));
+		if (ckpt_current(s->state_dir, &cur, err, sizeof(err)))
+			return ctl_reply_error(fd, err), NULL;
+		snprintf(what, len, "checkpoint c%u", cur.next);
+		ckpt_meta_free(&cur);
+		return op_take;
+	}
+	if (!id || !ckpt_id_valid(id)) {
+		ctl_reply_error(fd, !strcmp(op, "rewind") ? "rewind needs a checkpoint id" :
+			       "checkpoint rm needs an id");
+		return NULL;
+	}
+	snprintf(a->id, sizeof(a->id), "%s", id);
+	snprintf(what, len, "%s %s", !strcmp(op, "rewind") ? "rewind to" : "checkpoint rm", id);
+	return !strcmp(op, "rewind") ? op_rewind : op_remove;
+}
+
+/* checkpoint, rewind, checkpoint.rm: one at a time, off the loop; the
+ * client is held for the reply (and progress, with "progress":true). */
+static int start_op(struct supervisor *s, int fd, const char *op, const cJSON *req)
+{
+	char what[SUP_OP_NAME_MAX];
+	sup_op_fn fn;
+	int err;
+
+	if (refuse_if_busy(s, fd))
+		return CTL_DONE;
+	if (s->stopping || s->vmm <= 0) {
+		ctl_reply_error(fd, s->stopping ? "the sandbox is stopping" : "the sandbox's VM has ended");
+		return CTL_DONE;
+	}
+	if (strcmp(op, "checkpoint") && strcmp(op, "rewind") && strcmp(op, "checkpoint.rm")) {
+		ctl_reply_error(fd, "unknown op");
+		return CTL_DONE;
+	}
+	if (!(fn = checkpoint_request(s, fd, op, req, what, sizeof(what))))
+		return CTL_DONE;
+	if ((err = sup_op_submit(&s->ops, what, fn == op_rewind, fn, s))) {
+		ctl_reply_error(fd, strerror(-err));
+		return CTL_DONE;
+	}
+	log_info("%s: started", what);
+	s->op_client = fd;
+	s->op_progress = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "progress"));
+	s->op_progress_ms = mono_ms();
+	return CTL_HOLD;
+}
+
+/* The operation's reply to its client, if it is still there. */
+static void op_finished(struct supervisor *s)
+{
+	int pass_fd = -1;
+	bool ok;
+	cJSON *r = sup_op_collect(&s->ops, &ok, &pass_fd);
+
+	if (!r)
+		return;
+	if (s->op_client >= 0) {
+		if (ok)
+			ctl_reply_ok(s->op_client, r, pass_fd);
+		else
+			ctl_reply_error(s->op_client, cJSON_GetStringValue(cJSON_GetObjectItem(r, "error")));
+		ctl_server_release(&s->srv, s->op_client);
+		s->op_client = -1;
+		if (ok)
+			r = NULL; /* ctl_reply_ok freed it */
+	}
+	cJSON_Delete(r);
+	if (pass_fd >= 0)
+		close(pass_fd);
+}
+
+/* Every OP_PROGRESS_MS, a client that asked for it gets a line
+ * {"progress":STEP,"what":..,"running_ms":N} before its reply. */
+#define OP_PROGRESS_MS 2000
+
+static void op_progress(struct supervisor *s)
+{
+	cJSON *o;
+
+	if (s->op_client < 0 || !s->op_progress || mono_ms() - s->op_progress_ms < OP_PROGRESS_MS ||
+	    !(o = sup_op_json(&s->ops)))
+		return;
+	s->op_progress_ms = mono_ms();
+	cJSON_AddStringToObject(o, "progress", cJSON_GetStringValue(cJSON_GetObjectItem(o, "step")));
+	cJSON_DeleteItemFromObject(o, "step");
+	if (control_send(s->op_client, o, -1)) {
+		/* A client that stopped reading has gone as far as we care. */
+		char what[SUP_OP_NAME_MAX];
+		sup_op_cancel(&s->ops, what, sizeof(what));
+		ctl_server_release(&s->srv, s->op_client);
+		s->op_client = -1;
+	}
+	cJSON_Delete(o);
+}
+
+/* {"op":"cancel"}: the running operation stops at its next safe point. */
+static void handle_cancel(struct supervisor *s, int fd)
+{
+	char what[SUP_OP_NAME_MAX];
+	cJSON *r;
+
+	if (!sup_op_cancel(&s->ops, what, sizeof(what))) {
+		ctl_reply_error(fd, "nothing to cancel: no checkpoint, rewind or checkpoint rm runs");
+		return;
+	}
+	log_info("%s: cancel asked", what);
+	r = cJSON_CreateObject();
+	cJSON_AddStringToObject(r, "cancelling", what);
+	ctl_reply_ok(fd, r, -1);
 }
 
 /* {"op":"stop","grace_ms":N,"wait":true}: with wait, the reply comes once
- * the VMM has ended and says how (stop_reply); returns 1 when fd is kept
- * for that. */
+ * the VMM has ended and says how (stop_reply); CTL_HOLD when fd is kept
+ * for that.  Not while an operation runs: a checkpoint being written or a
+ * VM being restored is not cut off half-way. */
 static int handle_stop(struct supervisor *s, int fd, const cJSON *req)
 {
 	const cJSON *g = cJSON_GetObjectItemCaseSensitive(req, "grace_ms");
@@ -756,18 +980,20 @@ static int handle_stop(struct supervisor *s, int fd, const cJSON *req)
 	uint64_t grace = SUPERVISOR_STOP_GRACE_MS;
 
 	if (g && (!cJSON_IsNumber(g) || g->valuedouble < 0 || g->valuedouble > SUPERVISOR_STOP_GRACE_MAX_MS)) {
-		reply_error(fd, "stop: grace_ms must be 0 to 3600000");
-		return 0;
+		ctl_reply_error(fd, "stop: grace_ms must be 0 to 3600000");
+		return CTL_DONE;
 	}
+	if (refuse_if_busy(s, fd))
+		return CTL_DONE;
 	if (g)
 		grace = (uint64_t)g->valuedouble;
 	request_stop(s, grace);
 	if (!wait || s->nstop_waiters == STOP_WAITERS_MAX || s->vmm <= 0) {
-		reply_ok(fd, NULL, -1);
-		return 0;
+		ctl_reply_ok(fd, NULL, -1);
+		return CTL_DONE;
 	}
 	s->stop_waiters[s->nstop_waiters++] = fd;
-	return 1;
+	return CTL_HOLD;
 }
 
 /* Tells every client waiting on a stop how the VM ended. */
@@ -777,52 +1003,79 @@ static void stop_reply(struct supervisor *s, const char *ended)
 		cJSON *r = cJSON_CreateObject();
 		cJSON_AddStringToObject(r, "ended", ended);
 		cJSON_AddBoolToObject(r, "forced", s->forced);
-		reply_ok(s->stop_waiters[i], r, -1);
-		close(s->stop_waiters[i]);
+		ctl_reply_ok(s->stop_waiters[i], r, -1);
+		ctl_server_release(&s->srv, s->stop_waiters[i]);
 	}
 	s->nstop_waiters = 0;
 }
 
-static void handle_client(struct supervisor *s, int fd)
+static void handle_status(struct supervisor *s, int fd)
 {
-	cJSON *req = NULL;
-	const cJSON *op;
+	cJSON *r = cJSON_CreateObject(), *op = sup_op_json(&s->ops);
+	bool owns = false;
 
-	if (control_recv(fd, &req, 5000) < 0)
-		goto out;
-	op = cJSON_GetObjectItemCaseSensitive(req, "op");
-	if (!cJSON_IsString(op)) {
-		reply_error(fd, "request without an op");
-	} else if (!strcmp(op->valuestring, "status")) {
-		cJSON *r = cJSON_CreateObject();
-		cJSON_AddStringToObject(r, "state", s->stopping ? "stopping" : "running");
-		cJSON_AddNumberToObject(r, "pid", getpid());
+	sup_op_active(&s->ops, &owns);
+	cJSON_AddStringToObject(r, "state", s->stopping ? "stopping" : "running");
+	cJSON_AddNumberToObject(r, "pid", getpid());
+	/* A rewind replaces the VMM on the worker: its pid is the worker's. */
+	if (!owns)
 		cJSON_AddNumberToObject(r, "vmm_pid", s->vmm);
-		if (s->cgroup.path[0]) {
-			cJSON_AddStringToObject(r, "cgroup", s->cgroup.path);
-			cJSON_AddStringToObject(r, "cgroup_limits", s->cgroup.limits);
-		}
-		if (s->cgroup_why[0])
-			cJSON_AddStringToObject(r, "cgroup_missing", s->cgroup_why);
-		cJSON_AddItemToObject(r, "startup_ms", startup_json(s));
-		reply_ok(fd, r, -1);
+	if (op)
+		cJSON_AddItemToObject(r, "operation", op);
+	if (s->cgroup.path[0]) {
+		cJSON_AddStringToObject(r, "cgroup", s->cgroup.path);
+		cJSON_AddStringToObject(r, "cgroup_limits", s->cgroup.limits);
+	}
+	if (s->cgroup_why[0])
+		cJSON_AddStringToObject(r, "cgroup_missing", s->cgroup_why);
+	cJSON_AddItemToObject(r, "startup_ms", startup_json(s));
+	ctl_reply_ok(fd, r, -1);
+}
+
+static int on_request(void *arg, int fd, const cJSON *req)
+{
+	struct supervisor *s = arg;
+	const cJSON *op = cJSON_GetObjectItemCaseSensitive(req, "op");
+	bool owns = false;
+
+	if (!cJSON_IsString(op)) {
+		ctl_reply_error(fd, "request without an op");
+	} else if (!strcmp(op->valuestring, "status")) {
+		handle_status(s, fd);
 	} else if (!strcmp(op->valuestring, "agent")) {
-		handle_agent(s, fd, req);
+		/* During a rewind the guest is being replaced: no session. */
+		if (!(sup_op_active(&s->ops, &owns) && owns && refuse_if_busy(s, fd)))
+			handle_agent(s, fd, req);
 	} else if (!strcmp(op->valuestring, "stop")) {
-		if (handle_stop(s, fd, req))
-			fd = -1; /* answered when the VMM has ended */
+		return handle_stop(s, fd, req);
+	} else if (!strcmp(op->valuestring, "cancel")) {
+		handle_cancel(s, fd);
 	} else if (!strncmp(op->valuestring, "checkpoint", 10) ||
 		   !strcmp(op->valuestring, "rewind")) {
-		handle_checkpoint_op(s, fd, op->valuestring, req);
+		return start_op(s, fd, op->valuestring, req);
 	} else if (control_serve_approvals(sup_egress_approvals(s->egress), fd, req)) {
 		/* approvals.list / approvals.answer */
 	} else {
-		reply_error(fd, "unknown op");
+		ctl_reply_error(fd, "unknown op");
 	}
-out:
-	cJSON_Delete(req);
-	if (fd >= 0)
-		close(fd);
+	return CTL_DONE;
+}
+
+/* A held client hung up: a stop goes on without it; an operation it
+ * asked for is cancelled (at its next safe point). */
+static void on_gone(void *arg, int fd)
+{
+	struct supervisor *s = arg;
+	char what[SUP_OP_NAME_MAX];
+
+	if (fd == s->op_client) {
+		s->op_client = -1;
+		if (sup_op_cancel(&s->ops, what, sizeof(what)))
+			log_info("%s: its client went away: cancelled", what);
+	}
+	for (int i = 0; i < s->nstop_waiters; i++)
+		if (s->stop_waiters[i] == fd)
+			s->stop_waiters[i--] = s->stop_waiters[--s->nstop_waiters];
 }
 
 static void say_ready(int ready_fd, const char *err)
@@ -951,32 +1204,43 @@ static void bound_own_log(struct supervisor *s)
 	}
 }
 
+/* Whether the VMM has ended (not while a rewind replaces it). */
+static void check_vmm(struct supervisor *s)
+{
+	bool owns = false, active = sup_op_active(&s->ops, &owns);
+	int status = 0;
+
+	if (owns || s->vmm <= 0)
+		return;
+	if (waitpid(s->vmm, &status, WNOHANG) == s->vmm)
+		vmm_gone(s, status);
+	else if (s->stopping && !active &&
+		 (mono_ms() >= s->stop_deadline || atomic_load(&agent_refused)))
+		force_end(s);
+}
+
+/* Serves every client at once until the VM has ended and no operation is
+ * left: one poll over the listener, each client, SIGCHLD and the worker. */
 static void event_loop(struct supervisor *s)
 {
-	int status = 0;
+	struct pollfd p[CTL_POLLFDS + 2];
 	char buf[64];
 
-	while (s->vmm > 0) {
-		struct pollfd p[2] = {{.fd = s->listen_fd, .events = POLLIN},
-				      {.fd = s->sigchld_pipe[0], .events = POLLIN}};
-		if (poll(p, 2, poll_timeout(s)) < 0 && errno != EINTR)
+	s->srv.listen_fd = s->listen_fd;
+	while (sup_op_active(&s->ops, NULL) || s->vmm > 0) {
+		int n = ctl_server_pollfds(&s->srv, p);
+		p[n++] = (struct pollfd){.fd = s->sigchld_pipe[0], .events = POLLIN};
+		p[n++] = (struct pollfd){.fd = sup_op_done_fd(&s->ops), .events = POLLIN};
+		if (poll(p, (nfds_t)n, ctl_server_timeout(&s->srv, poll_timeout(s))) < 0 && errno != EINTR)
 			break;
-		if (p[1].revents & POLLIN)
+		if (p[n - 2].revents & POLLIN)
 			while (read(s->sigchld_pipe[0], buf, sizeof(buf)) > 0)
 				;
-		if (waitpid(s->vmm, &status, WNOHANG) == s->vmm) {
-			vmm_gone(s, status);
-			break;
-		}
-		if (s->stopping && (mono_ms() >= s->stop_deadline || atomic_load(&agent_refused))) {
-			force_end(s);
-			break;
-		}
-		if (p[0].revents & POLLIN) {
-			int fd = control_accept(s->listen_fd);
-			if (fd >= 0)
-				handle_client(s, fd);
-		}
+		if (p[n - 1].revents & POLLIN)
+			op_finished(s);
+		check_vmm(s);
+		ctl_server_serve(&s->srv, p, n - 2);
+		op_progress(s);
 		sup_egress_tick(s->egress);
 		if (s->audit)
 			audit_log_tick(s->audit);
@@ -1021,6 +1285,23 @@ static int fork_started(struct supervisor *s, const struct ckpt_fork *f)
 	return 0;
 }
 
+/* A supervisor before us was killed while its VMM wrote a checkpoint
+ * (ckpt_recover_top): said in the log and the audit. */
+static int recover_checkpoint(struct supervisor *s)
+{
+	char err[600] = "";
+	int rc = ckpt_recover_top(s->state_dir, err, sizeof(err));
+
+	if (rc < 0)
+		log_err("recovering from an interrupted checkpoint: %s", err);
+	if (rc == 1) {
+		log_warn("the last checkpoint was interrupted (its supervisor ended while the VMM "
+			 "wrote it): starting on the disk as it was then, as after a power loss");
+		audit(s, "supervisor", "checkpoint.recovered", NULL);
+	}
+	return rc;
+}
+
 /* Before anything of the sandbox is touched: one supervisor per sandbox. */
 static int own_sandbox(struct supervisor *s, const char *name)
 {
@@ -1050,7 +1331,10 @@ int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
 	memset(&s, 0, sizeof(s));
 	s.listen_fd = -1;
 	s.vmm = -1;
+	s.op_client = -1;
 	s.self = self;
+	s.handler = (struct ctl_handler){.request = on_request, .gone = on_gone, .arg = &s};
+	ctl_server_init(&s.srv, -1, &s.handler);
 	/* Only the VMM of the first start gets it (spawn_vmm). */
 	s.restore_memfd = memfd >= 0 && fcntl(memfd, F_SETFD, FD_CLOEXEC) == 0 ? memfd : -1;
 	s.start.t0 = mono_ms();
@@ -1079,6 +1363,14 @@ int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
 	audit(&s, "supervisor", "sandbox.start", restore ? fork_origin(&s, &fork) : NULL);
 	setup_cgroup(&s);
 	startup_mark(&s, &s.start.setup);
+	if ((err = sup_op_init(&s.ops))) {
+		why = "cannot start the supervisor's worker thread";
+		goto fail;
+	}
+	if (!restore && (err = recover_checkpoint(&s)) < 0) {
+		why = "the sandbox's disk cannot be recovered from an interrupted checkpoint";
+		goto fail;
+	}
 	if (!restore && s.restore_memfd >= 0) {
 		close(s.restore_memfd); /* not a fork's first start: nothing to map */
 		s.restore_memfd = -1;
@@ -1134,7 +1426,10 @@ fail:
 		cJSON_AddStringToObject(d, "error", why);
 		audit(&s, "supervisor", "sandbox.start_failed", d);
 	}
+	/* An operation still running has a VMM that is gone to talk to. */
+	sup_op_fini(&s.ops);
 	stop_reply(&s, "vmm_exit");
+	ctl_server_close(&s.srv);
 	/* After the VMM: no guest connection is left to start. */
 	vmm_cgroup_remove(&s.cgroup);
 	sup_egress_stop(s.egress);

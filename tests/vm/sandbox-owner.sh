@@ -77,7 +77,7 @@ test_sandbox_owner() {
 	for i in 1 2 3 4 5 6 7 8; do
 		grep -q "sandbox 'ow' is running (supervisor pid $sup)" "$WORK/start$i" ||
 			{ ow_fail "$name" "start $i: '$(cat "$WORK/start$i")'"; return; }
-		grep -q "sandbox 'ow' is running (supervisor pid $sup): stop it first" "$WORK/rm$i" ||
+		grep -q "sandbox 'ow' is running (supervisor pid $sup)\( and busy: checkpoint c[0-9]* running for [0-9]* s\)\?: stop it first" "$WORK/rm$i" ||
 			{ ow_fail "$name" "rm $i: '$(cat "$WORK/rm$i")'"; return; }
 		grep -q '^ow  *running' "$WORK/ps$i" || { ow_fail "$name" "ps $i: '$(cat "$WORK/ps$i")'"; return; }
 	done
