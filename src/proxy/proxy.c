@@ -73,19 +73,39 @@ void egress_audit(const struct egress_ctx *ctx, const char *type, cJSON *details
 		cJSON_Delete(details);
 }
 
-ssize_t egress_read_timed(int fd, void *buf, size_t len, int timeout_ms)
+ssize_t egress_read_until(int fd, void *buf, size_t len, uint64_t deadline)
 {
+	bool sock = true;
+
 	for (;;) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
-		int r = poll(&p, 1, timeout_ms > 0 ? timeout_ms : -1);
+		uint64_t now;
 		ssize_t n;
+		int r;
 
+		/* What already arrived is taken without a poll first (the
+		 * guest's header and first bytes usually have). */
+		if (sock) {
+			n = recv(fd, buf, len, MSG_DONTWAIT);
+			if (n >= 0)
+				return n;
+			if (errno == ENOTSOCK)
+				sock = false;
+			else if (errno != EAGAIN && errno != EINTR)
+				return -errno;
+		}
+		now = deadline ? mono_ms() : 0;
+		if (deadline && now >= deadline)
+			return -ETIMEDOUT;
+		r = poll(&p, 1, deadline ? (int)(deadline - now) : -1);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
 			return -errno;
 		if (r == 0)
 			return -ETIMEDOUT;
+		if (sock)
+			continue;
 		n = read(fd, buf, len);
 		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
@@ -93,9 +113,14 @@ ssize_t egress_read_timed(int fd, void *buf, size_t len, int timeout_ms)
 	}
 }
 
-static int min_timeout(const struct egress_ctx *ctx, int ms)
+uint64_t egress_deadline(const struct egress_ctx *ctx)
 {
-	return ctx->idle_timeout_ms > 0 && ctx->idle_timeout_ms < ms ? ctx->idle_timeout_ms : ms;
+	int ms = ctx->decide_ms > 0 ? ctx->decide_ms : EGRESS_DECIDE_MS;
+
+	if (ctx->idle_timeout_ms > 0 && ctx->idle_timeout_ms < ms)
+		ms = ctx->idle_timeout_ms;
+
+	return mono_ms() + (uint64_t)ms;
 }
 
 /* Reads exactly the header, never a byte of the stream after it. */
@@ -106,8 +131,7 @@ static int read_header(struct egress_conn *c, int *family, uint8_t addr[16])
 	int r;
 
 	for (;;) {
-		ssize_t n = egress_read_timed(c->gfd, buf + got, want - got,
-					      min_timeout(c->ctx, FIRST_BYTES_TIMEOUT_MS));
+		ssize_t n = egress_read_until(c->gfd, buf + got, want - got, c->deadline);
 		if (n <= 0)
 			return n ? (int)n : -ECONNRESET;
 		got += (size_t)n;
@@ -230,17 +254,18 @@ static int check_http(struct egress_conn *c, int r, const struct http_head *h)
 }
 
 /* Reads the guest's first bytes until they make a whole ClientHello or
- * request head, and holds them to the name. */
+ * request head, and holds them to the name.  The whole of it, not each
+ * read, is bounded by c->deadline: a guest dripping a byte every few
+ * seconds would otherwise hold the connection's slot for ever. */
 static int check_first_bytes(struct egress_conn *c)
 {
-	int timeout = min_timeout(c->ctx, FIRST_BYTES_TIMEOUT_MS);
 	struct tls_hello th;
 	struct http_head hh;
 	int r = 0;
 
 	while (r == 0) {
-		ssize_t n = egress_read_timed(c->gfd, c->first + c->first_len,
-					      sizeof(c->first) - c->first_len, timeout);
+		ssize_t n = egress_read_until(c->gfd, c->first + c->first_len,
+					      sizeof(c->first) - c->first_len, c->deadline);
 		if (n <= 0) {
 			c->reason = n == -ETIMEDOUT ? "no TLS or HTTP from the client" : "client closed";
 			return n ? (int)n : -ECONNRESET;
@@ -636,8 +661,9 @@ static int serve(struct egress_conn *c, const char **decision, char *rule, size_
 	uint8_t addr[16];
 	int family = 0, err;
 
+	c->deadline = egress_deadline(c->ctx);
 	if ((err = read_header(c, &family, addr))) {
-		c->reason = "bad connection header";
+		c->reason = err == -ETIMEDOUT ? "no connection header in time" : "bad connection header";
 		return err;
 	}
 	addr_text(family, addr, addrbuf, addrlen);
@@ -648,6 +674,10 @@ static int serve(struct egress_conn *c, const char **decision, char *rule, size_
 		return -EACCES;
 	}
 	*decision = "allow";
+	/* A person's time to answer is not the guest's: its first bytes get a
+	 * bound of their own after the answer. */
+	if (*asked)
+		c->deadline = egress_deadline(c->ctx);
 	if ((err = check_first_bytes(c)))
 		return err;
 	if ((err = connect_upstream(c)))

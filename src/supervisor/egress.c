@@ -328,7 +328,7 @@ static int load_secrets(struct sup_egress *e, const struct sup_egress_opts *o, c
 	return err;
 }
 
-static void ctx_init(struct sup_egress *e, struct egress_ctx *c, int idle_ms)
+static void ctx_init(struct sup_egress *e, struct egress_ctx *c, int idle_ms, int decide_ms)
 {
 	memset(c, 0, sizeof(*c));
 	c->sandbox = e->sandbox;
@@ -344,6 +344,7 @@ static void ctx_init(struct sup_egress *e, struct egress_ctx *c, int idle_ms)
 		c->upstream_ca_file = NULL;
 	c->arg = e;
 	c->idle_timeout_ms = idle_ms;
+	c->decide_ms = decide_ms;
 }
 
 /* How long a request waits for a person: KOSA8_APPROVAL_TIMEOUT seconds
@@ -416,8 +417,8 @@ int sup_egress_start(const struct sup_egress_opts *o, struct sup_egress **out, c
 	}
 	/* A DNS stream stays open as long as the guest keeps it (the agent
 	 * reuses a few for every query); TCP connections time out when idle. */
-	ctx_init(e, &e->dns_ctx, 0);
-	ctx_init(e, &e->tcp_ctx, SUP_EGRESS_IDLE_MS);
+	ctx_init(e, &e->dns_ctx, 0, o->decide_ms);
+	ctx_init(e, &e->tcp_ctx, SUP_EGRESS_IDLE_MS, o->decide_ms);
 	e->dns = (struct listener){.e = e, .ctx = &e->dns_ctx, .serve = egress_dns_serve, .fd = -1};
 	e->tcp = (struct listener){.e = e, .ctx = &e->tcp_ctx, .serve = egress_connect_serve, .fd = -1};
 	if ((err = listen_port(&e->dns, o->vsock_path, EGRESS_DNS_PORT)) ||
