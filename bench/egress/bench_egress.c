@@ -18,6 +18,9 @@
  *
  *   bench_egress ROUNDS LAT_N CONN_N BULK_MIB [SQUID_PORT]
  *
+ * BENCH_ONLY=N in the environment runs path N alone (0 direct, 1 kosa8,
+ * 2 squid, 3 direct TLS, 4 kosa8 TLS): for a profile of one path.
+ *
  * Prints one Markdown table row per round, path and measurement. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -302,9 +305,15 @@ static int bench_connector(void *arg, const char *name, uint16_t port)
 	return tcp_connect(port == 443 ? tls_port : upstream_port);
 }
 
+/* Records are dropped (the supervisor's writer is not measured), but a
+ * connection the proxy cut is said on stderr: a failed run says why. */
 static void drop_audit(void *arg, const char *type, cJSON *details)
 {
-	(void)arg, (void)type;
+	const cJSON *reason = cJSON_GetObjectItemCaseSensitive(details, "reason");
+
+	(void)arg;
+	if (cJSON_IsString(reason))
+		fprintf(stderr, "bench_egress: proxy: %s: %s\n", type, reason->valuestring);
 	cJSON_Delete(details);
 }
 
@@ -513,7 +522,7 @@ static void bench_bulk(int round, enum path p, int mib)
 int main(int argc, char **argv)
 {
 	char dir[] = "/tmp/kosa8-egress-bench.XXXXXX";
-	int rounds, lat_n, conn_n, bulk_mib;
+	int rounds, lat_n, conn_n, bulk_mib, only = getenv("BENCH_ONLY") ? atoi(getenv("BENCH_ONLY")) : -1;
 
 	if (argc < 5 || argc > 6) {
 		fprintf(stderr, "usage: bench_egress ROUNDS LAT_N CONN_N BULK_MIB [SQUID_PORT]\n");
@@ -536,7 +545,7 @@ int main(int argc, char **argv)
 	printf("| round | path | measurement | n | p50 µs | p99 µs | rate |\n|---:|---|---|---:|---:|---:|---|\n");
 	for (int r = 1; r <= rounds; r++)
 		for (int p = 0; p < NPATHS; p++) {
-			if (p == SQUID && !squid_port)
+			if ((p == SQUID && !squid_port) || (only >= 0 && p != only))
 				continue;
 			bench_latency(r, (enum path)p, lat_n);
 			bench_connect(r, (enum path)p, conn_n);
