@@ -4,8 +4,9 @@
  *
  * The kosa8 path is what the supervisor runs for every guest connection
  * (src/supervisor/egress.c): a unix socket listener (where the VMM's vsock
- * device delivers guest connections), one thread per accepted connection,
- * and egress_connect_serve() on it: the K8E1 header, synthetic address ->
+ * device delivers guest connections) served by threads that accept for
+ * themselves (common/acceptpool.h, the supervisor's numbers), and
+ * egress_connect_serve() on each connection: the K8E1 header, synthetic address ->
  * name, policy, Host check on every request head, upstream connect, relay.
  * Two things differ and are said so in the results: the upstream connector
  * is plugged in (the default one refuses loopback, rightly), and audit
@@ -28,6 +29,7 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +45,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "common/acceptpool.h"
 #include "common/util.h"
 #include "proxy/egress.h"
 #include "proxy/names.h"
@@ -218,7 +221,7 @@ static void *accept_loop(void *arg)
 
 static void start_accepting(int fd, void *(*fn)(void *))
 {
-	static struct listener ls[3];   /* upstream, upstream TLS, proxy */
+	static struct listener ls[2];   /* upstream, upstream TLS */
 	static int n;
 	pthread_t t;
 
@@ -306,21 +309,22 @@ static int bench_connector(void *arg, const char *name, uint16_t port)
 }
 
 /* Records are dropped (the supervisor's writer is not measured), but a
- * connection the proxy cut is said on stderr: a failed run says why. */
+ * connection the proxy refused is said on stderr: a failed run says why. */
 static void drop_audit(void *arg, const char *type, cJSON *details)
 {
 	const cJSON *reason = cJSON_GetObjectItemCaseSensitive(details, "reason");
+	const cJSON *decision = cJSON_GetObjectItemCaseSensitive(details, "decision");
 
 	(void)arg;
-	if (cJSON_IsString(reason))
+	if (cJSON_IsString(reason) && cJSON_IsString(decision) && !strcmp(decision->valuestring, "deny"))
 		fprintf(stderr, "bench_egress: proxy: %s: %s\n", type, reason->valuestring);
 	cJSON_Delete(details);
 }
 
-static void *proxy_conn(void *arg)
+static void proxy_conn(void *arg, int fd)
 {
-	egress_connect_serve(&ctx, (int)(intptr_t)arg);
-	return NULL;
+	(void)arg;
+	egress_connect_serve(&ctx, fd);
 }
 
 static void start_proxy(const char *dir)
@@ -341,9 +345,16 @@ static void start_proxy(const char *dir)
 	snprintf(su.sun_path, sizeof(su.sun_path), "%s", unix_path);
 	unlink(unix_path);
 	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	static atomic_int busy;
+	struct accept_pool_opts po = {.busy = &busy, .max_busy = 512, .max_idle = 4, .stack = 256 * 1024,
+				      .serve = proxy_conn};
+	struct accept_pool *pool;
+
 	if (lfd < 0 || bind(lfd, (void *)&su, sizeof(su)) || listen(lfd, 512))
 		die("proxy listener");
-	start_accepting(lfd, proxy_conn);
+	po.fd = lfd;
+	if (accept_pool_start(&po, &pool))
+		die("proxy threads");
 }
 
 /* ---- clients ---- */
@@ -510,8 +521,14 @@ static void bench_bulk(int round, enum path p, int mib)
 
 	snprintf(target, sizeof(target), "/bulk/%lld", len);
 	t0 = now_us();
-	if (send_get(fd, p, target, true) || read_response(fd) != len)
-		die("bulk download");
+	if (send_get(fd, p, target, true) || read_response(fd) != len) {
+		/* A row that says so, not the end of the run. */
+		fprintf(stderr, "bench_egress: %s: bulk download failed: %s\n", path_name[p], strerror(errno));
+		printf("| %d | %s | download %d MiB | 1 | - | - | failed |\n", round, path_name[p], mib);
+		fflush(stdout);
+		conn_close(fd);
+		return;
+	}
 	us = now_us() - t0;
 	conn_close(fd);
 	snprintf(extra, sizeof(extra), "%.0f MiB/s", mib / (us / 1e6));
