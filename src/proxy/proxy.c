@@ -468,12 +468,14 @@ static size_t writable(const struct pipe *p)
 }
 
 /* Holds what arrived to TLS record framing; a record header not yet whole
- * is kept back until it can be judged. */
+ * is kept back (not written) until it can be judged.  Its bytes, just
+ * after `checked`, were fed already: only what follows them is new. */
 static int check_records(struct egress_conn *c, struct pipe *p)
 {
+	size_t fed = p->checked + tls_records_pending(p->tls);
 	const char *why = NULL;
 
-	if (tls_records_feed(p->tx, p->tls, p->buf + p->checked, p->end - p->checked, &why)) {
+	if (tls_records_feed(p->tx, p->tls, p->buf + fed, p->end - fed, &why)) {
 		c->reason = why;
 		return -EACCES;
 	}
