@@ -112,6 +112,7 @@ unit: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-agent $(SAN_DIR)/kosa8-
 
 layers: $(REL_DIR)/libkosa8.a
 	scripts/check-layers --objs $(REL_DIR)/obj
+	scripts/check-file-loops $(REL_DIR)/obj/src
 
 # make check: what the tests need, built side by side as make -j allows
 # (the kernel and the image are the long ones), each part timed into

@@ -26,7 +26,7 @@ make -s REL_DIR="$REL_DIR" "$REL_DIR/libkosa8.a" >/dev/null
 mkdir -p "$REL_DIR/bench"
 bin=$REL_DIR/bench/bench_egress
 cc -O2 -std=gnu11 -Wall -Wextra -Werror -Isrc -D_GNU_SOURCE -pthread bench/egress/bench_egress.c \
-	"$REL_DIR/libkosa8.a" -lcjson -lssl -lcrypto -lpthread -o "$bin"
+	"$REL_DIR/libkosa8.a" -lcjson -lssl -lcrypto -lz -lpthread -o "$bin"
 
 work=$(mktemp -d /tmp/kosa8-egress-bench.XXXXXX)
 squid_pid=

@@ -1,9 +1,16 @@
 /* What every forwarded connection is held to, shared by the relay
- * (proxy.c) and interception (intercept.c), which both call down here:
- * the request rules and the audit hook (proxy_int.h). */
+ * (proxy.c), interception (intercept.c) and the DNS server, which all call
+ * down here: the request rules, the audit hook, and the one deadline for
+ * what the guest sends before a decision (proxy_int.h). */
 #include <errno.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/util.h"
 
 #include "proxy/proxy_int.h"
 
@@ -56,4 +63,54 @@ int egress_check_request(struct egress_conn *c, const uint8_t *buf, const struct
 		return -EACCES;
 	}
 	return 0;
+}
+
+ssize_t egress_read_until(int fd, void *buf, size_t len, uint64_t deadline)
+{
+	bool sock = true;
+
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		uint64_t now;
+		ssize_t n;
+		int r;
+
+		/* What already arrived is taken without a poll first (the
+		 * guest's header and first bytes usually have). */
+		if (sock) {
+			n = recv(fd, buf, len, MSG_DONTWAIT);
+			if (n >= 0)
+				return n;
+			if (errno == ENOTSOCK)
+				sock = false;
+			else if (errno != EAGAIN && errno != EINTR)
+				return -errno;
+		}
+		now = deadline ? mono_ms() : 0;
+		if (deadline && now >= deadline)
+			return -ETIMEDOUT;
+		r = poll(&p, 1, deadline ? (int)(deadline - now) : -1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -ETIMEDOUT;
+		if (sock)
+			continue;
+		n = read(fd, buf, len);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		return n < 0 ? -errno : n;
+	}
+}
+
+uint64_t egress_deadline(const struct egress_ctx *ctx)
+{
+	int ms = ctx->decide_ms > 0 ? ctx->decide_ms : EGRESS_DECIDE_MS;
+
+	if (ctx->idle_timeout_ms > 0 && ctx->idle_timeout_ms < ms)
+		ms = ctx->idle_timeout_ms;
+
+	return mono_ms() + (uint64_t)ms;
 }

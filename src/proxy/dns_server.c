@@ -126,14 +126,14 @@ int egress_dns_answer(const struct egress_ctx *ctx, const uint8_t *msg, size_t l
 	return err;
 }
 
-/* Reads exactly len bytes, waiting at most timeout_ms for each piece:
- * 1 when done, 0 on a clean EOF before the first byte, negative errno. */
-static int read_timed(int fd, uint8_t *buf, size_t len, int timeout_ms)
+/* Reads exactly len bytes by deadline (mono_ms; 0: none): 1 when done, 0
+ * on a clean EOF before the first byte, negative errno. */
+static int read_until(int fd, uint8_t *buf, size_t len, uint64_t deadline)
 {
 	size_t got = 0;
 
 	while (got < len) {
-		ssize_t n = egress_read_timed(fd, buf + got, len - got, timeout_ms);
+		ssize_t n = egress_read_until(fd, buf + got, len - got, deadline);
 		if (n < 0)
 			return (int)n;
 		if (n == 0)
@@ -168,10 +168,17 @@ static int serve_one(const struct egress_ctx *ctx, int fd, uint8_t *in)
 	size_t len;
 	int r, n;
 
-	if ((r = read_timed(fd, in, 2, ctx->idle_timeout_ms)) <= 0)
+	uint64_t deadline = ctx->idle_timeout_ms > 0 ? mono_ms() + (uint64_t)ctx->idle_timeout_ms : 0;
+
+	/* A stream may wait for its next message as long as the guest likes
+	 * (its own slot), but a message once begun must arrive whole in time. */
+	if ((r = read_until(fd, in, 1, deadline)) <= 0)
 		return r;
+	deadline = egress_deadline(ctx);
+	if ((r = read_until(fd, in + 1, 1, deadline)) <= 0)
+		return r ? r : -ECONNRESET;
 	len = (size_t)in[0] << 8 | in[1];
-	if (len && (r = read_timed(fd, in, len, ctx->idle_timeout_ms)) <= 0)
+	if (len && (r = read_until(fd, in, len, deadline)) <= 0)
 		return r ? r : -ECONNRESET;
 	n = egress_dns_answer(ctx, in, len, out + 2, sizeof(out) - 2);
 	if (n < 0)

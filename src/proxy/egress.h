@@ -57,6 +57,9 @@ struct egress_ctx {
 	void *arg;
 
 	int idle_timeout_ms;         /* a connection idle this long is closed */
+	/* What the guest sends before each decision must arrive whole within
+	 * this (proxy_int.h, EGRESS_DECIDE_MS when 0; tests set less). */
+	int decide_ms;
 };
 
 /* Answers one DNS query (policy, approvals, synthetic address, audit).

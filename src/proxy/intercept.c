@@ -27,6 +27,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "common/util.h"
 #include "proxy/ca.h"
 #include "proxy/inflate.h"
 #include "proxy/proxy_int.h"
@@ -159,11 +160,17 @@ static size_t end_pending(const struct tls_end *e)
 	return e->out.len + BIO_ctrl_pending(e->wb);
 }
 
-static int wait_io(struct intercept *x, bool g_in, bool u_in)
+/* Waits for either end (idle timeout), or until deadline (mono_ms) if
+ * that is set. */
+static int wait_io(struct intercept *x, bool g_in, bool u_in, uint64_t deadline)
 {
 	struct pollfd p[2] = {{.fd = x->g.fd}, {.fd = x->u.fd}};
 	int timeout = x->c->ctx->idle_timeout_ms > 0 ? x->c->ctx->idle_timeout_ms : -1;
+	uint64_t now = deadline ? mono_ms() : 0;
 	int r, err = 0;
+
+	if (deadline)
+		timeout = now < deadline ? (int)(deadline - now) : 0;
 
 	if (g_in && !x->g.eof)
 		p[0].events |= POLLIN;
@@ -178,7 +185,7 @@ static int wait_io(struct intercept *x, bool g_in, bool u_in)
 	while ((r = poll(p, 2, timeout)) < 0 && errno == EINTR)
 		;
 	if (r <= 0) {
-		x->c->reason = r ? "poll failed" : "idle timeout";
+		x->c->reason = r ? "poll failed" : deadline ? "TLS handshake not done in time" : "idle timeout";
 		return r ? -errno : -ETIMEDOUT;
 	}
 	if (p[0].revents & (POLLIN | POLLHUP | POLLERR))
@@ -192,8 +199,11 @@ static int wait_io(struct intercept *x, bool g_in, bool u_in)
 	return err;
 }
 
+/* The whole handshake has one deadline (EGRESS_DECIDE_MS): a peer
+ * dripping its handshake must not hold the connection's slot for ever. */
 static int handshake(struct intercept *x, struct tls_end *e, const char *fail)
 {
+	uint64_t deadline = egress_deadline(x->c->ctx);
 	int r, err;
 
 	while ((r = SSL_do_handshake(e->ssl)) != 1) {
@@ -202,7 +212,7 @@ static int handshake(struct intercept *x, struct tls_end *e, const char *fail)
 			x->c->reason = fail;
 			return -EACCES;
 		}
-		if ((err = end_flush(e)) || (err = wait_io(x, e == &x->g, e == &x->u)))
+		if ((err = end_flush(e)) || (err = wait_io(x, e == &x->g, e == &x->u, deadline)))
 			return err;
 	}
 	return end_flush(e);
@@ -790,14 +800,14 @@ static int relay(struct intercept *x)
 		if (!g_open && !u_open)
 			break;
 		err = wait_io(x, g_open && end_pending(&x->u) < OUT_HIGH,
-			      u_open && end_pending(&x->g) < OUT_HIGH);
+			      u_open && end_pending(&x->g) < OUT_HIGH, 0);
 	}
 	if (!err) {
 		/* Closing: tell the guest, and let what is queued reach it. */
 		SSL_shutdown(x->g.ssl);
 		err = end_flush(&x->g);
 		while (!err && x->g.out.len)
-			err = wait_io(x, false, false);
+			err = wait_io(x, false, false, 0);
 	}
 	return err;
 }

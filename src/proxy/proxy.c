@@ -24,6 +24,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,9 +39,19 @@
 #include "proxy/secrets.h"
 #include "proxy/tls_records.h"
 
-#define FIRST_BYTES_TIMEOUT_MS 15000   /* clients send their hello at once */
 #define CONNECT_TIMEOUT_MS 15000
 #define RELAY_BUF (64 * 1024)
+#define SPLICE_AFTER (64 * 1024)   /* a direction this far along may splice */
+#define SPLICE_PIPE (64 * 1024)    /* a pipe's default capacity */
+
+static sigset_t sigpipe_set;
+static pthread_once_t sigpipe_once = PTHREAD_ONCE_INIT;
+
+static void sigpipe_init(void)
+{
+	sigemptyset(&sigpipe_set);
+	sigaddset(&sigpipe_set, SIGPIPE);
+}
 
 int egress_parse_header(const uint8_t *buf, size_t len, int *family, uint8_t addr[16],
 			uint16_t *port)
@@ -65,31 +77,6 @@ int egress_parse_header(const uint8_t *buf, size_t len, int *family, uint8_t add
 	return (int)(8 + alen);
 }
 
-ssize_t egress_read_timed(int fd, void *buf, size_t len, int timeout_ms)
-{
-	for (;;) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		int r = poll(&p, 1, timeout_ms > 0 ? timeout_ms : -1);
-		ssize_t n;
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -ETIMEDOUT;
-		n = read(fd, buf, len);
-		if (n < 0 && (errno == EINTR || errno == EAGAIN))
-			continue;
-		return n < 0 ? -errno : n;
-	}
-}
-
-static int min_timeout(const struct egress_ctx *ctx, int ms)
-{
-	return ctx->idle_timeout_ms > 0 && ctx->idle_timeout_ms < ms ? ctx->idle_timeout_ms : ms;
-}
-
 /* Reads exactly the header, never a byte of the stream after it. */
 static int read_header(struct egress_conn *c, int *family, uint8_t addr[16])
 {
@@ -98,8 +85,7 @@ static int read_header(struct egress_conn *c, int *family, uint8_t addr[16])
 	int r;
 
 	for (;;) {
-		ssize_t n = egress_read_timed(c->gfd, buf + got, want - got,
-					      min_timeout(c->ctx, FIRST_BYTES_TIMEOUT_MS));
+		ssize_t n = egress_read_until(c->gfd, buf + got, want - got, c->deadline);
 		if (n <= 0)
 			return n ? (int)n : -ECONNRESET;
 		got += (size_t)n;
@@ -179,17 +165,18 @@ static int check_http(struct egress_conn *c, int r, const struct http_head *h)
 }
 
 /* Reads the guest's first bytes until they make a whole ClientHello or
- * request head, and holds them to the name. */
+ * request head, and holds them to the name.  The whole of it, not each
+ * read, is bounded by c->deadline: a guest dripping a byte every few
+ * seconds would otherwise hold the connection's slot for ever. */
 static int check_first_bytes(struct egress_conn *c)
 {
-	int timeout = min_timeout(c->ctx, FIRST_BYTES_TIMEOUT_MS);
 	struct tls_hello th;
 	struct http_head hh;
 	int r = 0;
 
 	while (r == 0) {
-		ssize_t n = egress_read_timed(c->gfd, c->first + c->first_len,
-					      sizeof(c->first) - c->first_len, timeout);
+		ssize_t n = egress_read_until(c->gfd, c->first + c->first_len,
+					      sizeof(c->first) - c->first_len, c->deadline);
 		if (n <= 0) {
 			c->reason = n == -ETIMEDOUT ? "no TLS or HTTP from the client" : "client closed";
 			return n ? (int)n : -ECONNRESET;
@@ -321,6 +308,11 @@ struct pipe {
 	enum http_body body;
 	uint64_t body_left;
 	struct http_chunked chunked;
+	bool may_splice;                /* nothing here looks at the bytes */
+	int kp[2];                      /* its kernel pipe once spliced, else -1 */
+	size_t kfill;                   /* bytes in that pipe */
+	bool kfull;                     /* the pipe took no more: wait for out */
+	sigset_t mask;                  /* the thread's signal mask before it */
 };
 
 /* Vets what arrived: each request head (Host, target) whole before any of
@@ -369,16 +361,20 @@ static int filter_requests(struct egress_conn *c, struct pipe *p)
 
 static size_t writable(const struct pipe *p)
 {
+	if (p->kp[0] >= 0)
+		return p->kfill;
 	return (p->filter || p->tls ? p->checked : p->end) - p->start;
 }
 
 /* Holds what arrived to TLS record framing; a record header not yet whole
- * is kept back until it can be judged. */
+ * is kept back (not written) until it can be judged.  Its bytes, just
+ * after `checked`, were fed already: only what follows them is new. */
 static int check_records(struct egress_conn *c, struct pipe *p)
 {
+	size_t fed = p->checked + tls_records_pending(p->tls);
 	const char *why = NULL;
 
-	if (tls_records_feed(p->tx, p->tls, p->buf + p->checked, p->end - p->checked, &why)) {
+	if (tls_records_feed(p->tx, p->tls, p->buf + fed, p->end - fed, &why)) {
 		c->reason = why;
 		return -EACCES;
 	}
@@ -401,9 +397,89 @@ static size_t room(struct pipe *p)
 	return RELAY_BUF - p->end;
 }
 
+/* Whether to ask for input: room in the buffer, or in the kernel pipe. */
+static bool wants_input(struct pipe *p)
+{
+	return !p->eof && (p->kp[0] >= 0 ? !p->kfull && p->kfill < SPLICE_PIPE : room(p) > 0);
+}
+
+static bool drained(const struct pipe *p)
+{
+	return p->start == p->end && !p->kfill;
+}
+
+/* A direction whose bytes nothing checks -- plain HTTP's responses --
+ * moves them socket to pipe to socket with splice once it has carried
+ * SPLICE_AFTER and its buffer is empty: bulk data then stays in the
+ * kernel.  Short exchanges never pay for the pipe; without one (out of
+ * descriptors) the bytes are copied as before. */
+static void maybe_splice(struct pipe *p, uint64_t moved)
+{
+	if (!p->may_splice || p->kp[0] >= 0 || p->eof || moved < SPLICE_AFTER || p->start != p->end)
+		return;
+	if (pipe2(p->kp, O_CLOEXEC | O_NONBLOCK)) {
+		p->kp[0] = p->kp[1] = -1;
+		p->may_splice = false;
+		return;
+	}
+	/* splice into a socket whose peer is gone raises SIGPIPE (there is no
+	 * MSG_NOSIGNAL for it): held blocked here, taken back in splice_out. */
+	pthread_sigmask(SIG_BLOCK, &sigpipe_set, &p->mask);
+}
+
+static void unsplice(struct pipe *p)
+{
+	if (p->kp[0] < 0)
+		return;
+	close(p->kp[0]);
+	close(p->kp[1]);
+	pthread_sigmask(SIG_SETMASK, &p->mask, NULL);
+}
+
+static int splice_in(int fd, struct pipe *p)
+{
+	ssize_t n = splice(fd, NULL, p->kp[1], NULL, SPLICE_PIPE - p->kfill,
+			   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+
+	if (n < 0) {
+		/* With bytes in it, the pipe may be out of slots (a slot per
+		 * page piece, not per byte): wait until some go out. */
+		if (errno == EAGAIN && p->kfill)
+			p->kfull = true;
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	}
+	if (n == 0)
+		p->eof = true;
+	p->kfill += (size_t)n;
+	return 0;
+}
+
+static int splice_out(int fd, struct pipe *p, uint64_t *count)
+{
+	ssize_t n;
+
+	if (!p->kfill)
+		return 0;
+	n = splice(p->kp[0], NULL, fd, NULL, p->kfill, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	if (n < 0) {
+		int e = errno;
+		if (e == EPIPE)
+			sigtimedwait(&sigpipe_set, NULL, &(struct timespec){0});
+		return e == EAGAIN || e == EINTR ? 0 : -e;
+	}
+	p->kfill -= (size_t)n;
+	p->kfull = false;
+	*count += (uint64_t)n;
+	return 0;
+}
+
 static int pipe_read(struct egress_conn *c, int fd, struct pipe *p)
 {
-	ssize_t n = read(fd, p->buf + p->end, room(p));
+	ssize_t n;
+
+	if (p->kp[0] >= 0)
+		return splice_in(fd, p);
+	n = read(fd, p->buf + p->end, room(p));
 
 	if (n < 0)
 		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
@@ -425,19 +501,25 @@ static int pipe_read(struct egress_conn *c, int fd, struct pipe *p)
 
 static int pipe_write(int fd, struct pipe *p, uint64_t *count)
 {
-	ssize_t n = send(fd, p->buf + p->start, writable(p), MSG_NOSIGNAL);
+	ssize_t n;
 
+	if (p->kp[0] >= 0)
+		return splice_out(fd, p, count);
+	if (!writable(p))
+		return 0;
+	n = send(fd, p->buf + p->start, writable(p), MSG_NOSIGNAL);
 	if (n < 0)
 		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
 	p->start += (size_t)n;
 	*count += (uint64_t)n;
+	maybe_splice(p, *count);
 	return 0;
 }
 
 /* After EOF on one side and its bytes flushed, pass the half-close on. */
 static void pipe_shut(struct pipe *p, int to)
 {
-	if (p->eof && !p->shut && p->start == p->end) {
+	if (p->eof && !p->shut && drained(p)) {
 		shutdown(to, SHUT_WR);
 		p->shut = true;
 	}
@@ -453,9 +535,9 @@ static int relay_loop(struct egress_conn *c, struct pipe *up, struct pipe *down)
 		int r;
 
 		/* Back-pressure: read a side only while its buffer has room. */
-		if (!up->eof && room(up))
+		if (wants_input(up))
 			p[0].events |= POLLIN;
-		if (!down->eof && room(down))
+		if (wants_input(down))
 			p[1].events |= POLLIN;
 		if (writable(up))
 			p[1].events |= POLLOUT;
@@ -477,9 +559,11 @@ static int relay_loop(struct egress_conn *c, struct pipe *up, struct pipe *down)
 			err = pipe_read(c, c->gfd, up);
 		if (!err && p[1].events & POLLIN && p[1].revents & (POLLIN | POLLHUP | POLLERR))
 			err = pipe_read(c, c->ufd, down);
-		if (!err && p[1].revents & POLLOUT)
+		/* What was just read goes out at once, without a poll for
+		 * room first: a socket nearly always has some. */
+		if (!err)
 			err = pipe_write(c->ufd, up, &c->bytes_up);
-		if (!err && p[0].revents & POLLOUT)
+		if (!err)
 			err = pipe_write(c->gfd, down, &c->bytes_down);
 		pipe_shut(up, c->ufd);
 		pipe_shut(down, c->gfd);
@@ -503,10 +587,12 @@ static int recheck_hello(void *arg, const struct tls_hello *h, const char **why)
 
 static int relay(struct egress_conn *c)
 {
-	struct pipe up = {.filter = !strcmp(c->proto, "http")}, down = {0};
+	struct pipe up = {.filter = !strcmp(c->proto, "http"), .kp = {-1, -1}},
+		    down = {.may_splice = !strcmp(c->proto, "http"), .kp = {-1, -1}};
 	struct tls_records_ctx *tx = NULL;
 	int err = -ENOMEM;
 
+	pthread_once(&sigpipe_once, sigpipe_init);
 	fcntl(c->gfd, F_SETFL, fcntl(c->gfd, F_GETFL) | O_NONBLOCK);
 	fcntl(c->ufd, F_SETFL, fcntl(c->ufd, F_GETFL) | O_NONBLOCK);
 	if (!strcmp(c->proto, "tls") && !(tx = malloc(sizeof(*tx))))
@@ -530,6 +616,7 @@ static int relay(struct egress_conn *c)
 			err = relay_loop(c, &up, &down);
 	}
 out:
+	unsplice(&down);
 	free(up.buf);
 	free(down.buf);
 	free(tx);
@@ -585,8 +672,9 @@ static int serve(struct egress_conn *c, const char **decision, char *rule, size_
 	uint8_t addr[16];
 	int family = 0, err;
 
+	c->deadline = egress_deadline(c->ctx);
 	if ((err = read_header(c, &family, addr))) {
-		c->reason = "bad connection header";
+		c->reason = err == -ETIMEDOUT ? "no connection header in time" : "bad connection header";
 		return err;
 	}
 	addr_text(family, addr, addrbuf, addrlen);
@@ -597,6 +685,10 @@ static int serve(struct egress_conn *c, const char **decision, char *rule, size_
 		return -EACCES;
 	}
 	*decision = "allow";
+	/* A person's time to answer is not the guest's: its first bytes get a
+	 * bound of their own after the answer. */
+	if (*asked)
+		c->deadline = egress_deadline(c->ctx);
 	if ((err = check_first_bytes(c)))
 		return err;
 	if ((err = connect_upstream(c)))

@@ -15,6 +15,14 @@
  * request head. */
 #define EGRESS_FIRST_MAX (TLS_HELLO_MAX > HTTP_HEAD_MAX ? TLS_HELLO_MAX : HTTP_HEAD_MAX)
 
+/* Everything the guest must send before the proxy can decide -- the
+ * connection header, then the ClientHello or request head; the rest of an
+ * intercepted TLS handshake; a DNS message once begun -- has this long in
+ * all (or the idle timeout, if shorter).  A per-read timeout alone would let
+ * a byte every few seconds hold a connection slot for ever.  Clients send
+ * these at once. */
+#define EGRESS_DECIDE_MS 15000
+
 struct egress_conn {
 	const struct egress_ctx *ctx;
 	int gfd, ufd;                          /* guest side, upstream (-1: none) */
@@ -28,6 +36,7 @@ struct egress_conn {
 	bool intercepted;
 	unsigned requests;                     /* HTTP requests checked */
 	const char *reason;                    /* why it was refused or cut */
+	uint64_t deadline;                     /* mono_ms: end of the current phase */
 };
 
 /* Whether seen (an SNI or Host as sent) normalises to name
@@ -43,8 +52,12 @@ int egress_check_request(struct egress_conn *c, const uint8_t *buf, const struct
  * CA and talking TLS upstream over c->ufd (intercept.c). */
 int egress_intercept(struct egress_conn *c);
 
-/* Reads into buf with a timeout: bytes read, 0 at EOF, -ETIMEDOUT, -errno. */
-ssize_t egress_read_timed(int fd, void *buf, size_t len, int timeout_ms);
+/* Reads into buf, waiting until deadline (mono_ms; 0: for ever): bytes
+ * read, 0 at EOF, -ETIMEDOUT, -errno. */
+ssize_t egress_read_until(int fd, void *buf, size_t len, uint64_t deadline);
+/* mono_ms() + ctx's decide_ms (EGRESS_DECIDE_MS), or + its idle timeout if
+ * shorter. */
+uint64_t egress_deadline(const struct egress_ctx *ctx);
 
 /* Sends an audit record of type with details (consumed; conn_checks.c). */
 void egress_audit(const struct egress_ctx *ctx, const char *type, cJSON *details);

@@ -1,6 +1,7 @@
 /* The supervisor's egress: listeners for the guest's DNS streams and TCP
- * connections, one thread per accepted connection (bounded), the proxy's
- * context built from the sandbox's policy, secrets and CA.  See egress.h. */
+ * connections, each served by threads that accept for themselves
+ * (common/acceptpool.h; bounded), the proxy's context built from the
+ * sandbox's policy, secrets and CA.  See egress.h. */
 #include "supervisor/egress.h"
 
 #include <errno.h>
@@ -16,8 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/acceptpool.h"
 #include "common/log.h"
-#include "common/thread.h"
 #include "common/util.h"
 #include "proxy/ca.h"
 #include "proxy/egress.h"
@@ -28,6 +29,7 @@
 
 #define STOP_WAIT_MS 3000
 #define REFUSED_LOG_MS 10000   /* at most one "refused" line this often */
+#define IDLE_ACCEPTORS 4       /* threads kept waiting for a connection */
 
 struct listener {
 	struct sup_egress *e;
@@ -35,8 +37,7 @@ struct listener {
 	int (*serve)(const struct egress_ctx *ctx, int fd);
 	int fd;
 	char path[PATH_MAX];
-	pthread_t thread;
-	bool running;
+	struct accept_pool *pool;
 };
 
 struct sup_egress {
@@ -47,7 +48,7 @@ struct sup_egress {
 	struct egress_ca *ca;
 	struct egress_ctx dns_ctx, tcp_ctx;
 	struct listener dns, tcp;
-	atomic_int active;          /* connection threads running */
+	atomic_int active;          /* connections being served */
 	pthread_mutex_t lock;       /* stopping, asking, refused* */
 	bool stopping;
 	int asking;                 /* threads inside approvals_ask */
@@ -119,20 +120,11 @@ int sup_egress_policy(const char *state_dir, const char *const *allow, size_t na
 
 /* ---- connections ---- */
 
-struct conn {
-	struct listener *l;
-	int fd;
-};
-
-static void *conn_thread(void *arg)
+static void serve_conn(void *arg, int fd)
 {
-	struct conn *c = arg;
-	struct sup_egress *e = c->l->e;
+	struct listener *l = arg;
 
-	c->l->serve(c->l->ctx, c->fd);   /* closes fd; audits what it did */
-	free(c);
-	atomic_fetch_sub(&e->active, 1);
-	return NULL;
+	l->serve(l->ctx, fd);   /* closes fd; audits what it did */
 }
 
 /* A guest that keeps connecting at the limit must not fill the host's log
@@ -157,40 +149,11 @@ static void log_refused(struct sup_egress *e, unsigned long more, bool force)
 			n, SUP_EGRESS_MAX_CONNS, REFUSED_LOG_MS / 1000);
 }
 
-static void spawn_conn(struct listener *l, int fd)
-{
-	struct sup_egress *e = l->e;
-	struct conn *c = NULL;
-
-	if (atomic_fetch_add(&e->active, 1) >= SUP_EGRESS_MAX_CONNS || !(c = malloc(sizeof(*c)))) {
-		log_refused(e, 1, false);
-		goto refuse;
-	}
-	c->l = l;
-	c->fd = fd;
-	if (thread_detached(conn_thread, c, 256 * 1024) == 0)
-		return;
-refuse:
-	free(c);
-	close(fd);
-	atomic_fetch_sub(&e->active, 1);
-}
-
-static void *accept_thread(void *arg)
+static void refused_conn(void *arg)
 {
 	struct listener *l = arg;
 
-	for (;;) {
-		int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd >= 0) {
-			spawn_conn(l, fd);
-		} else if (errno == EINVAL || errno == EBADF) {
-			return NULL;   /* shut down by sup_egress_stop */
-		} else if (errno != EINTR && errno != ECONNABORTED) {
-			/* EMFILE and the like: breathe rather than spin. */
-			usleep(50 * 1000);
-		}
-	}
+	log_refused(l->e, 1, false);
 }
 
 /* Listens on <vsock>_<port>: the VMM's vsock device connects there for the
@@ -212,12 +175,12 @@ static int listen_port(struct listener *l, const char *vsock, unsigned port)
 	if (bind(l->fd, (struct sockaddr *)&a, sizeof(a)) < 0 || chmod(l->path, 0600) < 0 ||
 	    listen(l->fd, 128) < 0)
 		goto fail;
-	if ((err = pthread_create(&l->thread, NULL, accept_thread, l)) != 0) {
-		errno = err;
-		goto fail;
-	}
-	l->running = true;
-	return 0;
+	struct accept_pool_opts po = {.fd = l->fd, .busy = &l->e->active, .max_busy = SUP_EGRESS_MAX_CONNS,
+				      .max_idle = IDLE_ACCEPTORS, .stack = 256 * 1024,
+				      .serve = serve_conn, .refused = refused_conn, .arg = l};
+	if ((err = accept_pool_start(&po, &l->pool)) == 0)
+		return 0;
+	errno = -err;
 fail:
 	err = -errno;
 	close(l->fd);
@@ -230,13 +193,24 @@ static void listener_stop(struct listener *l)
 {
 	if (l->fd < 0)
 		return;
-	/* accept() returns EINVAL on a shut-down listening socket. */
-	shutdown(l->fd, SHUT_RDWR);
-	if (l->running)
-		pthread_join(l->thread, NULL);
+	if (l->pool)
+		accept_pool_stop(l->pool);
+	else
+		shutdown(l->fd, SHUT_RDWR);
 	close(l->fd);
 	l->fd = -1;
 	unlink(l->path);
+}
+
+/* Frees l's pool once its threads have ended (by deadline, mono_ms). */
+static int pool_free(struct listener *l, uint64_t deadline)
+{
+	uint64_t now = mono_ms();
+	int err = accept_pool_free(l->pool, now < deadline ? (int)(deadline - now) : 0);
+
+	if (!err)
+		l->pool = NULL;
+	return err;
 }
 
 /* ---- the proxy's callbacks ---- */
@@ -328,7 +302,7 @@ static int load_secrets(struct sup_egress *e, const struct sup_egress_opts *o, c
 	return err;
 }
 
-static void ctx_init(struct sup_egress *e, struct egress_ctx *c, int idle_ms)
+static void ctx_init(struct sup_egress *e, struct egress_ctx *c, int idle_ms, int decide_ms)
 {
 	memset(c, 0, sizeof(*c));
 	c->sandbox = e->sandbox;
@@ -344,6 +318,7 @@ static void ctx_init(struct sup_egress *e, struct egress_ctx *c, int idle_ms)
 		c->upstream_ca_file = NULL;
 	c->arg = e;
 	c->idle_timeout_ms = idle_ms;
+	c->decide_ms = decide_ms;
 }
 
 /* How long a request waits for a person: KOSA8_APPROVAL_TIMEOUT seconds
@@ -416,8 +391,8 @@ int sup_egress_start(const struct sup_egress_opts *o, struct sup_egress **out, c
 	}
 	/* A DNS stream stays open as long as the guest keeps it (the agent
 	 * reuses a few for every query); TCP connections time out when idle. */
-	ctx_init(e, &e->dns_ctx, 0);
-	ctx_init(e, &e->tcp_ctx, SUP_EGRESS_IDLE_MS);
+	ctx_init(e, &e->dns_ctx, 0, o->decide_ms);
+	ctx_init(e, &e->tcp_ctx, SUP_EGRESS_IDLE_MS, o->decide_ms);
 	e->dns = (struct listener){.e = e, .ctx = &e->dns_ctx, .serve = egress_dns_serve, .fd = -1};
 	e->tcp = (struct listener){.e = e, .ctx = &e->tcp_ctx, .serve = egress_connect_serve, .fd = -1};
 	if ((err = listen_port(&e->dns, o->vsock_path, EGRESS_DNS_PORT)) ||
@@ -457,9 +432,7 @@ void sup_egress_stop(struct sup_egress *e)
 	/* The VMM is gone by now, so every guest connection has ended or is
 	 * about to.  A thread still busy (an upstream that does not answer)
 	 * keeps the tables: leaking them at exit beats freeing them under it. */
-	while (atomic_load(&e->active) > 0 && mono_ms() < deadline)
-		usleep(20 * 1000);
-	if (atomic_load(&e->active) > 0) {
+	if (pool_free(&e->dns, deadline) || pool_free(&e->tcp, deadline)) {
 		log_err("egress: %d connection(s) still open at stop", atomic_load(&e->active));
 		return;
 	}

@@ -42,6 +42,9 @@ struct sup_egress_opts {
 	 * APPROVALS_MAX_WAITING per approval timeout). */
 	void (*audit)(void *arg, const char *type, cJSON *details);
 	void *audit_arg;
+	/* Bound on what the guest sends before each decision (tests); 0:
+	 * EGRESS_DECIDE_MS (src/proxy/proxy_int.h). */
+	int decide_ms;
 	/* The coalescing's clock (tests); NULL: mono_ms. */
 	uint64_t (*now_ms)(void *arg);
 	void *clock_arg;

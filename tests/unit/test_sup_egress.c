@@ -248,6 +248,23 @@ static int count_lines(const char *path, const char *needle)
 	return n;
 }
 
+/* For a test holding SUP_EGRESS_MAX_CONNS connections: both ends of each
+ * live in this process. */
+static void prepare_many(struct rec *r, char *vsock, size_t len)
+{
+	struct rlimit rl;
+
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur < 3 * SUP_EGRESS_MAX_CONNS) {
+		rl.rlim_cur = rl.rlim_max;
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
+	assert_true(rl.rlim_cur >= 3 * SUP_EGRESS_MAX_CONNS);
+	clear_policies();
+	pthread_mutex_init(&r->lock, NULL);
+	snprintf(vsock, len, "%s/vsock.sock", dir);
+}
+
 #define EXTRA_CONNS 40
 /* A guest holding SUP_EGRESS_MAX_CONNS connections (DNS streams, which
  * never time out) and connecting again and again: the extra connections
@@ -265,20 +282,10 @@ static void test_conn_limit(void **state)
 	};
 	static int held[SUP_EGRESS_MAX_CONNS];
 	struct sup_egress *e = NULL;
-	struct rlimit rl;
 	uint8_t buf[8];
 	int saved, lf, tries;
 
-	/* Both ends of every held connection live in this process. */
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	if (rl.rlim_cur < 3 * SUP_EGRESS_MAX_CONNS) {
-		rl.rlim_cur = rl.rlim_max;
-		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
-	}
-	assert_true(rl.rlim_cur >= 3 * SUP_EGRESS_MAX_CONNS);
-	clear_policies();
-	pthread_mutex_init(&r.lock, NULL);
-	snprintf(vsock, sizeof(vsock), "%s/vsock.sock", dir);
+	prepare_many(&r, vsock, sizeof(vsock));
 	snprintf(p, sizeof(p), "%s_1053", vsock);
 	snprintf(logf, sizeof(logf), "%s/stderr.log", dir);
 	assert_int_equal(sup_egress_start(&o, &e, why, sizeof(why)), 0);
@@ -303,6 +310,147 @@ static void test_conn_limit(void **state)
 	for (tries = 0; tries < 100 && !dns_answered(p); tries++)
 		usleep(100 * 1000);
 	assert_true(tries < 100);
+	sup_egress_stop(e);
+	pthread_mutex_destroy(&r.lock);
+}
+
+#define DRIP_DECIDE_MS 1000
+#define DRIP_EVERY_MS 200
+#define DRIP_GIVE_UP_MS 5000   /* before the slowest message (DNS, 32 bytes) is whole */
+
+/* One DNS query for allowed.test on a new connection: its synthetic
+ * address, network order. */
+static void synthetic_of_allowed(const char *path, uint8_t addr[4])
+{
+	static const uint8_t query[] = {
+		0, 30, 0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0,
+		7, 'a', 'l', 'l', 'o', 'w', 'e', 'd', 4, 't', 'e', 's', 't', 0, 0, 1, 0, 1,
+	};
+	uint8_t buf[600];
+	int d = uconnect(path);
+	size_t n, alen;
+
+	assert_int_equal(write(d, query, sizeof(query)), (ssize_t)sizeof(query));
+	n = read_some(d, buf, sizeof(buf), 2);
+	assert_true(n >= 2);
+	alen = (size_t)buf[0] << 8 | buf[1];
+	n += read_some(d, buf + n, sizeof(buf) - n, 2 + alen - n);
+	assert_int_equal(n, 2 + alen);
+	memcpy(addr, buf + 2 + alen - 4, 4);
+	close(d);
+}
+
+struct drip {
+	int fd;
+	const uint8_t *msg;
+	size_t len, sent;
+	uint64_t start, closed;   /* mono_ms */
+};
+
+/* One step of one dripping connection: true once the proxy closed it. */
+static bool drip_step(struct drip *d)
+{
+	uint8_t b;
+	ssize_t n = recv(d->fd, &b, 1, MSG_DONTWAIT);
+
+	if (n == 0 || (n < 0 && errno != EAGAIN))
+		return true;
+	assert_true(n < 0);   /* the proxy never writes to these */
+	if (d->sent < d->len) {
+		if (send(d->fd, d->msg + d->sent, 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1)
+			d->sent++;
+		else if (errno != EAGAIN)
+			return true;
+	}
+	return false;
+}
+
+/* A guest holds every connection slot with connections that send a byte
+ * every DRIP_EVERY_MS, so that no read ever waits long: a third drip the
+ * connection header, a third a whole header and then an HTTP request head,
+ * a third a DNS message.  Each is closed when its phase's deadline passes
+ * (decide_ms after it began), before its bytes are all sent; then a new
+ * connection is served.  A per-read timeout alone never closed them. */
+static void test_drip_deadline(void **state)
+{
+	static const uint8_t dnsq[] = {
+		0, 30, 0x56, 0x78, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0,
+		7, 'a', 'l', 'l', 'o', 'w', 'e', 'd', 4, 't', 'e', 's', 't', 0, 0, 1, 0, 1,
+	};
+	static const char req[] = "GET / HTTP/1.1\r\nHost: allowed.test\r\nUser-Agent: drip\r\n\r\n";
+	static struct drip d[SUP_EGRESS_MAX_CONNS];
+	const char *allow[] = { "allowed.test" };
+	char vsock[200], dns[240], tcp[240], why[256] = "";
+	struct rec r = { .n = 0 };
+	struct sup_egress_opts o = {
+		.sandbox = "t", .state_dir = statedir, .vsock_path = vsock, .allow = allow,
+		.nallow = 1, .audit = record, .audit_arg = &r, .decide_ms = DRIP_DECIDE_MS,
+	};
+	uint8_t hdr[12] = { 'K', '8', 'E', '1', 4, 0, 0, 80 }, buf[8];
+	struct sup_egress *e = NULL;
+	int open_n = SUP_EGRESS_MAX_CONNS, saved, x;
+	uint64_t t0;
+
+	prepare_many(&r, vsock, sizeof(vsock));
+	snprintf(dns, sizeof(dns), "%s_1053", vsock);
+	snprintf(tcp, sizeof(tcp), "%s_1080", vsock);
+	assert_int_equal(sup_egress_start(&o, &e, why, sizeof(why)), 0);
+	synthetic_of_allowed(dns, hdr + 8);
+	for (int i = 0; i < SUP_EGRESS_MAX_CONNS; i++) {
+		d[i] = (struct drip){ .start = mono_ms() };
+		switch (i % 3) {
+		case 0:
+			d[i].fd = uconnect(tcp);
+			d[i].msg = hdr;
+			d[i].len = sizeof(hdr);
+			break;
+		case 1:
+			d[i].fd = uconnect(tcp);
+			assert_int_equal(write(d[i].fd, hdr, sizeof(hdr)), (ssize_t)sizeof(hdr));
+			d[i].msg = (const uint8_t *)req;
+			d[i].len = sizeof(req) - 1;
+			break;
+		default:
+			d[i].fd = uconnect(dns);
+			d[i].msg = dnsq;
+			d[i].len = sizeof(dnsq);
+		}
+	}
+	t0 = mono_ms();
+	while (open_n && mono_ms() - t0 < DRIP_GIVE_UP_MS) {
+		for (int i = 0; i < SUP_EGRESS_MAX_CONNS; i++) {
+			if (d[i].closed || !drip_step(&d[i]))
+				continue;
+			d[i].closed = mono_ms();
+			close(d[i].fd);
+			open_n--;
+		}
+		/* Every slot is taken: a connection more is closed at once. */
+		if (mono_ms() - t0 < DRIP_DECIDE_MS / 2 && mono_ms() - t0 >= DRIP_EVERY_MS) {
+			int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);   /* its log line */
+			saved = dup(2);
+			dup2(nul, 2);
+			x = uconnect(dns);
+			assert_int_equal(read_some(x, buf, sizeof(buf), 1), 0);
+			close(x);
+			dup2(saved, 2);
+			close(saved);
+			close(nul);
+		}
+		usleep(DRIP_EVERY_MS * 1000);
+	}
+	print_message("drip: %d of %d still open after %llu ms\n", open_n, SUP_EGRESS_MAX_CONNS,
+		      (unsigned long long)(mono_ms() - t0));
+	for (int i = 0; i < SUP_EGRESS_MAX_CONNS; i++) {
+		if (!d[i].closed) {
+			close(d[i].fd);
+			continue;
+		}
+		assert_true(d[i].closed - d[i].start >= DRIP_DECIDE_MS - 10);
+		assert_true(d[i].sent < d[i].len);
+	}
+	assert_int_equal(open_n, 0);
+	assert_true(dns_answered(dns));
 	sup_egress_stop(e);
 	pthread_mutex_destroy(&r.lock);
 }
@@ -387,6 +535,7 @@ int main(void)
 		cmocka_unit_test(test_policy_errors),
 		cmocka_unit_test(test_listeners),
 		cmocka_unit_test(test_conn_limit),
+		cmocka_unit_test(test_drip_deadline),
 		cmocka_unit_test(test_missing_secret),
 		cmocka_unit_test(test_approval_timeout_env),
 		cmocka_unit_test(test_cfg_lists),
