@@ -106,21 +106,25 @@ def vmctl_live(ctl, cp):
     comes once the VMM has written the memory file too."""
     s = socket.socket(socket.AF_UNIX)
     s.connect(ctl)
-    s.sendall(f"checkpoint-live {cp}\n".encode())
+    # docs/control-protocol.md: JSON lines, version 1.
+    s.sendall(json.dumps({"v": 1, "op": "checkpoint", "dir": cp, "live": True}).encode() + b"\n")
     data, fds, _, _ = socket.recv_fds(s, 4096, 1)
     while not data.endswith(b"\n"):
         more = s.recv(4096)
         if not more:
             break
         data += more
-    ans = data.decode()
-    if not ans.startswith("ok") or len(fds) != 1:
+    try:
+        ans = json.loads(data.decode())
+    except ValueError:
+        ans = {}
+    if not ans.get("ok") or len(fds) != 1:
         for fd in fds:
             os.close(fd)
-        raise RuntimeError(f"kosa8 checkpoint-live failed: {ans}")
-    f = dict(re.findall(r"(\w+)=(\S+)", ans))
-    return {"paused_ms": float(f["paused_ms"]), "total_ms": float(f["total_ms"]),
-            "live": f["live"]}, fds[0], s
+        raise RuntimeError(f"kosa8 checkpoint live failed: {data!r}")
+    f = dict(re.findall(r"(\w+)=(\S+)", ans.get("message", "")))
+    return {"paused_ms": float(ans["paused_ms"]), "total_ms": float(f["total_ms"]),
+            "live": int(ans["live"])}, fds[0], s
 
 
 def kosa8_start_restore(a, cp, out, memfd=None):
@@ -171,7 +175,7 @@ def kosa8_round(a, work, mem, fill):
             fork3_s, fork3_vmm = kosa8_restore(a, cp3, f"{work}/k.fork3", memfd)
         finally:
             os.close(memfd)
-        live_sock.sendall(b"status\n")
+        live_sock.sendall(b'{"v":1,"op":"status"}\n')
         live_sock.recv(4096)
         live_write_s = time.monotonic() - t_ans
         live_sock.close()

@@ -16,7 +16,7 @@ startup_ms() {
 	python3 - "$run/$1/control.sock" <<-'PY'
 	import json, socket, sys
 	s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(sys.argv[1])
-	s.sendall(b'{"op":"status"}\n')
+	s.sendall(b'{"v":1,"op":"status"}\n')
 	print(json.dumps(json.loads(s.makefile().readline()).get("startup_ms")))
 	PY
 }

@@ -606,8 +606,8 @@ eg_write_approval_scripts() {
 	cat >"$WORK/eg/ws/selfanswer.py" <<-'EOF'
 	import json, socket, sys, time
 	t0 = int(sys.argv[1]) / 1e9
-	msgs = b"".join(json.dumps({"op": "approvals.answer", "id": i, "answer": "always"}).encode() + b"\n"
-	                for i in range(1, 9)) + b'{"op":"approvals.list"}\n'
+	msgs = b"".join(json.dumps({"v": 1, "op": "approvals.answer", "id": i, "answer": "always"}).encode() + b"\n"
+	                for i in range(1, 9)) + b'{"v":1,"op":"approvals.list"}\n'
 	# The ports that listen first (the scan's positive control), then the
 	# rest from 1 up for as long as the request waits: about 16 ms each.
 	ports = [1053, 1080, 2049, 5000, 8080, 10000, 49152, 65535]
