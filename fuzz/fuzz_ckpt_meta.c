@@ -1,4 +1,4 @@
-/* libFuzzer target: a sandbox checkpoint record (supervisor/checkpoints.h),
+/* libFuzzer target: a sandbox checkpoint record (sandbox/checkpoints.h),
  * which the supervisor and `kosa8 checkpoints` read from the sandbox's
  * state directory.
  *
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "supervisor/checkpoints.h"
+#include "sandbox/checkpoints.h"
 
 static void check(const struct ckpt_meta *m)
 {

@@ -19,7 +19,7 @@
 #include "cli/commands.h"
 #include "supervisor/approvals.h"
 #include "supervisor/control.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 
 #define APPROVALS_CALL_MS 5000
 

@@ -16,10 +16,10 @@
 #include "common/util.h"
 #include "proxy/secrets.h"
 #include "sandbox/owner.h"
-#include "supervisor/checkpoints.h"
+#include "sandbox/checkpoints.h"
 #include "supervisor/ckpt_ops.h"
 #include "supervisor/control.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 #include "supervisor/supervisor.h"
 
 /* A rewind boots nothing but waits for the restored agent; under software

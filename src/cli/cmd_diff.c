@@ -50,7 +50,7 @@
 #include "common/termsafe.h"
 #include "common/util.h"
 #include "supervisor/control.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 
 #define GIT_TREE_HEX 64 /* room for a SHA-1 or SHA-256 object name */
 

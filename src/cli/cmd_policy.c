@@ -16,7 +16,7 @@
 #include "cli/commands.h"
 #include "common/util.h"
 #include "proxy/policy.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 
 #define EXIT_ASK 3
 

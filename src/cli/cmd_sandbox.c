@@ -32,7 +32,7 @@
 #include "supervisor/ckpt_ops.h"
 #include "supervisor/console_log.h"
 #include "supervisor/control.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 #include "supervisor/supervisor.h"
 
 #define DEFAULT_MEM (1024 * MiB)

@@ -18,7 +18,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "disk/disk.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 #include "vmm/snapshot.h"
 #include "vmm/snapshot_mem.h"
 #include "vmm/vm_control.h"

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "supervisor/checkpoints.h"
+#include "sandbox/checkpoints.h"
 
 /* How long the VMM may take to write a checkpoint (a large guest under
  * software emulation is slow). */

@@ -30,7 +30,7 @@
 #include "supervisor/control.h"
 #include "supervisor/ctl_server.h"
 #include "supervisor/egress.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 #include "supervisor/sup_op.h"
 #include "supervisor/vmm_clone.h"
 #include "supervisor/vmm_files.h"

@@ -22,7 +22,7 @@
 #include "agentproto/conn.h"
 #include "agentproto/proto.h"
 #include "agentproto/tree.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 #include "tmp_dir.h"
 
 static void test_hdr(void **state)

@@ -14,10 +14,10 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "supervisor/checkpoints.h"
+#include "sandbox/checkpoints.h"
 #include "supervisor/ckpt_ops.h"
 #include "common/util.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 
 static char root[64];
 

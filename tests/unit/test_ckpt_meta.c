@@ -1,4 +1,4 @@
-/* Sandbox checkpoint records (supervisor/checkpoints.h): ids, messages, the
+/* Sandbox checkpoint records (sandbox/checkpoints.h): ids, messages, the
  * parser's refusals, a format/parse round trip, and the files on disk. */
 #include <errno.h>
 #include <setjmp.h>
@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "supervisor/checkpoints.h"
+#include "sandbox/checkpoints.h"
 
 static void test_ids(void **state)
 {

@@ -18,7 +18,7 @@
 #include "tmp_dir.h"
 
 #include "disk/disk.h"
-#include "supervisor/checkpoints.h"
+#include "sandbox/checkpoints.h"
 #include "supervisor/ckpt_ops.h"
 
 static char dir[PATH_MAX], image[PATH_MAX + 16], first[PATH_MAX + 16], next[PATH_MAX + 32];

@@ -20,7 +20,7 @@
 
 #include "cli/cmd_table.h"
 #include "common/util.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 
 static char kosa8[PATH_MAX], srcdir[PATH_MAX], tmp[64];
 

@@ -33,7 +33,7 @@
 #include "common/util.h"
 #include "sandbox/owner.h"
 #include "supervisor/control.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 
 #define NOBODY 65534
 

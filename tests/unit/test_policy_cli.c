@@ -26,7 +26,7 @@
 #include "proxy/policy.h"
 #include "supervisor/approvals.h"
 #include "supervisor/control.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 
 static char kosa8[PATH_MAX];
 static char dir[64];

@@ -1,4 +1,4 @@
-/* supervisor/sandbox.c: a sandbox's vsock CID in sandbox.json, and picking
+/* sandbox/sandbox.c: a sandbox's vsock CID in sandbox.json, and picking
  * one no other sandbox of the user has. */
 #include <errno.h>
 #include <limits.h>
@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "common/util.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 
 static char root[64];
 

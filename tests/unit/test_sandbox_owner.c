@@ -23,7 +23,7 @@
 
 #include "common/util.h"
 #include "sandbox/owner.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 #include "vmm/jail.h"
 
 static char kosa8[PATH_MAX], root[64], sdir[PATH_MAX];

@@ -4,7 +4,7 @@
  * (a unix connection per guest connection): a DNS query answered from
  * policy with a synthetic address and audited, a TCP connection to an
  * address that is not synthetic refused, and a clean stop.  Also the
- * sandbox config's egress lists (src/supervisor/sandbox.c). */
+ * sandbox config's egress lists (src/sandbox/sandbox.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -28,7 +28,7 @@
 
 #include "common/util.h"
 #include "supervisor/egress.h"
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 
 
 static void write_text(const char *path, const char *text)

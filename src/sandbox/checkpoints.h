@@ -1,4 +1,5 @@
-/* A sandbox's checkpoints as the supervisor records them.
+/* A sandbox's checkpoints on disk, as the supervisor records them and the
+ * CLI reads them.
  *
  *   state dir/checkpoints/     the jailed VMM's --checkpoint-dir, the only
  *                              place it may write files (vmm/jail.h):
@@ -20,8 +21,8 @@
  * files a user (or a bug) may have damaged: every field is type- and
  * bounds-checked and a bad file is refused with one line.  It is fuzzed by
  * fuzz/fuzz_ckpt_meta.c. */
-#ifndef KOSA8_SUPERVISOR_CHECKPOINTS_H
-#define KOSA8_SUPERVISOR_CHECKPOINTS_H
+#ifndef KOSA8_SANDBOX_CHECKPOINTS_H
+#define KOSA8_SANDBOX_CHECKPOINTS_H
 
 #include <limits.h>
 #include <stdbool.h>

@@ -1,4 +1,4 @@
-#include "supervisor/checkpoints.h"
+#include "sandbox/checkpoints.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

@@ -1,4 +1,4 @@
-#include "supervisor/sandbox.h"
+#include "sandbox/sandbox.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
