@@ -25,6 +25,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "end_child.h"
+
 #include "agentproto/client.h"
 
 static char dir[64];
@@ -71,6 +73,7 @@ static pid_t start_agent(const char *sock)
 		agent_client_close(c);
 		usleep(10000);
 	}
+	end_child(pid, SIGKILL, false);
 	fail_msg("agent did not start (%s)", bin);
 	return -1;
 }
@@ -1063,8 +1066,7 @@ static void kill_pid1_agent(void)
 		kill(child, SIGKILL);
 	if (f)
 		fclose(f);
-	kill(pid1_unshare, SIGKILL);
-	waitpid(pid1_unshare, NULL, 0);
+	end_child(pid1_unshare, SIGKILL, false);
 	pid1_unshare = 0;
 }
 
@@ -1073,8 +1075,7 @@ static int teardown(void **state)
 	char cmd[256];
 	int bad = 0;
 	kill_pid1_agent();
-	kill(agent_pid, SIGTERM);
-	waitpid(agent_pid, NULL, 0);
+	end_child(agent_pid, SIGTERM, false);
 	/* The sanitizer build's agent reports into its log: any report fails
 	 * the suite, even if the client side happened to cope. */
 	snprintf(cmd, sizeof(cmd), "grep -E 'Sanitizer|runtime error' '%s/agent.log'", dir);

@@ -30,6 +30,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "end_child.h"
+
 static char dir[64], prefix[128];
 static int host_dns = -1, host_tcp = -1;   /* the fake host's listeners */
 static uint16_t tcp_port, dns_port;
@@ -210,10 +212,7 @@ static int teardown(void **state)
 {
 	char cmd[160];
 
-	if (agent_pid > 0) {
-		kill(agent_pid, SIGKILL);
-		waitpid(agent_pid, NULL, 0);
-	}
+	end_child(agent_pid, SIGKILL, false);
 	close(host_dns);
 	close(host_tcp);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);

@@ -29,6 +29,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "end_child.h"
+
 #include "common/util.h"
 #include "proxy/ca.h"
 #include "proxy/egress.h"
@@ -494,10 +496,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	close(server_stdin[1]);
-	kill(-server_pid, SIGTERM);
-	waitpid(server_pid, NULL, 0);
-	kill(hrr_pid, SIGTERM);
-	waitpid(hrr_pid, NULL, 0);
+	end_child(server_pid, SIGTERM, true);
+	end_child(hrr_pid, SIGTERM, false);
 	sh("rm -rf %s", tmp);
 	return 0;
 }
