@@ -125,7 +125,7 @@ static int machine_stop(const char *dir)
 		close(fd);
 	for (end = mono_ms() + STOP_GRACE_MS; running_now(dir) && mono_ms() < end;)
 		usleep(200 * 1000);
-	if (running_now(dir) && pid > 0) {
+	if (running_now(dir) && pid > 1) {
 		fprintf(stderr, "kosa8 machine: the machine did not power off in %d s; ending QEMU (pid %d)\n",
 			STOP_GRACE_MS / 1000, pid);
 		kill(pid, SIGTERM);

@@ -636,6 +636,10 @@ static int end_vmm(struct supervisor *s)
 	struct vm_control_reply rep;
 	int status = 0;
 
+	/* kill(0) or kill(-1) would hit the supervisor's group or every
+	 * process of the user: only ever a VMM that was started. */
+	if (s->vmm <= 0)
+		return 0;
 	if (vm_control_call(s->vm_ctl, &stop, &rep, NULL, VMM_CTL_STOP_MS) == 0) {
 		for (uint64_t end = mono_ms() + VMM_EXIT_WAIT_MS; mono_ms() < end; usleep(20 * 1000))
 			if (waitpid(s->vmm, &status, WNOHANG) == s->vmm)
@@ -736,8 +740,7 @@ static cJSON *op_take(struct sup_op_runner *op, void *arg, int *pass_fd)
 /* Ends the running VMM now (its state is thrown away by the rewind). */
 static void kill_vmm(struct supervisor *s)
 {
-	if (s->vmm > 0)
-		end_vmm(s);
+	end_vmm(s);
 }
 
 /* The VM did not come back from the checkpoint: the sandbox has stopped. */
