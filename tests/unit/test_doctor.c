@@ -89,6 +89,17 @@ static void expect(const char *name, const char *status, const char *in_found)
 		fail_msg("%s: '%s' does not say '%s'", name, found, in_found);
 }
 
+/* What the check name found contains in_found, whatever its status (which
+ * depends on this host's KVM). */
+static void expect_found(const char *name, const char *in_found)
+{
+	char st[16], found[PATH_MAX + 256];
+
+	check_of(name, st, found, sizeof(found));
+	if (!strstr(found, in_found))
+		fail_msg("%s: '%s' does not say '%s'", name, found, in_found);
+}
+
 /* A copy of kosa8 with a kernel beside it, as install.sh and the package
  * lay it out: no build tree anywhere near. */
 static void test_kernel_of_installed_layout(void **state)
@@ -157,6 +168,26 @@ static void test_key_fingerprint_and_mode(void **state)
 	assert_int_equal(run("rm -rf $D/cfg/audit"), 0);
 }
 
+/* The helper scripts are found as `kosa8 vm` and the machine commands find
+ * them: $KOSA8_TESTBED and $KOSA8_MACHINE_SCRIPT count, beside a copy of
+ * kosa8 that has no testbed/ of its own. */
+static void test_emulation_found_as_commands_find_it(void **state)
+{
+	if (run("command -v qemu-system-x86_64"))
+		skip();
+	assert_int_equal(run("mkdir -p $D/emu/bin && cp $K $D/emu/bin/kosa8 && "
+			     "printf '#!/bin/sh\\nexit 0\\n' >$D/emu/tb && chmod +x $D/emu/tb"),
+			 0);
+	run("$D/emu/bin/kosa8 doctor --json");
+	expect_found("emulation", "not installed");
+	run("KOSA8_TESTBED=$D/emu/tb KOSA8_MACHINE_SCRIPT=$D/emu/tb $D/emu/bin/kosa8 doctor --json");
+	expect("emulation", "ok", "the helper machine");
+	run("KOSA8_TESTBED=$D/emu/tb $D/emu/bin/kosa8 doctor --json");
+	expect_found("emulation", "not installed");
+	run("KOSA8_MACHINE_SCRIPT=$D/emu/tb $D/emu/bin/kosa8 doctor --json");
+	expect_found("emulation", "not installed");
+}
+
 static void test_usage(void **state)
 {
 	assert_int_equal(run("$K doctor --bogus"), 2);
@@ -171,6 +202,7 @@ int main(void)
 		cmocka_unit_test(test_image_of_installed_layout),
 		cmocka_unit_test(test_key_never_created),
 		cmocka_unit_test(test_key_fingerprint_and_mode),
+		cmocka_unit_test(test_emulation_found_as_commands_find_it),
 		cmocka_unit_test(test_usage),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
