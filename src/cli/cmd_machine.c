@@ -230,6 +230,9 @@ bool cli_machine_dispatch(const char *name, int argc, char **argv, bool no_emula
 	if (machine_running(dir, &pid) != 1 && listed(local_when_stopped, ARRAY_SIZE(local_when_stopped), name))
 		return false;
 	if (machine_running(dir, &pid) != 1 || !machine_ready(dir)) {
+		/* Before the server starts: it would run what killed clients
+		 * left waiting. */
+		machine_sweep_requests(dir);
 		if (machine_running(dir, &pid) != 1)
 			fprintf(stderr, "kosa8: %s; sandboxes run in kosa8's helper machine, under software "
 					"emulation (slow). Starting it; 'kosa8 machine stop' ends it.\n", why);
