@@ -100,6 +100,19 @@ static void expect_found(const char *name, const char *in_found)
 		fail_msg("%s: '%s' does not say '%s'", name, found, in_found);
 }
 
+/* The first n characters cmd printed, into buf (n + 1 bytes): it must
+ * succeed and print at least that many. */
+static void printed(const char *cmd, char *buf, size_t n)
+{
+	size_t k;
+
+	assert_int_equal(run("%s", cmd), 0);
+	k = strnlen(out, n);
+	memcpy(buf, out, k);
+	buf[k] = '\0';
+	assert_int_equal(k, n);
+}
+
 /* A copy of kosa8 with a kernel beside it, as install.sh and the package
  * lay it out: no build tree anywhere near. */
 static void test_kernel_of_installed_layout(void **state)
@@ -122,16 +135,14 @@ static void test_image_of_installed_layout(void **state)
 {
 	char key[32];
 
-	assert_int_equal(run("mkdir -p $D/img/bin $D/img/lib/kosa8/guest/image && cp $K $D/img/bin/kosa8 && "
-			     /* any static ELF will do as the agent (the sanitizer build's is dynamic) */
-			     "echo 'int main(void){return 0;}' | cc -static -x c - -o $D/img/lib/kosa8/kosa8-agent && "
-			     "cp guest/image/build.sh guest/image/default.recipe $D/img/lib/kosa8/guest/image/ && "
-			     "KOSA8_CACHE_DIR=$D/cache KOSA8_AGENT=$D/img/lib/kosa8/kosa8-agent "
-			     "$D/img/lib/kosa8/guest/image/build.sh --path default 2>&1 | "
-			     "sed -n 's/.*for key \\([0-9a-f]*\\).*/\\1/p'"),
-			 0);
-	snprintf(key, sizeof(key), "%.16s", out);
-	assert_int_equal(strlen(key), 16);
+	printed("mkdir -p $D/img/bin $D/img/lib/kosa8/guest/image && cp $K $D/img/bin/kosa8 && "
+		/* any static ELF will do as the agent (the sanitizer build's is dynamic) */
+		"echo 'int main(void){return 0;}' | cc -static -x c - -o $D/img/lib/kosa8/kosa8-agent && "
+		"cp guest/image/build.sh guest/image/default.recipe $D/img/lib/kosa8/guest/image/ && "
+		"KOSA8_CACHE_DIR=$D/cache KOSA8_AGENT=$D/img/lib/kosa8/kosa8-agent "
+		"$D/img/lib/kosa8/guest/image/build.sh --path default 2>&1 | "
+		"sed -n 's/.*for key \\([0-9a-f]*\\).*/\\1/p'",
+		key, 16);
 	assert_int_equal(run("mkdir -p $D/cache/images/default/%s && touch $D/cache/images/default/%s/rootfs.ext4 && "
 			     "KOSA8_CACHE_DIR=$D/cache $D/img/bin/kosa8 doctor --json",
 			     key, key),
@@ -152,13 +163,11 @@ static void test_key_fingerprint_and_mode(void **state)
 {
 	char hex[80];
 
-	assert_int_equal(run("mkdir -p -m 700 $D/cfg/audit && (umask 077; openssl genpkey -algorithm ed25519 "
-			     "-out $D/cfg/audit/audit-ed25519.pem) && openssl pkey -in "
-			     "$D/cfg/audit/audit-ed25519.pem -pubout -outform DER | tail -c 32 | od -An -tx1 | "
-			     "tr -d ' \\n'"),
-			 0);
-	snprintf(hex, sizeof(hex), "%.64s", out);
-	assert_int_equal(strlen(hex), 64);
+	printed("mkdir -p -m 700 $D/cfg/audit && (umask 077; openssl genpkey -algorithm ed25519 "
+		"-out $D/cfg/audit/audit-ed25519.pem) && openssl pkey -in "
+		"$D/cfg/audit/audit-ed25519.pem -pubout -outform DER | tail -c 32 | od -An -tx1 | "
+		"tr -d ' \\n'",
+		hex, 64);
 	run("$K doctor --json");
 	expect("audit-key", "ok", hex);
 
