@@ -91,14 +91,22 @@ static void term_size(unsigned *rows, unsigned *cols)
 	}
 }
 
-/* Removes a request's directory (flat: only files). */
-static void remove_dir_flat(int parent, const char *name)
+/* Removes the request directory name in reqs (flat: only files).  Out of
+ * the server's sight first (it takes r-*): a directory it took while its
+ * files went would get a new "started" and stay. */
+static void remove_dir_flat(int reqs, const char *name)
 {
-	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	const char *dash = strchr(name, '-');
+	char gone[NAME_MAX + 1];
 	struct dirent *e;
+	DIR *d;
+	int fd;
 
-	if (d) {
+	if (!dash || snprintf(gone, sizeof(gone), ".old%s", dash) >= (int)sizeof(gone) ||
+	    (strcmp(name, gone) && renameat(reqs, name, reqs, gone) < 0))
+		return;
+	fd = openat(reqs, gone, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0 && (d = fdopendir(fd))) {
 		while ((e = readdir(d)))
 			if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
 				unlinkat(dirfd(d), e->d_name, 0);
@@ -106,7 +114,7 @@ static void remove_dir_flat(int parent, const char *name)
 	} else if (fd >= 0) {
 		close(fd);
 	}
-	unlinkat(parent, name, AT_REMOVEDIR);
+	unlinkat(reqs, gone, AT_REMOVEDIR);
 }
 
 /* Whether the request directory name in reqs still has its client: one
@@ -148,7 +156,8 @@ int machine_sweep_requests(const char *dir)
 		return -errno;
 	}
 	while ((e = readdir(d))) {
-		if (strncmp(e->d_name, "r-", 2) && strncmp(e->d_name, ".new-", 5))
+		if (strncmp(e->d_name, "r-", 2) && strncmp(e->d_name, ".new-", 5) &&
+		    strncmp(e->d_name, ".old-", 5))
 			continue;
 		if (has_client(dirfd(d), e->d_name))
 			live++;
@@ -253,7 +262,18 @@ out:
 
 static void remove_request(const struct fwd *f)
 {
-	remove_dir_flat(AT_FDCWD, f->dir);
+	char reqs[PATH_MAX];
+	char *slash;
+	int fd;
+
+	snprintf(reqs, sizeof(reqs), "%s", f->dir);
+	if (!(slash = strrchr(reqs, '/')))
+		return;
+	*slash = '\0';
+	if ((fd = open(reqs, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return;
+	remove_dir_flat(fd, slash + 1);
+	close(fd);
 }
 
 /* Copies what the machine appended to out or err since last time.  What

@@ -121,8 +121,8 @@ static int client_status(pid_t pid)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* Request directories in requests/ (r-* and .new-*); the first's name in
- * first. */
+/* Request directories in requests/ (r-*, .new-*, .old-*); the first's
+ * name in first. */
 static int count_requests(char *first, size_t len)
 {
 	struct dirent *e;
@@ -131,7 +131,8 @@ static int count_requests(char *first, size_t len)
 
 	assert_non_null(d);
 	while ((e = readdir(d)))
-		if (!strncmp(e->d_name, "r-", 2) || !strncmp(e->d_name, ".new-", 5)) {
+		if (!strncmp(e->d_name, "r-", 2) || !strncmp(e->d_name, ".new-", 5) ||
+		    !strncmp(e->d_name, ".old-", 5)) {
 			if (!n++ && first)
 				snprintf(first, len, "%s/%.64s", reqs, e->d_name);
 		}
