@@ -14,20 +14,13 @@
 
 static int map_fd(int fd, size_t max, bool populate, const uint8_t **p, size_t *len)
 {
-	struct stat st;
 	void *m;
+	int err;
 
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	if (!S_ISREG(st.st_mode))
-		return -EINVAL;
-	if ((uint64_t)st.st_size > max)
-		return -EFBIG;
 	*p = NULL;
-	*len = (size_t)st.st_size;
-	if (!st.st_size)
-		return 0;
-	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+	if ((err = fd_regular_size(fd, max, len)) || !*len)
+		return err;
+	m = mmap(NULL, *len, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
 	if (m == MAP_FAILED)
 		return -errno;
 	*p = m;
@@ -97,14 +90,13 @@ static size_t last_line_end(const uint8_t *p, size_t len)
 static int snapshot_open(const char *log_path, size_t max, bool scan, struct audit_snapshot *s)
 {
 	char heads_path[4096];
-	struct stat st;
 	int fd, hfd = -1, err;
 
 	memset(s, 0, sizeof(*s));
 	err = audit_heads_path(log_path, heads_path, sizeof(heads_path));
 	if (err)
 		return err;
-	fd = open(log_path, O_RDONLY | O_CLOEXEC);
+	fd = open(log_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused, not waited on */
 	if (fd < 0)
 		return -errno;
 	while (flock(fd, LOCK_SH) < 0)
@@ -112,17 +104,11 @@ static int snapshot_open(const char *log_path, size_t max, bool scan, struct aud
 			err = -errno;
 			goto out;
 		}
-	if (scan) {
-		err = map_fd(fd, max, false, &s->log, &s->log_map);
-	} else if (fstat(fd, &st) < 0) {
-		err = -errno;
-	} else {
-		err = !S_ISREG(st.st_mode) ? -EINVAL : (uint64_t)st.st_size > max ? -EFBIG : 0;
-		s->log_len = (size_t)st.st_size;
-	}
+	err = scan ? map_fd(fd, max, false, &s->log, &s->log_map)
+		   : fd_regular_size(fd, max, &s->log_len);
 	if (err)
 		goto out;
-	hfd = open(heads_path, O_RDONLY | O_CLOEXEC);
+	hfd = open(heads_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (hfd < 0 && errno != ENOENT) {
 		err = -errno;
 		goto out;

@@ -12,6 +12,7 @@
 
 #include "audit/prehash.h"
 #include "audit/sign.h"
+#include "common/fileio.h"
 
 const char *audit_problem_name(enum audit_problem p)
 {
@@ -619,20 +620,18 @@ int audit_verify_fd(int fd, size_t log_len, const uint8_t *heads, size_t heads_l
 
 int audit_map_file(const char *path, const uint8_t **p, size_t *len)
 {
-	struct stat st;
 	void *m;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), err;
 
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return -EINVAL;
-	}
 	*p = NULL;
-	*len = (size_t)st.st_size;
-	if (st.st_size > 0) {
-		m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if ((err = fd_regular_size(fd, UINT64_MAX, len))) {
+		close(fd);
+		return err;
+	}
+	if (*len > 0) {
+		m = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (m == MAP_FAILED) {
 			close(fd);
 			return -errno;
@@ -654,22 +653,21 @@ int audit_verify_files(const char *log_path, const char *heads_path,
 		       merkle_hash **leaves)
 {
 	const uint8_t *heads = NULL;
-	size_t heads_len = 0;
-	struct stat st;
+	size_t heads_len = 0, log_len;
 	int fd, err;
 
-	fd = open(log_path, O_RDONLY | O_CLOEXEC);
+	fd = open(log_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	if ((err = fd_regular_size(fd, UINT64_MAX, &log_len))) {
 		close(fd);
-		return -EINVAL;
+		return err;
 	}
 	err = audit_map_file(heads_path, &heads, &heads_len);
 	if (err == -ENOENT)
 		err = 0;
 	if (!err)
-		err = audit_verify_fd(fd, (size_t)st.st_size, heads, heads_len, pub, res, leaves);
+		err = audit_verify_fd(fd, log_len, heads, heads_len, pub, res, leaves);
 	audit_unmap(heads, heads_len);
 	close(fd);
 	return err;

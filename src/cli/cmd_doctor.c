@@ -107,11 +107,10 @@ static bool in_path(const char *name, char *buf, size_t len)
 static bool check_emulation(struct check *c, bool kvm_ok)
 {
 	char qemu[PATH_MAX], tb[PATH_MAX], dir[PATH_MAX], why[256];
-	const char *env = getenv("KOSA8_TESTBED");
 	bool have_qemu = in_path("qemu-system-x86_64", qemu, sizeof(qemu));
-	bool have_tb = ((env && *env && access(env, X_OK) == 0) ||
-			kosa8_data_path("testbed/run", tb, sizeof(tb)) == 0) &&
-		       kosa8_data_path("testbed/machine", tb, sizeof(tb)) == 0;
+	/* Found as the commands that run them find them, each once. */
+	bool have_tb = vm_find_testbed(tb, sizeof(tb)) == 0 && access(tb, X_OK) == 0 &&
+		       cli_machine_script(tb, sizeof(tb)) == 0 && access(tb, X_OK) == 0;
 	enum verdict bad = kvm_ok ? DOC_OK : DOC_FAIL;
 	int pid = 0, up = 0;
 

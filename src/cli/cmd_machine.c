@@ -43,7 +43,7 @@ static bool listed(const char *const *list, size_t n, const char *name)
 	return false;
 }
 
-static int find_script(char *buf, size_t len)
+int cli_machine_script(char *buf, size_t len)
 {
 	const char *env = getenv("KOSA8_MACHINE_SCRIPT");
 
@@ -78,7 +78,7 @@ static int machine_start(const char *dir)
 		return cli_fail("machine", "the helper machine (QEMU pid %d) runs but does not serve; "
 					   "see %s/console.log and %s/share/err", pid, dir, dir);
 	}
-	if (find_script(script, sizeof(script)) < 0)
+	if (cli_machine_script(script, sizeof(script)) < 0)
 		return cli_fail("machine", "testbed/machine, which boots the helper machine, is not installed");
 	if (!realpath("/proc/self/exe", exe))
 		return cli_fail("machine", "cannot name this program: %s", strerror(errno));
@@ -230,6 +230,9 @@ bool cli_machine_dispatch(const char *name, int argc, char **argv, bool no_emula
 	if (machine_running(dir, &pid) != 1 && listed(local_when_stopped, ARRAY_SIZE(local_when_stopped), name))
 		return false;
 	if (machine_running(dir, &pid) != 1 || !machine_ready(dir)) {
+		/* Before the server starts: it would run what killed clients
+		 * left waiting. */
+		machine_sweep_requests(dir);
 		if (machine_running(dir, &pid) != 1)
 			fprintf(stderr, "kosa8: %s; sandboxes run in kosa8's helper machine, under software "
 					"emulation (slow). Starting it; 'kosa8 machine stop' ends it.\n", why);

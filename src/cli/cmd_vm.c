@@ -248,7 +248,7 @@ static void term_raw(void)
 
 /* ---- software emulation: re-run this command inside the test bed ---- */
 
-static int find_testbed(char *buf, size_t len)
+int vm_find_testbed(char *buf, size_t len)
 {
 	const char *env = getenv("KOSA8_TESTBED");
 
@@ -264,7 +264,7 @@ static int run_emulated(const struct vm_args *a, const char *reason)
 	const char *argv[34];
 	int n = 0;
 
-	if (find_testbed(testbed, sizeof(testbed)) < 0) {
+	if (vm_find_testbed(testbed, sizeof(testbed)) < 0) {
 		fprintf(stderr, "kosa8: %s and the software-emulation helper (testbed/run) is not installed\n", reason);
 		return VM_EXIT_ERROR;
 	}

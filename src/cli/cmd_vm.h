@@ -37,6 +37,10 @@ struct vm_args {
  * one-line message for the user. */
 int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why);
 
+/* The helper VM's script (testbed/run): $KOSA8_TESTBED, else the one of
+ * this kosa8's tree or installation; -ENOENT if neither. */
+int vm_find_testbed(char *buf, size_t len);
+
 /* Why this host's KVM cannot run kosa8's guest ("no /dev/kvm here", a
  * software KVM without vmx/svm under it), or NULL when it can: what makes
  * kosa8 vm fall back to emulation, and what kosa8 doctor reports. */

@@ -40,6 +40,9 @@ int cmd_machine_serve(int argc, char **argv);
  * refuses (no_emulate, KOSA8_NO_EMULATE): true then, with its exit status
  * in *status.  False when the command runs here (cmd_machine.c). */
 bool cli_machine_dispatch(const char *name, int argc, char **argv, bool no_emulate, int *status);
+/* The helper machine's script: $KOSA8_MACHINE_SCRIPT, else testbed/machine
+ * of this kosa8's tree or installation; -ENOENT if neither. */
+int cli_machine_script(char *buf, size_t len);
 int cmd_doctor(int argc, char **argv);
 
 /* Shared by the sandbox commands (cmd_sandbox.c): start NAME's supervisor

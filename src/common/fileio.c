@@ -28,22 +28,33 @@ ssize_t read_full(int fd, void *buf, size_t len)
 	return (ssize_t)got;
 }
 
-int read_fd(int fd, size_t max, uint8_t **buf, size_t *len)
+int fd_regular_size(int fd, uint64_t max, size_t *size)
 {
 	struct stat st;
-	uint8_t *p;
-	ssize_t n;
 
 	if (fstat(fd, &st) < 0)
 		return -errno;
 	if (!S_ISREG(st.st_mode))
 		return -EINVAL;
-	if ((uint64_t)st.st_size > max)
+	if ((uint64_t)st.st_size > max || (uint64_t)st.st_size > SIZE_MAX / 2)
 		return -EFBIG;
-	p = malloc(st.st_size ? (size_t)st.st_size : 1);
+	*size = (size_t)st.st_size;
+	return 0;
+}
+
+int read_fd(int fd, size_t max, uint8_t **buf, size_t *len)
+{
+	size_t size;
+	uint8_t *p;
+	ssize_t n;
+	int err;
+
+	if ((err = fd_regular_size(fd, max, &size)))
+		return err;
+	p = malloc(size ? size : 1);
 	if (!p)
 		return -ENOMEM;
-	n = read_full(fd, p, (size_t)st.st_size);
+	n = read_full(fd, p, size);
 	if (n < 0) {
 		free(p);
 		return (int)n;
@@ -55,7 +66,7 @@ int read_fd(int fd, size_t max, uint8_t **buf, size_t *len)
 
 int read_file(const char *path, size_t max, uint8_t **buf, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC), err;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), err;
 
 	if (fd < 0)
 		return -errno;

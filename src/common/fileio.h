@@ -9,7 +9,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Reads a whole file into a malloc'd buffer, refusing files over max bytes. */
+/* The size of the regular file open at fd into *size: -EINVAL if it is
+ * something else (a FIFO, a device, a directory: their sizes mean nothing
+ * and reading them may block or never end), -EFBIG if it is over max
+ * bytes or does not fit in memory's address range. */
+int fd_regular_size(int fd, uint64_t max, size_t *size);
+
+/* Reads a whole file into a malloc'd buffer, refusing files over max bytes
+ * and anything but a regular file (opened without blocking: a FIFO is
+ * refused, not waited on). */
 int read_file(const char *path, size_t max, uint8_t **buf, size_t *len);
 /* The same from an open descriptor of a regular file (not closed):
  * -EINVAL if it is no regular file, -EFBIG if it is over max bytes. */

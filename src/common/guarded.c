@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 
 /* No symlink, whoever made it, is followed while writing. */
 #define GW_RESOLVE (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
@@ -405,18 +406,16 @@ void gw_close(struct gw *g)
 
 int gw_open_read(int dirfd, const char *path, uint64_t max, uint64_t *size)
 {
-	struct stat st;
-	int fd = open2(dirfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, GW_RESOLVE);
+	int fd = open2(dirfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, GW_RESOLVE), rc;
+	size_t n;
 
 	if (fd < 0)
 		return fd;
-	int rc = fstat(fd, &st) < 0 ? -errno : !S_ISREG(st.st_mode) ? -EINVAL :
-		 max && (uint64_t)st.st_size > max ? -EFBIG : 0;
-	if (rc) {
+	if ((rc = fd_regular_size(fd, max ? max : UINT64_MAX, &n))) {
 		close(fd);
 		return rc;
 	}
-	*size = (uint64_t)st.st_size;
+	*size = n;
 	return fd;
 }
 

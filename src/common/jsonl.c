@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -79,12 +80,23 @@ static int left_ms(uint64_t deadline)
 	return now >= deadline ? 0 : (int)(deadline - now);
 }
 
-/* Reads until a newline; *len gets the line's length without it. */
-static int read_line(int sock, char *buf, size_t cap, size_t *len, int timeout_ms, int *fd_out,
+/* Bytes queued on sock to read now (at least 1: a closed peer's 0 still
+ * needs a byte of room to be seen). */
+static size_t queued(int sock)
+{
+	int n = 0;
+
+	return ioctl(sock, FIONREAD, &n) == 0 && n > 0 ? (size_t)n : 1;
+}
+
+/* Reads until a newline into *buf, grown to what has come (never past cap
+ * bytes): a bound far above the message costs nothing.  *len gets the
+ * line's length without the newline. */
+static int read_line(int sock, char **buf, size_t cap, size_t *len, int timeout_ms, int *fd_out,
 		     const char **why)
 {
 	uint64_t deadline = mono_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
-	size_t got = 0;
+	size_t got = 0, size = 0;
 	char *nl;
 
 	for (;;) {
@@ -94,14 +106,26 @@ static int read_line(int sock, char *buf, size_t cap, size_t *len, int timeout_m
 			continue;
 		if (r <= 0)
 			return *why = "no answer in time", r < 0 ? -errno : -ETIMEDOUT;
+		size_t want = queued(sock);
+		if (want > cap - got)
+			want = cap - got;
+		if (got + want > size) {
+			/* At least doubled: a peer sending a byte at a time
+			 * costs log(max) copies, not one per byte. */
+			size_t to = got + want > size * 2 || size * 2 > cap ? got + want : size * 2;
+			char *nb = realloc(*buf, to);
+			if (!nb)
+				return *why = "out of memory", -ENOMEM;
+			*buf = nb;
+			size = to;
+		}
 		/* Up to the newline only: a stream may carry more lines (a long
 		 * operation's progress before its reply), which stay in the socket
 		 * for the next call. */
-		size_t want = cap - got;
-		ssize_t pk = recv(sock, buf + got, want, MSG_PEEK | MSG_DONTWAIT);
-		if (pk > 0 && (nl = memchr(buf + got, '\n', (size_t)pk)))
-			want = (size_t)(nl - (buf + got)) + 1;
-		ssize_t n = fdpass_recv(sock, buf + got, want, fd_out);
+		ssize_t pk = recv(sock, *buf + got, want, MSG_PEEK | MSG_DONTWAIT);
+		if (pk > 0 && (nl = memchr(*buf + got, '\n', (size_t)pk)))
+			want = (size_t)(nl - (*buf + got)) + 1;
+		ssize_t n = fdpass_recv(sock, *buf + got, want, fd_out);
 		if (n == -EPROTO)
 			return *why = "a descriptor came that was not asked for, or more than one", -EPROTO;
 		if (n < 0)
@@ -109,8 +133,8 @@ static int read_line(int sock, char *buf, size_t cap, size_t *len, int timeout_m
 		if (n == 0)
 			return *why = "the peer closed the connection before a whole message",
 			       -ECONNRESET;
-		if ((nl = memchr(buf + got, '\n', (size_t)n))) {
-			*len = (size_t)(nl - buf);
+		if ((nl = memchr(*buf + got, '\n', (size_t)n))) {
+			*len = (size_t)(nl - *buf);
 			if (*len + 1 != got + (size_t)n)
 				return *why = "bytes came after the message", -EPROTO;
 			return 0;
@@ -123,17 +147,15 @@ static int read_line(int sock, char *buf, size_t cap, size_t *len, int timeout_m
 
 int jsonl_recv(int sock, size_t max, int timeout_ms, cJSON **msg, int *fd_out, const char **why)
 {
-	char *buf = malloc(max + 1);
+	char *buf = NULL;
 	size_t len = 0;
 	int err;
 
 	*msg = NULL;
 	if (fd_out)
 		*fd_out = -1;
-	if (!buf)
-		return *why = "out of memory", -ENOMEM;
 	/* max + 1: room for the newline of a line of exactly max bytes. */
-	err = read_line(sock, buf, max + 1, &len, timeout_ms, fd_out, why);
+	err = read_line(sock, &buf, max < SIZE_MAX ? max + 1 : max, &len, timeout_ms, fd_out, why);
 	if (!err)
 		err = jsonl_parse(buf, len, max, msg, why);
 	free(buf);

@@ -407,6 +407,45 @@ int disk_close(struct disk *d)
 	return rc;
 }
 
+/* ---- headers without locks ---- */
+
+/* 0 and *h, -EINVAL if path is no delta, else -errno. */
+static int peek_header(const char *path, struct disk_header *h)
+{
+	uint8_t hdr[DISK_HDR_SIZE];
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), rc;
+	size_t size;
+
+	if (fd < 0)
+		return -errno;
+	if (!(rc = fd_regular_size(fd, UINT64_MAX, &size)))
+		rc = size < DISK_HDR_SIZE ? -EINVAL : disk_pread_full(fd, hdr, sizeof(hdr), 0);
+	close(fd);
+	if (!rc && disk_header_decode(hdr, sizeof(hdr), h, NULL, 0))
+		rc = -EINVAL;
+	return rc;
+}
+
+int disk_is_frozen(const char *path)
+{
+	struct disk_header h;
+	int rc = peek_header(path, &h);
+
+	return rc == -EINVAL ? 0 : rc ? rc : !!(h.flags & DISK_FLAG_FROZEN);
+}
+
+int disk_is_over(const char *path, const char *parent)
+{
+	struct disk_header h, ph;
+	int rc = peek_header(path, &h);
+
+	if (!rc)
+		rc = peek_header(parent, &ph);
+	if (rc)
+		return rc == -EINVAL ? 0 : rc;
+	return h.parent_kind == DISK_PARENT_DELTA && !memcmp(h.parent_id, ph.uuid, sizeof(ph.uuid));
+}
+
 /* ---- snapshot ---- */
 
 static int snapshot_file(struct disk *d, const char *new_top, char *err, size_t errlen)

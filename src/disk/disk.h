@@ -83,6 +83,14 @@ int disk_writev(struct disk *d, const struct iovec *iov, int iovcnt, uint64_t of
 int disk_discard(struct disk *d, uint64_t off, uint64_t len);
 int disk_flush(struct disk *d);
 
+/* Read from the headers alone, without locks (a running VMM holds its
+ * layers locked), for a caller that settles what an interrupted or failed
+ * checkpoint left: whether the delta at path is frozen, and whether the
+ * delta at path sits directly on the delta at parent (by identity).
+ * 1 yes, 0 no (not a delta counts as no), else -errno. */
+int disk_is_frozen(const char *path);
+int disk_is_over(const char *path, const char *parent);
+
 /* Checkpoint: flushes, freezes the current top and continues on a new empty
  * delta at new_top above it.  Costs a constant number of small writes and
  * syncs, whatever the disk size or the data written. */

@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -38,6 +40,8 @@ static void on_signal(int sig)
 struct fwd {
 	char dir[PATH_MAX]; /* the request's directory */
 	int in_fd, out_fd, err_fd;
+	int lock_fd;        /* "client", locked for this process's life */
+	uint64_t out_read, err_read; /* punched up to here in out, err */
 	bool stdin_done, tty, started;
 	struct termios saved;
 	bool raw;
@@ -87,6 +91,105 @@ static void term_size(unsigned *rows, unsigned *cols)
 	}
 }
 
+/* Removes the request directory name in reqs (flat: only files).  Out of
+ * the server's sight first (it takes r-*): a directory it took while its
+ * files went would get a new "started" and stay. */
+static void remove_dir_flat(int reqs, const char *name)
+{
+	const char *dash = strchr(name, '-');
+	char gone[NAME_MAX + 1];
+	struct dirent *e;
+	DIR *d;
+	int fd;
+
+	if (!dash || snprintf(gone, sizeof(gone), ".old%s", dash) >= (int)sizeof(gone) ||
+	    (strcmp(name, gone) && renameat(reqs, name, reqs, gone) < 0))
+		return;
+	fd = openat(reqs, gone, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0 && (d = fdopendir(fd))) {
+		while ((e = readdir(d)))
+			if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+				unlinkat(dirfd(d), e->d_name, 0);
+		closedir(d);
+	} else if (fd >= 0) {
+		close(fd);
+	}
+	unlinkat(reqs, gone, AT_REMOVEDIR);
+}
+
+/* Whether the request directory name in reqs still has its client: one
+ * holds the lock on its "client" file for its whole life, and the kernel
+ * drops it when the client dies, however it dies.  A directory without
+ * that file is one being made, unless it is older than a minute. */
+static bool has_client(int reqs, const char *name)
+{
+	char path[NAME_MAX + 16];
+	struct stat st;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/client", name);
+	fd = openat(reqs, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return fstatat(reqs, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		       time(NULL) - st.st_mtime < MACHINE_REQ_ORPHAN_S;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		close(fd);
+		return true;
+	}
+	close(fd);
+	return false;
+}
+
+int machine_sweep_requests(const char *dir)
+{
+	char reqs[PATH_MAX];
+	struct dirent *e;
+	int fd, live = 0;
+	DIR *d;
+
+	if (snprintf(reqs, sizeof(reqs), "%s/requests", dir) >= (int)sizeof(reqs))
+		return -ENAMETOOLONG;
+	if ((fd = open(reqs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!(d = fdopendir(fd))) {
+		close(fd);
+		return -errno;
+	}
+	while ((e = readdir(d))) {
+		if (strncmp(e->d_name, "r-", 2) && strncmp(e->d_name, ".new-", 5) &&
+		    strncmp(e->d_name, ".old-", 5))
+			continue;
+		if (has_client(dirfd(d), e->d_name))
+			live++;
+		else
+			remove_dir_flat(dirfd(d), e->d_name);
+	}
+	closedir(d);
+	return live;
+}
+
+/* The request's "client" (locked for this process's life: how the next
+ * command tells it has gone) and "alive" (touched by pump), made before
+ * it is published. */
+static int claim(struct fwd *f)
+{
+	char path[PATH_MAX];
+	int err;
+
+	if ((err = path_in(f, "client", path, sizeof(path))))
+		return err;
+	f->lock_fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (f->lock_fd < 0 || flock(f->lock_fd, LOCK_EX | LOCK_NB) < 0)
+		return -errno;
+	if ((err = path_in(f, "alive", path, sizeof(path))))
+		return err;
+	err = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (err < 0)
+		return -errno;
+	close(err);
+	return 0;
+}
+
 /* Makes requests/.new-X, fills it, and publishes it as requests/r-X. */
 static int make_request(struct fwd *f, const char *dir, int argc, char **argv, char *why, size_t whylen)
 {
@@ -108,6 +211,13 @@ static int make_request(struct fwd *f, const char *dir, int argc, char **argv, c
 	}
 	if ((err = private_dir(reqs, true, why, whylen)))
 		goto out;
+	/* What killed clients left goes first; the rest are commands running. */
+	if ((err = machine_sweep_requests(dir)) >= MACHINE_MAX_REQUESTS) {
+		snprintf(why, whylen, "%d commands run in the helper machine already; wait for one to end",
+			 err);
+		err = -EMFILE;
+		goto out;
+	}
 	if (!realpath("/proc/self/exe", exe) || !getcwd(cwd, sizeof(cwd))) {
 		err = -errno;
 		snprintf(why, whylen, "cannot name this program or the current directory: %s", strerror(errno));
@@ -123,8 +233,10 @@ static int make_request(struct fwd *f, const char *dir, int argc, char **argv, c
 		goto out;
 	}
 	snprintf(f->dir, sizeof(f->dir), "%s", tmp);
-	if ((err = path_in(f, "request", path, sizeof(path))))
+	if ((err = claim(f)) || (err = path_in(f, "request", path, sizeof(path)))) {
+		snprintf(why, whylen, "cannot write a request in %s: %s", reqs, strerror(-err));
 		goto out;
+	}
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	err = fd < 0 ? -errno : write_all(fd, req, len);
 	if (fd >= 0)
@@ -148,32 +260,37 @@ out:
 	return err;
 }
 
-/* Removes the request's directory (flat: only files). */
 static void remove_request(const struct fwd *f)
 {
-	DIR *d = opendir(f->dir);
-	struct dirent *e;
+	char reqs[PATH_MAX];
+	char *slash;
+	int fd;
 
-	if (d) {
-		while ((e = readdir(d)))
-			if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-				unlinkat(dirfd(d), e->d_name, 0);
-		closedir(d);
-	}
-	rmdir(f->dir);
+	snprintf(reqs, sizeof(reqs), "%s", f->dir);
+	if (!(slash = strrchr(reqs, '/')))
+		return;
+	*slash = '\0';
+	if ((fd = open(reqs, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return;
+	remove_dir_flat(fd, slash + 1);
+	close(fd);
 }
 
-/* Copies what the machine appended to out or err since last time. */
-static bool copy_out(const struct fwd *f, const char *name, int *fd, int to)
+/* Copies what the machine appended to out or err since last time.  What
+ * was copied is punched out of the file, a MiB at a time: the file keeps
+ * its size (the machine appends) but takes no more space on the host than
+ * what is not copied yet, however much a command prints. */
+static bool copy_out(const struct fwd *f, const char *name, int *fd, uint64_t *punched, int to)
 {
 	char buf[65536], path[PATH_MAX];
 	bool moved = false;
+	off_t at;
 	ssize_t n;
 
 	if (*fd < 0) {
 		if (path_in(f, name, path, sizeof(path)))
 			return false;
-		*fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		*fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 		if (*fd < 0)
 			return false;
 	}
@@ -181,6 +298,10 @@ static bool copy_out(const struct fwd *f, const char *name, int *fd, int to)
 		write_all(to, buf, (size_t)n); /* a closed stdout loses output, not the command */
 		moved = true;
 	}
+	at = lseek(*fd, 0, SEEK_CUR) & ~(off_t)4095;
+	if (at > 0 && (uint64_t)at - *punched >= MACHINE_OUT_PUNCH &&
+	    fallocate(*fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, at) == 0)
+		*punched = (uint64_t)at;
 	return moved;
 }
 
@@ -259,13 +380,13 @@ static int pump(struct fwd *f, const char *mdir)
 			put_file(f, "winsize", num);
 		}
 		moved |= copy_in(f, ms);
-		moved |= copy_out(f, "out", &f->out_fd, STDOUT_FILENO);
-		moved |= copy_out(f, "err", &f->err_fd, STDERR_FILENO);
+		moved |= copy_out(f, "out", &f->out_fd, &f->out_read, STDOUT_FILENO);
+		moved |= copy_out(f, "err", &f->err_fd, &f->err_read, STDERR_FILENO);
 		if (exists(f, "status")) {
 			int st = read_status(f);
 			/* Everything was written before the status. */
-			copy_out(f, "out", &f->out_fd, STDOUT_FILENO);
-			copy_out(f, "err", &f->err_fd, STDERR_FILENO);
+			copy_out(f, "out", &f->out_fd, &f->out_read, STDOUT_FILENO);
+			copy_out(f, "err", &f->err_fd, &f->err_read, STDERR_FILENO);
 			if (st < 0)
 				fprintf(stderr, "kosa8: the helper machine gave no exit status\n");
 			return st < 0 ? FAILED : st;
@@ -296,7 +417,7 @@ static int pump(struct fwd *f, const char *mdir)
 
 int machine_forward(const char *dir, int argc, char **argv)
 {
-	struct fwd f = {.in_fd = -1, .out_fd = -1, .err_fd = -1};
+	struct fwd f = {.in_fd = -1, .out_fd = -1, .err_fd = -1, .lock_fd = -1};
 	struct sigaction sa = {.sa_handler = on_signal};
 	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH};
 	char why[PATH_MAX + 160];
@@ -307,6 +428,8 @@ int machine_forward(const char *dir, int argc, char **argv)
 		fprintf(stderr, "kosa8: %s\n", why);
 		if (f.dir[0])
 			remove_request(&f);
+		if (f.lock_fd >= 0)
+			close(f.lock_fd);
 		return FAILED;
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
@@ -323,5 +446,7 @@ int machine_forward(const char *dir, int argc, char **argv)
 	if (f.err_fd >= 0)
 		close(f.err_fd);
 	remove_request(&f);
+	if (f.lock_fd >= 0)
+		close(f.lock_fd);
 	return st;
 }

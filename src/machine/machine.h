@@ -16,9 +16,15 @@
  *             kosa8 binary), cwd, tty ("ROWS COLS", only when the command
  *             gets a terminal), arg (repeated, argv in order), env
  *             (repeated, NAME=VALUE)
+ *   client    made by the host before the directory gets its name, and
+ *             flock'ed by it for its whole life: a free lock is a client
+ *             that has gone (machine_sweep_requests removes the directory)
+ *   alive     made then too, touched by the host every second (serve.c
+ *             ends a command whose host has gone quiet)
  *   started   made by the server (O_EXCL) when it takes the request
  *   in        the command's stdin, appended by the host; in.eof: no more
- *   out, err  the command's stdout and stderr, appended by the machine
+ *   out, err  the command's stdout and stderr, appended by the machine;
+ *             the host punches out what it copied (MACHINE_OUT_PUNCH)
  *   winsize   "ROWS COLS", replaced (rename) by the host on SIGWINCH
  *   signal    a signal number, made by the host (rename) on SIGINT & co.
  *   status    the exit status (128+N for signal N), written last (rename)
@@ -38,6 +44,12 @@
 #define MACHINE_REQ_MAGIC "kosa8-machine-request 1"
 #define MACHINE_REQ_MAX (1024 * 1024)   /* bytes of one request file */
 #define MACHINE_REQ_MAX_ITEMS 8192      /* args + env entries */
+/* Commands one user runs in the machine at once (request directories). */
+#define MACHINE_MAX_REQUESTS 64
+/* A request directory without its "client" file this old is a leftover. */
+#define MACHINE_REQ_ORPHAN_S 60
+/* The host punches what it copied out of "out" and "err" in steps of this. */
+#define MACHINE_OUT_PUNCH (1024 * 1024)
 
 struct machine_req {
 	const char *exe;
@@ -69,6 +81,11 @@ int machine_dir(char *buf, size_t len, bool create, char *why, size_t whylen);
 int machine_running(const char *dir, int *pid);
 /* 1 when its server has said it is ready, else 0. */
 int machine_ready(const char *dir);
+
+/* Removes the request directories whose client has gone (killed: its
+ * lock on the directory's "client" file is free) and leftovers without
+ * one; returns how many are left (commands running), or -errno. */
+int machine_sweep_requests(const char *dir);
 
 /* Runs argv (argv[0] is the command's name, e.g. "run") in the machine
  * from this process's cwd, with its environment, stdin, stdout, stderr and

@@ -361,6 +361,9 @@ static bool host_alive(const struct job *j, struct timespec *seen, uint64_t *sin
 	struct stat st;
 	uint64_t now = mono_ms();
 
+	/* Its directory removed: the host's next command found it gone. */
+	if (stat(j->dir, &st) < 0 && errno == ENOENT)
+		return false;
 	if (jpath(j, "alive", path, sizeof(path)) || stat(path, &st) < 0)
 		return now - *since < HOST_GONE_MS;
 	if (st.st_mtim.tv_sec != seen->tv_sec || st.st_mtim.tv_nsec != seen->tv_nsec) {

@@ -107,7 +107,11 @@ ssize_t egress_read_until(int fd, void *buf, size_t len, uint64_t deadline)
 
 uint64_t egress_deadline(const struct egress_ctx *ctx)
 {
-	int ms = ctx->decide_ms > 0 ? ctx->decide_ms : EGRESS_DECIDE_MS;
+	int ms = EGRESS_DECIDE_MS;
+
+	/* decide_ms can only shorten the bound (egress.h says why it exists). */
+	if (ctx->decide_ms > 0 && ctx->decide_ms < ms)
+		ms = ctx->decide_ms;
 
 	if (ctx->idle_timeout_ms > 0 && ctx->idle_timeout_ms < ms)
 		ms = ctx->idle_timeout_ms;

@@ -57,8 +57,13 @@ struct egress_ctx {
 	void *arg;
 
 	int idle_timeout_ms;         /* a connection idle this long is closed */
-	/* What the guest sends before each decision must arrive whole within
-	 * this (proxy_int.h, EGRESS_DECIDE_MS when 0; tests set less). */
+	/* What the guest sends before each decision (a connection header, a
+	 * request head, a DNS message, a TLS handshake) must arrive whole
+	 * within EGRESS_DECIDE_MS (proxy_int.h).  This only exists so that
+	 * the deadline tests run in a second rather than 15: it can only
+	 * shorten that bound (a larger value is ignored), so nothing set here
+	 * lets a guest hold a connection slot longer.  Neither the policy
+	 * nor sandbox.json reaches it: the supervisor leaves it 0. */
 	int decide_ms;
 };
 

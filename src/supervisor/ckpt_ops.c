@@ -155,6 +155,26 @@ static void take_frozen(const char *vm_ctl, const char *dir, int fd, int *memfd)
 	}
 }
 
+static void drop_unlisted(const char *state_dir, const char *id);
+
+/* A checkpoint failed after the VMM may have moved its disk onto the new
+ * delta (its memory or state file could not be written, or its record
+ * here): the disk goes on there, recorded as after an interrupted one
+ * (ckpt_recover_top), so that the next checkpoint and a restart find what
+ * they expect; the checkpoint's own files, unlisted, go. */
+static void settle_failed(const char *state_dir, const char *id)
+{
+	char err[600] = "";
+	int rc = ckpt_recover_top(state_dir, err, sizeof(err));
+
+	if (rc < 0)
+		log_err("after the failed checkpoint: %s", err);
+	else if (rc)
+		log_info("after the failed checkpoint: the disk goes on in a new delta over the "
+			 "frozen one (nothing lost)");
+	drop_unlisted(state_dir, id);
+}
+
 int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
 	      struct ckpt_meta *out, int *memfd, char *err, size_t errlen)
 {
@@ -163,6 +183,7 @@ int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
 	int passed = -1;
 	char dir[PATH_MAX], top[PATH_MAX];
 	struct ckpt_meta cur;
+	bool answered = false;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -186,8 +207,12 @@ int ckpt_take(const char *state_dir, const char *vm_ctl, const char *message,
 	if ((rc = vm_control_call(vm_ctl, req, &rep, memfd ? &passed : NULL, CKPT_VMM_TIMEOUT_MS))) {
 		snprintf(err, errlen, "the VMM %s: %.400s",
 			 rc == -EREMOTEIO ? "refused" : "did not answer", rep.text);
+		/* Without an answer the VMM may be writing still: what it
+		 * leaves is settled at the next start. */
+		answered = rc == -EREMOTEIO;
 		goto out;
 	}
+	answered = true;
 	if (memfd)
 		take_frozen(vm_ctl, dir, passed, memfd);
 	snprintf(out->parent, sizeof(out->parent), "%s", cur.parent);
@@ -215,6 +240,8 @@ out:
 		close(*memfd);
 		*memfd = -1;
 	}
+	if (rc && answered)
+		settle_failed(state_dir, out->id);
 	free(req);
 	ckpt_meta_free(&cur);
 	return rc;
@@ -256,6 +283,24 @@ static uint64_t allocated(const char *path)
 	struct stat st;
 
 	return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512u : 0;
+}
+
+/* A checkpoint's own files and its directory; *freed grows by their size. */
+static void remove_files(const char *dir, uint64_t *freed)
+{
+	static const char *const files[] = {
+		SNAP_MEMORY_FILE,
+		SNAP_MEMORY_FILE ".part", /* a live fork's that its VMM did not finish */
+		SNAP_STATE_FILE,
+	};
+	char path[PATH_MAX + 16];
+
+	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+		*freed += allocated(path);
+		unlink(path);
+	}
+	rmdir(dir);
 }
 
 /* Deletes a delta of this sandbox's that nothing uses any more. */
@@ -378,17 +423,7 @@ int ckpt_remove(const char *state_dir, const char *id, uint64_t *freed, char *er
 		snprintf(err, errlen, "cannot remove %.300s: %s", path, strerror(errno));
 		goto out;
 	}
-	snprintf(path, sizeof(path), "%s/" SNAP_MEMORY_FILE, dir);
-	*freed += allocated(path);
-	unlink(path);
-	/* A live fork's memory file that its VMM did not finish. */
-	snprintf(path, sizeof(path), "%s/" SNAP_MEMORY_FILE ".part", dir);
-	*freed += allocated(path);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/" SNAP_STATE_FILE, dir);
-	*freed += allocated(path);
-	unlink(path);
-	rmdir(dir);
+	remove_files(dir, freed);
 	/* Its frozen delta, unless the current disk or another checkpoint
 	 * stands on it. */
 	if (m.top[0])
@@ -601,69 +636,79 @@ int ckpt_live_fork(const char *state_dir, const char *id, char *buf, size_t len)
 	return found;
 }
 
-/* ---- after a crash ---- */
+/* ---- after a failed or interrupted checkpoint ---- */
 
-/* Whether a and b name the same file. */
-static bool same_file(const char *a, const char *b)
+/* The checkpoint id's files when no record lists it: what a checkpoint
+ * that failed or was interrupted once the VMM had written it leaves. */
+static void drop_unlisted(const char *state_dir, const char *id)
 {
-	struct stat sa, sb;
+	char dir[PATH_MAX];
+	struct ckpt_meta m;
+	uint64_t freed = 0;
 
-	return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	if (ckpt_meta_load(state_dir, id, &m, NULL, 0) != -ENOENT) {
+		ckpt_meta_free(&m);
+		return;
+	}
+	if (!ckpt_dir_of(dir, sizeof(dir), state_dir, id))
+		remove_files(dir, &freed);
 }
 
-/* The delta at path over the frozen layer under, opened writable: the one
- * the VMM went on writing, else a new empty one. */
-static int reopen_over(const char *path, const char *under, struct disk **d, char *err,
-		       size_t errlen)
+/* The layers of the frozen delta under (itself last) as the chain of the
+ * current disk, now that top stands on it. */
+static int adopt_top(const char *state_dir, struct ckpt_meta *cur, const char *top, char *err,
+		     size_t errlen)
 {
 	char derr[DISK_ERR_LEN];
-	int rc = disk_open(d, path, 0, derr, sizeof(derr));
+	struct disk *d = NULL;
+	int rc;
 
-	if (!rc && disk_layer_count(*d) >= 2 &&
-	    same_file(disk_layer_path(*d, disk_layer_count(*d) - 2), under))
-		return 0;
-	if (*d)
-		disk_close(*d);
-	*d = NULL;
-	unlink(path);
-	if ((rc = disk_create(path, under, NULL, derr, sizeof(derr))) ||
-	    (rc = disk_open(d, path, 0, derr, sizeof(derr))))
+	/* Shared locks: a running VMM holds the frozen layers shared too. */
+	if ((rc = disk_open(&d, cur->top, DISK_RDONLY, derr, sizeof(derr)))) {
 		snprintf(err, errlen, "disk: %.400s", derr);
-	return rc;
+		return rc;
+	}
+	for (int i = 0; i < cur->nchain; i++)
+		free(cur->chain[i]);
+	cur->nchain = 0;
+	for (unsigned i = 0; !rc && i < disk_layer_count(d); i++)
+		rc = ckpt_meta_chain_add(cur, disk_layer_path(d, i));
+	disk_close(d);
+	snprintf(cur->top, sizeof(cur->top), "%s", top);
+	cur->next++;
+	return rc ? rc : ckpt_meta_save(state_dir, cur);
 }
 
 int ckpt_recover_top(const char *state_dir, char *err, size_t errlen)
 {
-	char derr[DISK_ERR_LEN], top[PATH_MAX];
-	struct disk *d = NULL;
+	char derr[DISK_ERR_LEN], top[PATH_MAX], id[16];
 	struct ckpt_meta cur;
-	int rc;
+	int rc, frozen;
 
 	if ((rc = ckpt_current(state_dir, &cur, err, errlen)))
 		return rc;
-	rc = disk_open(&d, cur.top, 0, derr, sizeof(derr));
-	if (d)
-		disk_close(d);
-	d = NULL;
-	if (rc != -EROFS) {
-		/* Writable (or broken in a way the VMM will report). */
-		ckpt_meta_free(&cur);
-		return 0;
-	}
-	if ((rc = delta_path(top, sizeof(top), state_dir, cur.next)) ||
-	    (rc = reopen_over(top, cur.top, &d, err, errlen)))
+	snprintf(id, sizeof(id), "c%u", cur.next);
+	if ((rc = delta_path(top, sizeof(top), state_dir, cur.next)))
 		goto out;
-	/* The layers under the new top, as ckpt_take records them. */
-	for (int i = 0; i < cur.nchain; i++)
-		free(cur.chain[i]);
-	cur.nchain = 0;
-	for (unsigned i = 0; !rc && i + 1 < disk_layer_count(d); i++)
-		rc = ckpt_meta_chain_add(&cur, disk_layer_path(d, i));
-	disk_close(d);
-	snprintf(cur.top, sizeof(cur.top), "%s", top);
-	cur.next++;
-	if (!rc && !(rc = ckpt_meta_save(state_dir, &cur)))
+	/* Unreadable: the VMM's start reports it. */
+	if ((frozen = disk_is_frozen(cur.top)) <= 0) {
+		/* disk_snapshot opens the new delta only once the old top is
+		 * frozen: one there now was never written to. */
+		rc = frozen == 0 && unlink(top) == 0;
+		goto out;
+	}
+	if (disk_is_over(top, cur.top) != 1) {
+		/* Frozen, and nothing over it yet (or something damaged). */
+		unlink(top);
+		if ((rc = disk_create(top, cur.top, NULL, derr, sizeof(derr)))) {
+			snprintf(err, errlen, "disk: %.400s", derr);
+			goto out;
+		}
+	}
+	if (!(rc = adopt_top(state_dir, &cur, top, err, errlen))) {
+		drop_unlisted(state_dir, id);
 		rc = 1;
+	}
 out:
 	if (rc < 0 && !err[0])
 		snprintf(err, errlen, "%s", strerror(-rc));

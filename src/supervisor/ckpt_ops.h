@@ -40,12 +40,15 @@ int ckpt_rewind_commit(const char *state_dir, const char *id, const char *new_to
  * re-parented.  *freed: bytes given back. */
 int ckpt_remove(const char *state_dir, const char *id, uint64_t *freed, char *err, size_t errlen);
 
-/* A supervisor killed while its VMM wrote a checkpoint leaves current.json
- * naming the delta the VMM had frozen already.  Before a start, this moves
+/* A checkpoint that failed, or whose supervisor was killed, after the VMM
+ * froze the top leaves current.json naming that frozen delta.  This moves
  * it to the delta the VMM went on writing (or a new one over the frozen
- * one): the sandbox boots as after a power loss, every recorded checkpoint
- * stays, and the unfinished one stays unlisted with its number unused.
- * 1 when it moved it, 0 when there was nothing to do, else -errno (err). */
+ * one): the sandbox goes on (or boots, as after a power loss) with nothing
+ * lost, every recorded checkpoint stays, the unfinished one's files go and
+ * its number stays unused.  A new delta left over a top that was never
+ * frozen is removed.  Safe while the VMM runs (headers are read without
+ * locks).  1 when it changed something, 0 when there was nothing to do,
+ * else -errno (err). */
 int ckpt_recover_top(const char *state_dir, char *err, size_t errlen);
 
 /* ---- forks ----

@@ -42,8 +42,10 @@ struct sup_egress_opts {
 	 * APPROVALS_MAX_WAITING per approval timeout). */
 	void (*audit)(void *arg, const char *type, cJSON *details);
 	void *audit_arg;
-	/* Bound on what the guest sends before each decision (tests); 0:
-	 * EGRESS_DECIDE_MS (src/proxy/proxy_int.h). */
+	/* For tests only: a shorter bound on what the guest sends before each
+	 * decision (egress_ctx.decide_ms: it can only shorten
+	 * EGRESS_DECIDE_MS).  The supervisor never sets it from the policy or
+	 * the sandbox's config; 0 there. */
 	int decide_ms;
 	/* The coalescing's clock (tests); NULL: mono_ms. */
 	uint64_t (*now_ms)(void *arg);

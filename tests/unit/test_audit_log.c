@@ -633,40 +633,53 @@ static void test_writer_rejects_raw_bytes(void **state)
 	assert_int_equal(audit_event_check(&ev), -EINVAL);
 }
 
+/* A log of 10 records "s" with a signed head over them all, its
+ * PATH.state's name in sp. */
+static void state_fx(struct fx *f, char *sp, size_t len)
+{
+	struct audit_log *l;
+
+	fx_init(f);
+	snprintf(sp, len, "%s.state", f->log);
+	l = fx_open(f, 1000);
+	append_n(l, 10, "s");
+	audit_log_close(l);
+}
+
+/* One more record by a writer that opens the log as it is now; then what
+ * verify says of the whole. */
+static int append_one_verify(struct fx *f, const char *what, struct audit_verify_result *res)
+{
+	struct audit_log *l = fx_open(f, 1000);
+
+	append_n(l, 1, what);
+	audit_log_close(l);
+	return audit_verify_files(f->log, f->heads, f->pub, res, NULL);
+}
+
 /* PATH.state lets a writer skip reading the log; a wrong or stale one must
  * never make it sign a wrong tree: each kind of damage, then verify. */
 static void test_state_cache_damage(void **state)
 {
 	struct fx f;
-	struct audit_log *l;
 	struct audit_verify_result res;
 	char sp[PATH_MAX + 8];
 	uint8_t *st;
 	size_t stlen;
 
-	fx_init(&f);
-	snprintf(sp, sizeof(sp), "%s.state", f.log);
-	l = fx_open(&f, 1000);
-	append_n(l, 10, "s");
-	audit_log_close(l); /* signs a head over all 10 */
+	state_fx(&f, sp, sizeof(sp));
 	assert_int_equal(read_file(sp, 1 << 20, &st, &stlen), 0);
 	for (size_t at = 0; at < stlen; at += 97) {
 		st[at] ^= 0x10;
 		assert_int_equal(write_bytes(sp, st, stlen), 0);
-		l = fx_open(&f, 1000);
-		append_n(l, 1, "t");
-		audit_log_close(l);
-		assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+		assert_int_equal(append_one_verify(&f, "t", &res), 0);
 		st[at] ^= 0x10;
 		/* the state now reflects the last append: take it again */
 		free(st);
 		assert_int_equal(read_file(sp, 1 << 20, &st, &stlen), 0);
 	}
 	assert_int_equal(unlink(sp), 0);
-	l = fx_open(&f, 1000);
-	append_n(l, 1, "u");
-	audit_log_close(l);
-	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), 0);
+	assert_int_equal(append_one_verify(&f, "u", &res), 0);
 	assert_true(res.records > 10);
 	free(st);
 	fx_done(&f);
@@ -686,18 +699,11 @@ static void test_state_cache_used(void **state)
 	uint8_t *b;
 	size_t len;
 
-	fx_init(&f);
-	snprintf(sp, sizeof(sp), "%s.state", f.log);
-	l = fx_open(&f, 1000);
-	append_n(l, 10, "s");
-	audit_log_close(l);
+	state_fx(&f, sp, sizeof(sp));
 	assert_int_equal(read_file(f.log, 1 << 20, &b, &len), 0);
 	b[AUDIT_HDR_LEN + AUDIT_REC_FIXED + 3] ^= 1; /* record 0's sandbox name */
 	assert_int_equal(write_bytes(f.log, b, len), 0);
-	l = fx_open(&f, 1000);
-	append_n(l, 1, "t");
-	audit_log_close(l);
-	assert_int_equal(audit_verify_files(f.log, f.heads, f.pub, &res, NULL), -EBADMSG);
+	assert_int_equal(append_one_verify(&f, "t", &res), -EBADMSG);
 	assert_int_equal(res.bad_seq, 0);
 	assert_int_equal(unlink(sp), 0);
 	o.path = f.log;

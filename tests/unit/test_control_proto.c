@@ -16,6 +16,7 @@
 #include <cmocka.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/fdpass.h"
@@ -232,6 +233,44 @@ static void test_jsonl_max_line_exact(void **state)
 	close(sv[0]);
 	close(sv[1]);
 	recv_refuses(line, len + 1, len - 1, -EPROTO, "longer");
+}
+
+/* The buffer grows with what comes, up to the bound: a bound far above the
+ * message (no memory could hold it) costs nothing, and a message that
+ * arrives a few bytes at a time is read whole. */
+static void test_jsonl_buffer_follows_message(void **state)
+{
+	const char *line = "{\"v\":1,\"a\":\"0123456789abcdef0123456789abcdef\"}\n";
+	const char *why = NULL;
+	size_t len = strlen(line);
+	cJSON *r = NULL;
+	int sv[2];
+	pid_t pid;
+
+	pair(sv);
+	assert_int_equal(write(sv[0], line, len), (ssize_t)len);
+	assert_int_equal(jsonl_recv(sv[1], SIZE_MAX - 1, 1000, &r, NULL, &why), 0);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(r, "a")),
+			    "0123456789abcdef0123456789abcdef");
+	cJSON_Delete(r);
+
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		for (size_t i = 0; i < len; i += 3) {
+			usleep(2000);
+			if (write(sv[0], line + i, len - i < 3 ? len - i : 3) < 0)
+				_exit(1);
+		}
+		_exit(0);
+	}
+	assert_int_equal(jsonl_recv(sv[1], 1024, 5000, &r, NULL, &why), 0);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(r, "a")),
+			    "0123456789abcdef0123456789abcdef");
+	cJSON_Delete(r);
+	assert_int_equal(waitpid(pid, NULL, 0), pid);
+	close(sv[0]);
+	close(sv[1]);
 }
 
 static void test_jsonl_timeout(void **state)
@@ -479,6 +518,7 @@ int main(void)
 		cmocka_unit_test(test_jsonl_refusals),
 		cmocka_unit_test(test_jsonl_two_lines),
 		cmocka_unit_test(test_jsonl_max_line_exact),
+		cmocka_unit_test(test_jsonl_buffer_follows_message),
 		cmocka_unit_test(test_jsonl_timeout),
 		cmocka_unit_test(test_vmctl_requests),
 		cmocka_unit_test(test_vmctl_replies),

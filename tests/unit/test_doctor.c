@@ -89,6 +89,30 @@ static void expect(const char *name, const char *status, const char *in_found)
 		fail_msg("%s: '%s' does not say '%s'", name, found, in_found);
 }
 
+/* What the check name found contains in_found, whatever its status (which
+ * depends on this host's KVM). */
+static void expect_found(const char *name, const char *in_found)
+{
+	char st[16], found[PATH_MAX + 256];
+
+	check_of(name, st, found, sizeof(found));
+	if (!strstr(found, in_found))
+		fail_msg("%s: '%s' does not say '%s'", name, found, in_found);
+}
+
+/* The first n characters cmd printed, into buf (n + 1 bytes): it must
+ * succeed and print at least that many. */
+static void printed(const char *cmd, char *buf, size_t n)
+{
+	size_t k;
+
+	assert_int_equal(run("%s", cmd), 0);
+	k = strnlen(out, n);
+	memcpy(buf, out, k);
+	buf[k] = '\0';
+	assert_int_equal(k, n);
+}
+
 /* A copy of kosa8 with a kernel beside it, as install.sh and the package
  * lay it out: no build tree anywhere near. */
 static void test_kernel_of_installed_layout(void **state)
@@ -111,16 +135,14 @@ static void test_image_of_installed_layout(void **state)
 {
 	char key[32];
 
-	assert_int_equal(run("mkdir -p $D/img/bin $D/img/lib/kosa8/guest/image && cp $K $D/img/bin/kosa8 && "
-			     /* any static ELF will do as the agent (the sanitizer build's is dynamic) */
-			     "echo 'int main(void){return 0;}' | cc -static -x c - -o $D/img/lib/kosa8/kosa8-agent && "
-			     "cp guest/image/build.sh guest/image/default.recipe $D/img/lib/kosa8/guest/image/ && "
-			     "KOSA8_CACHE_DIR=$D/cache KOSA8_AGENT=$D/img/lib/kosa8/kosa8-agent "
-			     "$D/img/lib/kosa8/guest/image/build.sh --path default 2>&1 | "
-			     "sed -n 's/.*for key \\([0-9a-f]*\\).*/\\1/p'"),
-			 0);
-	snprintf(key, sizeof(key), "%.16s", out);
-	assert_int_equal(strlen(key), 16);
+	printed("mkdir -p $D/img/bin $D/img/lib/kosa8/guest/image && cp $K $D/img/bin/kosa8 && "
+		/* any static ELF will do as the agent (the sanitizer build's is dynamic) */
+		"echo 'int main(void){return 0;}' | cc -static -x c - -o $D/img/lib/kosa8/kosa8-agent && "
+		"cp guest/image/build.sh guest/image/default.recipe $D/img/lib/kosa8/guest/image/ && "
+		"KOSA8_CACHE_DIR=$D/cache KOSA8_AGENT=$D/img/lib/kosa8/kosa8-agent "
+		"$D/img/lib/kosa8/guest/image/build.sh --path default 2>&1 | "
+		"sed -n 's/.*for key \\([0-9a-f]*\\).*/\\1/p'",
+		key, 16);
 	assert_int_equal(run("mkdir -p $D/cache/images/default/%s && touch $D/cache/images/default/%s/rootfs.ext4 && "
 			     "KOSA8_CACHE_DIR=$D/cache $D/img/bin/kosa8 doctor --json",
 			     key, key),
@@ -141,13 +163,11 @@ static void test_key_fingerprint_and_mode(void **state)
 {
 	char hex[80];
 
-	assert_int_equal(run("mkdir -p -m 700 $D/cfg/audit && (umask 077; openssl genpkey -algorithm ed25519 "
-			     "-out $D/cfg/audit/audit-ed25519.pem) && openssl pkey -in "
-			     "$D/cfg/audit/audit-ed25519.pem -pubout -outform DER | tail -c 32 | od -An -tx1 | "
-			     "tr -d ' \\n'"),
-			 0);
-	snprintf(hex, sizeof(hex), "%.64s", out);
-	assert_int_equal(strlen(hex), 64);
+	printed("mkdir -p -m 700 $D/cfg/audit && (umask 077; openssl genpkey -algorithm ed25519 "
+		"-out $D/cfg/audit/audit-ed25519.pem) && openssl pkey -in "
+		"$D/cfg/audit/audit-ed25519.pem -pubout -outform DER | tail -c 32 | od -An -tx1 | "
+		"tr -d ' \\n'",
+		hex, 64);
 	run("$K doctor --json");
 	expect("audit-key", "ok", hex);
 
@@ -155,6 +175,26 @@ static void test_key_fingerprint_and_mode(void **state)
 	assert_non_null(strstr(out, "FAIL  audit-key"));
 	assert_non_null(strstr(out, "fix: chmod 600"));
 	assert_int_equal(run("rm -rf $D/cfg/audit"), 0);
+}
+
+/* The helper scripts are found as `kosa8 vm` and the machine commands find
+ * them: $KOSA8_TESTBED and $KOSA8_MACHINE_SCRIPT count, beside a copy of
+ * kosa8 that has no testbed/ of its own. */
+static void test_emulation_found_as_commands_find_it(void **state)
+{
+	if (run("command -v qemu-system-x86_64"))
+		skip();
+	assert_int_equal(run("mkdir -p $D/emu/bin && cp $K $D/emu/bin/kosa8 && "
+			     "printf '#!/bin/sh\\nexit 0\\n' >$D/emu/tb && chmod +x $D/emu/tb"),
+			 0);
+	run("$D/emu/bin/kosa8 doctor --json");
+	expect_found("emulation", "not installed");
+	run("KOSA8_TESTBED=$D/emu/tb KOSA8_MACHINE_SCRIPT=$D/emu/tb $D/emu/bin/kosa8 doctor --json");
+	expect("emulation", "ok", "the helper machine");
+	run("KOSA8_TESTBED=$D/emu/tb $D/emu/bin/kosa8 doctor --json");
+	expect_found("emulation", "not installed");
+	run("KOSA8_MACHINE_SCRIPT=$D/emu/tb $D/emu/bin/kosa8 doctor --json");
+	expect_found("emulation", "not installed");
 }
 
 static void test_usage(void **state)
@@ -171,6 +211,7 @@ int main(void)
 		cmocka_unit_test(test_image_of_installed_layout),
 		cmocka_unit_test(test_key_never_created),
 		cmocka_unit_test(test_key_fingerprint_and_mode),
+		cmocka_unit_test(test_emulation_found_as_commands_find_it),
 		cmocka_unit_test(test_usage),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

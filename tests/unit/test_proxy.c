@@ -28,12 +28,14 @@
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <openssl/ssl.h>
 
 #include "end_child.h"
 
 #include "common/util.h"
 #include "proxy/ca.h"
 #include "proxy/egress.h"
+#include "proxy/proxy_int.h"
 #include "proxy/secrets.h"
 
 #define API "api.test.example"
@@ -1214,6 +1216,80 @@ static void test_intercept(void **state)
 	intercept_off(set, ca);
 }
 
+/* A guest that stalls in the middle of an intercepted TLS handshake (its
+ * ClientHello sent with OpenSSL, the proxy's flight never answered) is cut
+ * at the handshake's deadline, not at the idle timeout (20 s here): else
+ * each such connection would hold a slot that long, and for ever with a
+ * byte every few seconds. */
+#define STALL_DECIDE_MS 800
+static void test_intercept_handshake_deadline(void **state)
+{
+	struct secret_set *set = load_secrets();
+	struct timeval tv = {.tv_sec = 10};
+	uint8_t hdr[12] = "K8E1\x04\x00\x01\xbb", buf[16384];
+	struct egress_ca *ca;
+	uint64_t t0, took;
+	size_t flight = 0;
+	pthread_t t;
+	ssize_t n;
+	int sp[2];
+
+	intercept_on(set, &ca);
+	ctx.decide_ms = STALL_DECIDE_MS;
+	reset();
+	set_dest_name(API, 443);
+	memcpy(hdr + 8, dest_addr, 4);
+	SSL_CTX *cctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = SSL_new(cctx);
+	BIO *rb = BIO_new(BIO_s_mem()), *wb = BIO_new(BIO_s_mem());
+	SSL_set_bio(ssl, rb, wb);
+	SSL_set_tlsext_host_name(ssl, API);
+	SSL_set_alpn_protos(ssl, (const unsigned char *)"\x08http/1.1", 9);
+	assert_int_equal(SSL_get_error(ssl, SSL_connect(ssl)), SSL_ERROR_WANT_READ);
+	n = BIO_read(wb, buf, sizeof(buf));
+	assert_true(n > 0);
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+	setsockopt(sp[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	pthread_create(&t, NULL, serve_thread, (void *)(intptr_t)sp[1]);
+	t0 = mono_ms();
+	assert_int_equal(write_all(sp[0], hdr, sizeof(hdr)), 0);
+	assert_int_equal(write_all(sp[0], buf, (size_t)n), 0);
+	/* The proxy's flight (ServerHello to Finished), then its close. */
+	while ((n = read(sp[0], buf, sizeof(buf))) > 0)
+		flight += (size_t)n;
+	took = mono_ms() - t0;
+	pthread_join(t, NULL);
+	print_message("stalled handshake: %zu bytes of the proxy's flight, closed after %llu ms\n",
+		      flight, (unsigned long long)took);
+	assert_int_equal(n, 0);
+	assert_true(flight > 0);
+	assert_int_equal(serve_last_err, -ETIMEDOUT);
+	assert_string_equal(field(last_connect(), "reason"), "TLS handshake not done in time");
+	assert_true(took >= STALL_DECIDE_MS - 10 && took < STALL_DECIDE_MS + 4000);
+	SSL_free(ssl);
+	SSL_CTX_free(cctx);
+	close(sp[0]);
+	ctx.decide_ms = 0;
+	intercept_off(set, ca);
+}
+
+/* decide_ms only shortens EGRESS_DECIDE_MS: a larger value (were it ever
+ * set from somewhere a user or guest reaches) does not lengthen it. */
+static void test_decide_ms_only_shortens(void **state)
+{
+	uint64_t now = mono_ms();
+
+	ctx.decide_ms = EGRESS_DECIDE_MS * 4;
+	ctx.idle_timeout_ms = EGRESS_DECIDE_MS * 8;
+	assert_true(egress_deadline(&ctx) <= mono_ms() + EGRESS_DECIDE_MS);
+	ctx.decide_ms = 500;
+	assert_true(egress_deadline(&ctx) <= mono_ms() + 500);
+	ctx.decide_ms = 0;
+	assert_true(egress_deadline(&ctx) >= now + EGRESS_DECIDE_MS);
+	ctx.idle_timeout_ms = 20000;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1230,6 +1306,8 @@ int main(void)
 		cmocka_unit_test(test_deny_and_ask),
 		cmocka_unit_test(test_intercept),
 		cmocka_unit_test(test_intercept_encoded),
+		cmocka_unit_test(test_intercept_handshake_deadline),
+		cmocka_unit_test(test_decide_ms_only_shortens),
 	};
 	return cmocka_run_group_tests_name("proxy", tests, setup, teardown);
 }
