@@ -425,6 +425,10 @@ int cmd_image(int argc, char **argv)
 		return image_path(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "rm") && argc == 3)
 		return image_rm(argv[2]);
+	if (!strcmp(argv[1], "warm"))
+		return cli_image_warm(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "prune") && (argc == 2 || (argc == 3 && !strcmp(argv[2], "--all"))))
+		return cli_template_prune(argc == 3);
 	fprintf(stderr, "kosa8 image: unknown or incomplete subcommand '%s'\n", argv[1]);
 	return cli_usage_error("image", argv[1]);
 }
