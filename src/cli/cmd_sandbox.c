@@ -45,24 +45,6 @@
 
 /* Errors quote what a guest named (files, link targets, the agent's own
  * messages), so they reach the terminal escaped like its console. */
-int cli_fail(const char *cmd, const char *fmt, ...)
-{
-	va_list ap;
-	char *msg = NULL;
-	int n;
-
-	va_start(ap, fmt);
-	n = vasprintf(&msg, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "kosa8 %s: ", cmd);
-	if (n < 0)
-		fputs("(out of memory for the message)", stderr);
-	else
-		term_write(stderr, msg, (size_t)n, TERM_KEEP_LINES | TERM_FINAL);
-	fputc('\n', stderr);
-	free(msg);
-	return 1;
-}
 
 
 /* ---- where things are ---- */
@@ -173,6 +155,8 @@ static int parse_create_opts(const char *cmd, int argc, char **argv, struct crea
 	o->mem = DEFAULT_MEM;
 	o->cpus = 1;
 	o->image = "default";
+	/* KOSA8_COLD=1: every new sandbox boots, as with --cold. */
+	o->cold = getenv("KOSA8_COLD") && strcmp(getenv("KOSA8_COLD"), "0");
 	optind = 0;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
@@ -339,14 +323,14 @@ static int create_in(const char *cmd, const struct create_opts *o, char *name, s
 		return 1;
 	snprintf(cfg.name, sizeof(cfg.name), "%s", name);
 	cfg.created = (int64_t)time(NULL);
-	/* Before the sandboxes' lock: making a template boots a guest. */
-	if (!o->cold && cli_template_ensure(cmd, &cfg, tpl))
-		return 1;
 	/* The state directories must be the user's alone before anything is
 	 * made in them (sandboxes/ may not exist yet: the lock makes it). */
 	if ((rc = sandbox_state_dir_private(name, false, dir, sizeof(dir), why, sizeof(why))) &&
 	    rc != -ENOENT)
 		return cli_fail(cmd, "%s", why);
+	/* Before the sandboxes' lock: making a template boots a guest. */
+	if (!o->cold && cli_template_ensure(cmd, &cfg, tpl))
+		return 1;
 	/* The CID is the sandbox's own once its sandbox.json is written. */
 	if ((lk = sandbox_create_lock()) < 0)
 		return cli_fail(cmd, "cannot lock the sandboxes' directory: %s", strerror(-lk));
@@ -539,7 +523,8 @@ static int stop_and_own(const char *cmd, const char *name, const char *role, uin
 			      cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(reply, "error")) ?: "no reason given");
 	else
 		fd = 0;
-	if (!fd && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "forced"))) {
+	/* No grace (rm -f, run --rm) asked for the forced end: not news. */
+	if (!fd && grace_ms && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "forced"))) {
 		fprintf(stderr, "kosa8 %s: sandbox '%s' did not power off within %llu s: ended by the host (forced)\n",
 			cmd, name, (unsigned long long)grace_ms / 1000);
 		*status = STOP_FORCED_STATUS;
@@ -598,16 +583,8 @@ int cmd_stop(int argc, char **argv)
 
 /* ---- rm / ps / logs ---- */
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	return remove(path) < 0 ? -1 : 0;
-}
 
 /* rm -rf of a sandbox's state directory (depth first, links not followed). */
-int cli_remove_tree(const char *dir)
-{
-	return nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) < 0 ? -errno : 0;
-}
 
 /* The sandbox's directory moved out of its name (to ".rm-NAME-PID" beside
  * it, which no command lists or finds) while rm holds its lock: no start
@@ -1117,10 +1094,12 @@ int cmd_run(int argc, char **argv)
 	eo.tty = -1;
 	eo.cwd = o.workspace ? "/workspace" : NULL;
 	status = run_in_sandbox("run", name, (const char *const *)argv + i, &eo);
-	stop_sandbox("run", name, SUPERVISOR_STOP_GRACE_MS);
 	if (o.rm) {
-		char *rmv[] = {"rm", name, NULL};
-		cmd_rm(2, rmv);
+		/* Its disk is thrown away: no clean power-off to wait for. */
+		char *rmv[] = {"rm", "-f", name, NULL};
+		cmd_rm(3, rmv);
+	} else {
+		stop_sandbox("run", name, SUPERVISOR_STOP_GRACE_MS);
 	}
 	return status;
 }

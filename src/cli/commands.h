@@ -6,7 +6,7 @@
 #include <stdbool.h>
 
 #include "agentproto/tree.h"
-#include "sandbox/template.h"
+#include "supervisor/template.h"
 
 int cmd_vm(int argc, char **argv);
 int cmd_audit(int argc, char **argv);
@@ -50,7 +50,7 @@ int cli_start_sandbox(const char *cmd, const char *name, int memfd);
 int cli_copy_policy(const char *from, const char *dir);
 int cli_remove_tree(const char *dir);
 
-/* The template a new sandbox restores (cli/template.c, sandbox/template.h):
+/* The template a new sandbox restores (cli/template.c, supervisor/template.h):
  * found, or made with progress on stderr.  On success t->lock holds the
  * template (prune waits) until the caller closes it, once the sandbox's
  * pin is written; on failure it printed why and returns 1. */

@@ -1,4 +1,4 @@
-/* Templates on the CLI's side (sandbox/template.h): finding or making the
+/* Templates on the CLI's side (supervisor/template.h): finding or making the
  * one a new sandbox restores, `kosa8 image warm` and `kosa8 image prune`. */
 #include <dirent.h>
 #include <errno.h>
@@ -19,7 +19,7 @@
 #include "disk/disk.h"
 #include "sandbox/owner.h"
 #include "sandbox/sandbox.h"
-#include "sandbox/template.h"
+#include "supervisor/template.h"
 #include "supervisor/ckpt_ops.h"
 #include "supervisor/supervisor.h"
 
@@ -132,9 +132,10 @@ static int boot_and_checkpoint(const char *cmd, const char *dir, char *why, size
 	close(p[0]);
 	if (rc && mono_ms() >= deadline) {
 		kill(pid, SIGKILL);
-		snprintf(why, wlen, "no template within %d s (see %s)", MAKE_TIMEOUT_MS / 1000, log);
+		snprintf(why, wlen, "no template within %d s (see %.3500s)", MAKE_TIMEOUT_MS / 1000, log);
 	} else if (rc) {
-		snprintf(why, wlen, "%s (see %s)", line[0] ? line : "the template's supervisor died", log);
+		const char *l = strncmp(line, "error: ", 7) ? line : line + 7;
+		snprintf(why, wlen, "%.400s (see %.3500s)", l[0] ? l : "the template's supervisor died", log);
 	}
 	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 		;

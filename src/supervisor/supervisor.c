@@ -24,7 +24,7 @@
 #include "common/thread.h"
 #include "common/util.h"
 #include "sandbox/owner.h"
-#include "sandbox/template.h"
+#include "supervisor/template.h"
 #include "supervisor/cgroup.h"
 #include "supervisor/console_log.h"
 #include "supervisor/ckpt_ops.h"
@@ -65,7 +65,7 @@ struct supervisor {
 	char vm_ctl[PATH_MAX];     /* the VMM's control socket, in vm/ */
 	char ckpt_dir[PATH_MAX];   /* state_dir/checkpoints: the VMM's --checkpoint-dir */
 	const char *self;          /* the kosa8 binary */
-	/* Making a template (sandbox/template.h): its directory, else NULL. */
+	/* Making a template (supervisor/template.h): its directory, else NULL. */
 	const char *template_dir;
 	struct audit_log *audit;
 	struct sup_egress *egress;
@@ -1325,7 +1325,7 @@ static int own_sandbox(struct supervisor *s, const char *name)
 }
 
 /* A template's guest has booted: checkpoint c1 of it is the template
- * (the VMM writes all of its memory, sandbox/template.h), then the VMM
+ * (the VMM writes all of its memory, supervisor/template.h), then the VMM
  * ends; the CLI that asked seals the files. */
 static int make_template(struct supervisor *s, int ready_fd, const char **why)
 {
@@ -1338,7 +1338,7 @@ static int make_template(struct supervisor *s, int ready_fd, const char **why)
 		write_all(ready_fd, line, sizeof(line) - 1);
 	rc = ckpt_take(s->state_dir, s->vm_ctl, "template", &m, NULL, err, sizeof(err));
 	if (rc) {
-		snprintf(s->why, sizeof(s->why), "checkpointing the template: %s", err);
+		snprintf(s->why, sizeof(s->why), "checkpointing the template: %.440s", err);
 		*why = s->why;
 		return rc;
 	}

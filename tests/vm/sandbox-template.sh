@@ -95,13 +95,13 @@ test_sandbox_template() {
 	ok $name
 
 	name=sandbox-template-checkpoint-fork
-	tp_in tpa 'echo before >/root/f' || { tp_fail $name "write failed"; return 1; }
+	tp_root tpa 'echo before >/root/f' || { tp_fail $name "write failed"; return 1; }
 	tp_sb checkpoint tpa >/dev/null 2>>"$WORK/out" || { tp_fail $name "checkpoint of tpa failed"; return 1; }
-	tp_in tpa 'echo after >/root/f'
+	tp_root tpa 'echo after >/root/f'
 	tp_sb fork tpa c1 --name tpf >/dev/null 2>>"$WORK/out" || { tp_fail $name "fork of tpa failed"; return 1; }
-	[ "$(tp_in tpf 'cat /root/f')" = before ] || { tp_fail $name "the fork's /root/f is not c1's"; return 1; }
+	[ "$(tp_root tpf 'cat /root/f')" = before ] || { tp_fail $name "the fork's /root/f is not c1's"; return 1; }
 	tp_sb rewind tpa c1 >/dev/null 2>>"$WORK/out" || { tp_fail $name "rewind of tpa failed"; return 1; }
-	[ "$(tp_in tpa 'cat /root/f')" = before ] || { tp_fail $name "rewound tpa's /root/f is not c1's"; return 1; }
+	[ "$(tp_root tpa 'cat /root/f')" = before ] || { tp_fail $name "rewound tpa's /root/f is not c1's"; return 1; }
 	tp_sb ps >"$WORK/ps.out" 2>&1
 	grep -q "^tpf\b.*running" "$WORK/ps.out" && grep -q "^tpa\b.*running" "$WORK/ps.out" ||
 		{ cat "$WORK/ps.out"; tp_fail $name "ps does not show tpa and tpf running"; return 1; }

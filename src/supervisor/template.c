@@ -1,4 +1,4 @@
-#include "sandbox/template.h"
+#include "supervisor/template.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
