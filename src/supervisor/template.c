@@ -184,14 +184,38 @@ static int sealed_file(const char *dir, const char *rel, char *why, size_t wlen)
 static const char *const sealed[] = {CKPT_DIR "/" TEMPLATE_CKPT "/state",
 				     CKPT_DIR "/" TEMPLATE_CKPT "/memory", "disk.k8d"};
 
+int template_parse(const char *text, size_t len, const char *key, char *kernel, char *image,
+		   uint64_t *mem, int *cpus)
+{
+	cJSON *o = cJSON_ParseWithLength(text, len);
+	const cJSON *kk = cJSON_GetObjectItemCaseSensitive(o, "key"),
+		    *k = cJSON_GetObjectItemCaseSensitive(o, "kernel"),
+		    *i = cJSON_GetObjectItemCaseSensitive(o, "image"),
+		    *m = cJSON_GetObjectItemCaseSensitive(o, "mem"),
+		    *c = cJSON_GetObjectItemCaseSensitive(o, "cpus");
+	int rc = -EBADMSG;
+
+	if (cJSON_IsString(kk) && !strcmp(kk->valuestring, key) && cJSON_IsString(k) &&
+	    cJSON_IsString(i) && k->valuestring[0] == '/' && i->valuestring[0] == '/' &&
+	    strlen(k->valuestring) < PATH_MAX && strlen(i->valuestring) < PATH_MAX &&
+	    cJSON_IsNumber(m) && m->valuedouble >= 0 && m->valuedouble < 1e15 && cJSON_IsNumber(c) &&
+	    c->valuedouble >= 1 && c->valuedouble <= 64) {
+		strcpy(kernel, k->valuestring);
+		strcpy(image, i->valuestring);
+		*mem = (uint64_t)m->valuedouble;
+		*cpus = (int)c->valuedouble;
+		rc = 0;
+	}
+	cJSON_Delete(o);
+	return rc;
+}
+
 int template_load(const char *root, const char *key, char *kernel, char *image, uint64_t *mem,
 		  int *cpus)
 {
 	char path[PATH_MAX];
 	uint8_t *buf = NULL;
 	size_t len = 0;
-	const cJSON *k, *i, *m, *c, *kk;
-	cJSON *o;
 	int rc;
 
 	if ((rc = key_dir(path, sizeof(path), root, key)) ||
@@ -200,25 +224,8 @@ int template_load(const char *root, const char *key, char *kernel, char *image, 
 	strcat(path, "/" TEMPLATE_FILE);
 	if ((rc = read_file(path, TEMPLATE_JSON_MAX, &buf, &len)))
 		return rc;
-	o = cJSON_ParseWithLength((const char *)buf, len);
+	rc = template_parse((const char *)buf, len, key, kernel, image, mem, cpus);
 	free(buf);
-	kk = cJSON_GetObjectItemCaseSensitive(o, "key");
-	k = cJSON_GetObjectItemCaseSensitive(o, "kernel");
-	i = cJSON_GetObjectItemCaseSensitive(o, "image");
-	m = cJSON_GetObjectItemCaseSensitive(o, "mem");
-	c = cJSON_GetObjectItemCaseSensitive(o, "cpus");
-	rc = -EBADMSG;
-	if (cJSON_IsString(kk) && !strcmp(kk->valuestring, key) && cJSON_IsString(k) &&
-	    cJSON_IsString(i) && strlen(k->valuestring) < PATH_MAX && strlen(i->valuestring) < PATH_MAX &&
-	    cJSON_IsNumber(m) && m->valuedouble >= 0 && m->valuedouble < 1e15 && cJSON_IsNumber(c) &&
-	    c->valueint >= 1 && c->valueint <= 64) {
-		strcpy(kernel, k->valuestring);
-		strcpy(image, i->valuestring);
-		*mem = (uint64_t)m->valuedouble;
-		*cpus = c->valueint;
-		rc = 0;
-	}
-	cJSON_Delete(o);
 	return rc;
 }
 

@@ -78,6 +78,11 @@ int template_check(const char *root, const char *key, char *why, size_t wlen);
 int template_seal(const char *root, const char *key, const struct template_inputs *in,
 		  char *why, size_t wlen);
 
+/* template.json's text (a file on disk: bounded, type-checked; fuzzed by
+ * fuzz/fuzz_template.c): key must match; kernel and image are absolute
+ * paths shorter than PATH_MAX.  0 or -EBADMSG. */
+int template_parse(const char *text, size_t len, const char *key, char *kernel, char *image,
+		   uint64_t *mem, int *cpus);
 /* template.json of root/KEY: its inputs (paths into kernel and image, of
  * PATH_MAX bytes).  0, -ENOENT, -EBADMSG. */
 int template_load(const char *root, const char *key, char *kernel, char *image, uint64_t *mem,
