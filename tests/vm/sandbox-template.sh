@@ -13,8 +13,12 @@ tp_sb() { KOSA8_STATE_DIR=$WORK/tpstate timeout -k 5 600 build/kosa8 "$@" </dev/
 tp_in() { tp_sb exec "$1" -- sh -c "$2" 2>>"$WORK/out"; }
 tp_root() { tp_sb exec -u root "$1" -- sh -c "$2" 2>>"$WORK/out"; }
 tp_fail() { not_ok "$1" "$2"; tp_clear; }
+# Twice: a parent is refused while its fork exists.
 tp_clear() {
-	tp_sb ps 2>/dev/null | awk 'NR > 1 {print $1}' | while read -r n; do tp_sb rm -f "$n" >/dev/null 2>&1; done
+	local i
+	for i in 1 2; do
+		tp_sb ps 2>/dev/null | awk 'NR > 1 {print $1}' | while read -r n; do tp_sb rm -f "$n" >/dev/null 2>&1; done
+	done
 }
 TP_MEM=384M
 
