@@ -413,6 +413,19 @@ out:
 	return rc;
 }
 
+static int image_prune(int argc, char **argv)
+{
+	bool all = false;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--all"))
+			return cli_fail("image prune", "unknown option '%s' (see 'kosa8 image prune --help')",
+					argv[i]), 2;
+		all = true;
+	}
+	return cli_template_prune(all);
+}
+
 int cmd_image(int argc, char **argv)
 {
 	if (argc < 2)
@@ -425,6 +438,10 @@ int cmd_image(int argc, char **argv)
 		return image_path(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "rm") && argc == 3)
 		return image_rm(argv[2]);
+	if (!strcmp(argv[1], "warm"))
+		return cli_image_warm(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "prune"))
+		return image_prune(argc - 1, argv + 1);
 	fprintf(stderr, "kosa8 image: unknown or incomplete subcommand '%s'\n", argv[1]);
 	return cli_usage_error("image", argv[1]);
 }

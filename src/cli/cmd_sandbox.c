@@ -45,24 +45,6 @@
 
 /* Errors quote what a guest named (files, link targets, the agent's own
  * messages), so they reach the terminal escaped like its console. */
-int cli_fail(const char *cmd, const char *fmt, ...)
-{
-	va_list ap;
-	char *msg = NULL;
-	int n;
-
-	va_start(ap, fmt);
-	n = vasprintf(&msg, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "kosa8 %s: ", cmd);
-	if (n < 0)
-		fputs("(out of memory for the message)", stderr);
-	else
-		term_write(stderr, msg, (size_t)n, TERM_KEEP_LINES | TERM_FINAL);
-	fputc('\n', stderr);
-	free(msg);
-	return 1;
-}
 
 
 /* ---- where things are ---- */
@@ -154,7 +136,7 @@ struct create_opts {
 	int nallow, nsecrets;
 	uint64_t mem;
 	int cpus;
-	bool rm;
+	bool rm, cold;
 };
 
 static int parse_create_opts(const char *cmd, int argc, char **argv, struct create_opts *o)
@@ -164,7 +146,7 @@ static int parse_create_opts(const char *cmd, int argc, char **argv, struct crea
 		{"workspace", required_argument, NULL, 'w'}, {"mem", required_argument, NULL, 'm'},
 		{"cpus", required_argument, NULL, 'c'}, {"rm", no_argument, NULL, 'r'},
 		{"allow", required_argument, NULL, 'a'}, {"policy", required_argument, NULL, 'p'},
-		{"secret", required_argument, NULL, 's'},
+		{"secret", required_argument, NULL, 's'}, {"cold", no_argument, NULL, 'C'},
 		{NULL, 0, NULL, 0},
 	};
 	int c;
@@ -173,6 +155,8 @@ static int parse_create_opts(const char *cmd, int argc, char **argv, struct crea
 	o->mem = DEFAULT_MEM;
 	o->cpus = 1;
 	o->image = "default";
+	/* KOSA8_COLD=1: every new sandbox boots, as with --cold. */
+	o->cold = getenv("KOSA8_COLD") && strcmp(getenv("KOSA8_COLD"), "0");
 	optind = 0;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
@@ -181,6 +165,7 @@ static int parse_create_opts(const char *cmd, int argc, char **argv, struct crea
 		case 'i': o->image = optarg; break;
 		case 'w': o->workspace = optarg; break;
 		case 'r': o->rm = true; break;
+		case 'C': o->cold = true; break;
 		case 'p': o->policy = optarg; break;
 		case 'a':
 			if (o->nallow == SANDBOX_ALLOW_MAX)
@@ -271,10 +256,50 @@ static void random_name(char *buf, size_t len)
 	snprintf(buf, len, "sb-%02x%02x%02x%02x", r[0], r[1], r[2], r[3]);
 }
 
-static int create_sandbox(const char *cmd, const struct create_opts *o, char *name, size_t nlen)
+/* The kernel, image, memory and vCPUs a new sandbox (or template) boots
+ * with. $KOSA8_KERNEL picks another guest kernel; --image takes a name or
+ * a file. */
+static int guest_inputs(const char *cmd, const struct create_opts *o, struct sandbox_cfg *cfg)
+{
+	const char *kenv = getenv("KOSA8_KERNEL");
+	struct stat st;
+
+	if (kenv && *kenv) {
+		if (!realpath(kenv, cfg->kernel))
+			return cli_fail(cmd, "KOSA8_KERNEL=%s: no such file", kenv);
+	} else if (kosa8_guest_kernel(cfg->kernel, sizeof(cfg->kernel)) < 0) {
+		return cli_fail(cmd, "%s", "the guest kernel is not built: run 'make kernel' (or guest/kernel/build.sh)");
+	}
+	if (strchr(o->image, '/') && stat(o->image, &st) == 0 && S_ISREG(st.st_mode)) {
+		if (!realpath(o->image, cfg->image))
+			return cli_fail(cmd, "image '%s' cannot be resolved", o->image);
+	} else if (script_path("guest/image/build.sh", o->image, cfg->image, sizeof(cfg->image)) < 0)
+		return cli_fail(cmd, "image '%s' is not built or unknown: see 'kosa8 image ls', build it with 'kosa8 image build'", o->image);
+	cfg->mem = o->mem;
+	cfg->cpus = o->cpus;
+	return 0;
+}
+
+/* The new sandbox's disk: a delta over the image (cold), or over the
+ * template's frozen disk with fork.json saying to restore its checkpoint
+ * (the fork path: ckpt_fork_prepare, which pins the template). */
+static int first_disk(const struct sandbox_cfg *cfg, const struct cli_template *tpl,
+		      const char *dir, char *err, size_t errlen)
+{
+	char disk[PATH_MAX];
+
+	if (tpl->lock >= 0)
+		return ckpt_fork_prepare(tpl->dir, tpl->name, TEMPLATE_CKPT, dir, cfg->name, err, errlen);
+	if (sandbox_path(disk, sizeof(disk), dir, "disk.k8d") < 0)
+		return snprintf(err, errlen, "path too long"), -ENAMETOOLONG;
+	return disk_create(disk, cfg->image, NULL, err, errlen);
+}
+
+static int create_in(const char *cmd, const struct create_opts *o, char *name, size_t nlen,
+		     struct cli_template *tpl)
 {
 	struct sandbox_cfg cfg;
-	char dir[PATH_MAX], disk[PATH_MAX], err_msg[DISK_ERR_LEN], why[PATH_MAX + 128];
+	char dir[PATH_MAX], err_msg[DISK_ERR_LEN + 600], why[PATH_MAX + 128];
 	struct stat st;
 	int lk, rc;
 
@@ -294,30 +319,18 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 		    !S_ISDIR(st.st_mode))
 			return cli_fail(cmd, "workspace '%s' is not an existing directory", o->workspace);
 	}
-	/* $KOSA8_KERNEL picks another guest kernel; --image takes a name or a file. */
-	const char *kenv = getenv("KOSA8_KERNEL");
-	if (kenv && *kenv) {
-		if (!realpath(kenv, cfg.kernel))
-			return cli_fail(cmd, "KOSA8_KERNEL=%s: no such file", kenv);
-	} else if (kosa8_guest_kernel(cfg.kernel, sizeof(cfg.kernel)) < 0) {
-		return cli_fail(cmd, "%s", "the guest kernel is not built: run 'make kernel' (or guest/kernel/build.sh)");
-	}
-	if (strchr(o->image, '/') && stat(o->image, &st) == 0 && S_ISREG(st.st_mode)) {
-		if (!realpath(o->image, cfg.image))
-			return cli_fail(cmd, "image '%s' cannot be resolved", o->image);
-	} else if (script_path("guest/image/build.sh", o->image, cfg.image, sizeof(cfg.image)) < 0)
-		return cli_fail(cmd, "image '%s' is not built or unknown: see 'kosa8 image ls', build it with 'kosa8 image build'", o->image);
-	if (check_egress(cmd, o, &cfg))
+	if (guest_inputs(cmd, o, &cfg) || check_egress(cmd, o, &cfg))
 		return 1;
 	snprintf(cfg.name, sizeof(cfg.name), "%s", name);
-	cfg.mem = o->mem;
-	cfg.cpus = o->cpus;
 	cfg.created = (int64_t)time(NULL);
 	/* The state directories must be the user's alone before anything is
 	 * made in them (sandboxes/ may not exist yet: the lock makes it). */
 	if ((rc = sandbox_state_dir_private(name, false, dir, sizeof(dir), why, sizeof(why))) &&
 	    rc != -ENOENT)
 		return cli_fail(cmd, "%s", why);
+	/* Before the sandboxes' lock: making a template boots a guest. */
+	if (!o->cold && cli_template_ensure(cmd, &cfg, tpl))
+		return 1;
 	/* The CID is the sandbox's own once its sandbox.json is written. */
 	if ((lk = sandbox_create_lock()) < 0)
 		return cli_fail(cmd, "cannot lock the sandboxes' directory: %s", strerror(-lk));
@@ -326,7 +339,7 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 		return cli_fail(cmd, "no vsock CID left: there are %u sandboxes (kosa8 rm some)",
 				SANDBOX_MAX_SANDBOXES);
 	}
-	if (mkdir(dir, 0700) < 0 || sandbox_path(disk, sizeof(disk), dir, "disk.k8d") < 0) {
+	if (mkdir(dir, 0700) < 0) {
 		rc = errno;
 		close(lk);
 		return cli_fail(cmd, rc == EEXIST ? "a sandbox named '%s' exists already" :
@@ -337,10 +350,9 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 		close(lk);
 		return cli_fail(cmd, "%s", why);
 	}
-	if ((rc = disk_create(disk, cfg.image, NULL, err_msg, sizeof(err_msg))) < 0 ||
+	if ((rc = first_disk(&cfg, tpl, dir, err_msg, sizeof(err_msg))) < 0 ||
 	    sandbox_cfg_save(dir, &cfg) < 0) {
-		unlink(disk);
-		rmdir(dir);
+		cli_remove_tree(dir);
 		close(lk);
 		return cli_fail(cmd, "cannot create the sandbox's disk: %s", rc < 0 ? err_msg : "cannot write sandbox.json");
 	}
@@ -352,6 +364,22 @@ static int create_sandbox(const char *cmd, const struct create_opts *o, char *na
 	return 0;
 }
 
+/* tpl (may be NULL): which template the sandbox restores, if any. */
+static int create_sandbox(const char *cmd, const struct create_opts *o, char *name, size_t nlen,
+			  struct cli_template *tpl)
+{
+	struct cli_template own;
+	int rc;
+
+	if (!tpl)
+		tpl = &own;
+	tpl->lock = -1;
+	rc = create_in(cmd, o, name, nlen, tpl);
+	if (tpl->lock >= 0)
+		close(tpl->lock);
+	return rc;
+}
+
 int cmd_create(int argc, char **argv)
 {
 	struct create_opts o;
@@ -359,7 +387,7 @@ int cmd_create(int argc, char **argv)
 
 	if (parse_create_opts("create", argc, argv, &o) || optind != argc)
 		return 2;
-	if (create_sandbox("create", &o, name, sizeof(name)))
+	if (create_sandbox("create", &o, name, sizeof(name), NULL))
 		return 1;
 	printf("%s\n", name);
 	return 0;
@@ -495,7 +523,8 @@ static int stop_and_own(const char *cmd, const char *name, const char *role, uin
 			      cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(reply, "error")) ?: "no reason given");
 	else
 		fd = 0;
-	if (!fd && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "forced"))) {
+	/* No grace (rm -f, run --rm) asked for the forced end: not news. */
+	if (!fd && grace_ms && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "forced"))) {
 		fprintf(stderr, "kosa8 %s: sandbox '%s' did not power off within %llu s: ended by the host (forced)\n",
 			cmd, name, (unsigned long long)grace_ms / 1000);
 		*status = STOP_FORCED_STATUS;
@@ -554,16 +583,8 @@ int cmd_stop(int argc, char **argv)
 
 /* ---- rm / ps / logs ---- */
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	return remove(path) < 0 ? -1 : 0;
-}
 
 /* rm -rf of a sandbox's state directory (depth first, links not followed). */
-int cli_remove_tree(const char *dir)
-{
-	return nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) < 0 ? -errno : 0;
-}
 
 /* The sandbox's directory moved out of its name (to ".rm-NAME-PID" beside
  * it, which no command lists or finds) while rm holds its lock: no start
@@ -1049,8 +1070,12 @@ int cmd_run(int argc, char **argv)
 		i++;
 	if (i >= argc)
 		return cli_usage_error("run", NULL);
-	if (create_sandbox("run", &o, name, sizeof(name)))
+	struct cli_template tpl;
+	uint64_t t0 = mono_ms();
+
+	if (create_sandbox("run", &o, name, sizeof(name), &tpl))
 		return 125;
+	t0 = mono_ms();
 	if (cli_start_sandbox("run", name, -1)) {
 		if (o.rm) {
 			char *rmv[] = {"rm", name, NULL};
@@ -1058,14 +1083,23 @@ int cmd_run(int argc, char **argv)
 		}
 		return 125;
 	}
+	/* Says which way it started: the time is the start's alone. */
+	if (o.cold)
+		fprintf(stderr, "kosa8 run: '%s' booted (--cold) in %.1f s\n", name,
+			(double)(mono_ms() - t0) / 1000);
+	else
+		fprintf(stderr, "kosa8 run: '%s' restored from template %s in %.1f s\n", name, tpl.name,
+			(double)(mono_ms() - t0) / 1000);
 	memset(&eo, 0, sizeof(eo));
 	eo.tty = -1;
 	eo.cwd = o.workspace ? "/workspace" : NULL;
 	status = run_in_sandbox("run", name, (const char *const *)argv + i, &eo);
-	stop_sandbox("run", name, SUPERVISOR_STOP_GRACE_MS);
 	if (o.rm) {
-		char *rmv[] = {"rm", name, NULL};
-		cmd_rm(2, rmv);
+		/* Its disk is thrown away: no clean power-off to wait for. */
+		char *rmv[] = {"rm", "-f", name, NULL};
+		cmd_rm(3, rmv);
+	} else {
+		stop_sandbox("run", name, SUPERVISOR_STOP_GRACE_MS);
 	}
 	return status;
 }
@@ -1078,4 +1112,24 @@ int cmd_supervise(int argc, char **argv)
 	if ((argc != 3 && argc != 4) || !realpath("/proc/self/exe", self))
 		return 2;
 	return supervisor_main(self, argv[1], atoi(argv[2]), argc == 4 ? atoi(argv[3]) : -1) ? 1 : 0;
+}
+
+/* `kosa8 image warm [IMAGE] [--cpus N] [--mem SIZE]`: the template run
+ * and create would make on first use, made now. */
+int cli_image_warm(int argc, char **argv)
+{
+	struct create_opts o;
+	struct cli_template tpl;
+	struct sandbox_cfg cfg;
+
+	if (parse_create_opts("image warm", argc, argv, &o) || argc - optind > 1)
+		return 2;
+	if (optind < argc)
+		o.image = argv[optind];
+	memset(&cfg, 0, sizeof(cfg));
+	if (guest_inputs("image warm", &o, &cfg) || cli_template_ensure("image warm", &cfg, &tpl))
+		return 1;
+	close(tpl.lock);
+	printf("%s %s\n", tpl.name, tpl.dir);
+	return 0;
 }

@@ -19,6 +19,7 @@
 	{"allow", 0, "HOST[:PORT]", "let the guest reach HOST (repeatable; *.example.com for subdomains)"}, \
 	{"policy", 0, "FILE", "an egress policy file, copied into the sandbox (see docs/policy.md)"}, \
 	{"secret", 0, "NAME", "give the guest a placeholder for secret NAME (repeatable; see 'kosa8 secret')"}, \
+	{"cold", 0, NULL, "boot the guest instead of restoring the booted template (see 'kosa8 image warm')"}, \
 	{"rm", 0, NULL, rm_help}
 
 static const struct cli_opt run_opts[] = {
@@ -240,6 +241,17 @@ static const struct cli_opt json_opts[] = {
 	END,
 };
 
+static const struct cli_opt warm_opts[] = {
+	{"cpus", 0, "N", "vCPUs, 1 to 64 (default 1)"},
+	{"mem", 0, "SIZE", "guest memory, at least 64M (default 1G)"},
+	END,
+};
+
+static const struct cli_opt prune_opts[] = {
+	{"all", 0, NULL, "remove every template no sandbox stands on"},
+	END,
+};
+
 static const struct cli_cmd image_subs[] = {
 	{"build", "build the image a recipe describes, once, into the cache (root: mmdebstrap)",
 	 "[--agent PATH] [RECIPE|NAME]",
@@ -252,6 +264,12 @@ static const struct cli_cmd image_subs[] = {
 	{"rm", "remove every build of NAME, or the one with KEY", "NAME[/KEY]",
 	 "Sandboxes whose disk sits on a removed image cannot start any more.", NULL, NULL, NULL, -1,
 	 CLI_OPERAND_NONE, false},
+	{"warm", "make the booted template new sandboxes of IMAGE restore, ahead of time", "[IMAGE] [--cpus N] [--mem SIZE]",
+	 "run and create make it on first use otherwise; one per image, kernel, kosa8, vCPUs and memory.",
+	 warm_opts, NULL, NULL, -1, CLI_OPERAND_NONE, false},
+	{"prune", "remove templates whose kernel, image or kosa8 changed or is gone", "[--all]",
+	 "A template a sandbox stands on (its disk lies over it) is kept and named.", prune_opts, NULL, NULL,
+	 -1, CLI_OPERAND_NONE, false},
 	END,
 };
 
@@ -433,6 +451,8 @@ const struct cli_cmd cli_commands[] = {
 	 NULL, NULL, cmd_completion, -1, CLI_OPERAND_NONE, false},
 	{"__supervise", "the sandbox supervisor (started by kosa8 start)", "NAME FD [MEMFD]", NULL, NULL, NULL,
 	 cmd_supervise, -1, CLI_OPERAND_NONE, true},
+	{"__template", "a template's supervisor (started by kosa8 run, create, image warm)", "DIR FD", NULL,
+	 NULL, NULL, cmd_template, -1, CLI_OPERAND_NONE, true},
 	{"__machine-serve", "the helper machine's command server (started by its init)", "DIR UID GID RUNDIR",
 	 NULL, NULL, NULL, cmd_machine_serve, -1, CLI_OPERAND_NONE, true},
 	END,

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 
 #include "agentproto/tree.h"
+#include "supervisor/template.h"
 
 int cmd_vm(int argc, char **argv);
 int cmd_audit(int argc, char **argv);
@@ -51,6 +52,23 @@ int cmd_doctor(int argc, char **argv);
 int cli_start_sandbox(const char *cmd, const char *name, int memfd);
 int cli_copy_policy(const char *from, const char *dir);
 int cli_remove_tree(const char *dir);
+
+/* The template a new sandbox restores (cli/template.c, supervisor/template.h):
+ * found, or made with progress on stderr.  On success t->lock holds the
+ * template (prune waits) until the caller closes it, once the sandbox's
+ * pin is written; on failure it printed why and returns 1. */
+struct sandbox_cfg;
+struct cli_template {
+	char root[PATH_MAX], dir[PATH_MAX + TEMPLATE_KEY_LEN + 2];
+	char key[TEMPLATE_KEY_LEN + 1], name[TEMPLATE_NAME_LEN];
+	int lock;
+};
+int cli_template_ensure(const char *cmd, const struct sandbox_cfg *cfg, struct cli_template *t);
+/* Removes the templates whose inputs are gone or changed (all: every one
+ * no sandbox stands on), one line each; 0 or 1. */
+int cli_template_prune(bool all);
+int cmd_template(int argc, char **argv);
+int cli_image_warm(int argc, char **argv);
 /* The supervisor did not answer (err): says "busy" when it still owns the
  * sandbox, "not running" when nobody does.  Returns 1. */
 int cli_unanswered(const char *cmd, const char *name, int err);

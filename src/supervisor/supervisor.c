@@ -24,6 +24,7 @@
 #include "common/thread.h"
 #include "common/util.h"
 #include "sandbox/owner.h"
+#include "supervisor/template.h"
 #include "supervisor/cgroup.h"
 #include "supervisor/console_log.h"
 #include "supervisor/ckpt_ops.h"
@@ -64,6 +65,8 @@ struct supervisor {
 	char vm_ctl[PATH_MAX];     /* the VMM's control socket, in vm/ */
 	char ckpt_dir[PATH_MAX];   /* state_dir/checkpoints: the VMM's --checkpoint-dir */
 	const char *self;          /* the kosa8 binary */
+	/* Making a template (supervisor/template.h): its directory, else NULL. */
+	const char *template_dir;
 	struct audit_log *audit;
 	struct sup_egress *egress;
 	struct console_log *console; /* the running VMM's output (console_log.h) */
@@ -189,9 +192,7 @@ static int vmm_argv(struct supervisor *s, const char *restore, const char *top, 
 	snprintf(buf[2], PATH_MAX, "%d", s->cfg.cpus);
 	snprintf(buf[4], PATH_MAX, "%u", s->cfg.cid);
 	ap_hostname_from(s->cfg.name, host);
-	snprintf(buf[3], PATH_MAX,
-		 "root=/dev/vda rw rootfstype=ext4 init=/usr/sbin/kosa8-agent kosa8.hostname=%s kosa8.net=on quiet",
-		 host);
+	snprintf(buf[3], PATH_MAX, SANDBOX_CMDLINE_FMT, host);
 	argv[n++] = s->self;
 	argv[n++] = "vm";
 	argv[n++] = "--no-emulate";
@@ -1098,8 +1099,12 @@ static int setup(struct supervisor *s, const char *name, const char **why)
 	int err;
 
 	/* Another user must not have made or opened any of these. */
-	if ((err = sandbox_state_dir_private(name, false, s->state_dir, sizeof(s->state_dir), s->why,
-					     sizeof(s->why)))) {
+	if (s->template_dir)
+		err = private_dir(s->state_dir, false, s->why, sizeof(s->why));
+	else
+		err = sandbox_state_dir_private(name, false, s->state_dir, sizeof(s->state_dir), s->why,
+						sizeof(s->why));
+	if (err) {
 		*why = err == -ENOENT ? "no such sandbox (see 'kosa8 ps')" : s->why;
 		return err;
 	}
@@ -1107,7 +1112,7 @@ static int setup(struct supervisor *s, const char *name, const char **why)
 		*why = "no such sandbox (see 'kosa8 ps')";
 		return err;
 	}
-	if ((err = sandbox_run_dir_private(name, true, s->run_dir, sizeof(s->run_dir), s->why,
+	if ((err = sandbox_run_dir_private(s->cfg.name, true, s->run_dir, sizeof(s->run_dir), s->why,
 					   sizeof(s->why)))) {
 		*why = s->why;
 		return err;
@@ -1309,7 +1314,9 @@ static int recover_checkpoint(struct supervisor *s)
 static int own_sandbox(struct supervisor *s, const char *name)
 {
 	struct sandbox_owner who;
-	int err = sandbox_state_dir(name, s->state_dir, sizeof(s->state_dir));
+	int err = s->template_dir ? snprintf(s->state_dir, sizeof(s->state_dir), "%s", s->template_dir) >=
+					    (int)sizeof(s->state_dir) ? -ENAMETOOLONG : 0 :
+				    sandbox_state_dir(name, s->state_dir, sizeof(s->state_dir));
 
 	s->owner_fd = err ? err : sandbox_owner_take(s->state_dir, "supervisor", &who);
 	if (s->owner_fd == -EBUSY)
@@ -1320,7 +1327,34 @@ static int own_sandbox(struct supervisor *s, const char *name)
 	return s->owner_fd < 0 ? s->owner_fd : 0;
 }
 
-int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
+/* A template's guest has booted: checkpoint c1 of it is the template
+ * (the VMM writes all of its memory, supervisor/template.h), then the VMM
+ * ends; the CLI that asked seals the files. */
+static int make_template(struct supervisor *s, int ready_fd, const char **why)
+{
+	static const char line[] = "progress checkpoint\n";
+	struct ckpt_meta m;
+	char err[600] = "";
+	int rc, status;
+
+	if (ready_fd >= 0)
+		write_all(ready_fd, line, sizeof(line) - 1);
+	rc = ckpt_take(s->state_dir, s->vm_ctl, "template", &m, NULL, err, sizeof(err));
+	if (rc) {
+		snprintf(s->why, sizeof(s->why), "checkpointing the template: %.440s", err);
+		*why = s->why;
+		return rc;
+	}
+	ckpt_meta_free(&m);
+	audit(s, "supervisor", "template.made", NULL);
+	status = end_vmm(s);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != VM_EXIT_HOST_STOP)
+		log_warn("the template's VMM did not end cleanly (status 0x%x)", (unsigned)status);
+	return 0;
+}
+
+static int supervise(const char *self, const char *name, const char *template_dir, int ready_fd,
+		     int memfd)
 {
 	struct supervisor s;
 	struct ckpt_fork fork;
@@ -1336,6 +1370,9 @@ int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
 	s.vmm = -1;
 	s.op_client = -1;
 	s.self = self;
+	s.template_dir = template_dir;
+	if (!name)
+		name = template_dir; /* for messages only */
 	s.handler = (struct ctl_handler){.request = on_request, .gone = on_gone, .arg = &s};
 	ctl_server_init(&s.srv, -1, &s.handler);
 	/* Only the VMM of the first start gets it (spawn_vmm). */
@@ -1395,6 +1432,13 @@ int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
 				       "the guest agent did not answer in time (see 'kosa8 logs')";
 		goto fail;
 	}
+	if (s.template_dir) {
+		if (!(err = make_template(&s, ready_fd, &why))) {
+			say_ready(ready_fd, NULL);
+			ready_fd = -1;
+		}
+		goto fail;
+	}
 	if (restore && (err = fork_started(&s, &fork))) {
 		why = "the fork did not take its own identity (see the supervisor log)";
 		goto fail;
@@ -1449,4 +1493,14 @@ fail:
 	rmdir(s.run_dir);
 	close(s.owner_fd);
 	return err;
+}
+
+int supervisor_main(const char *self, const char *name, int ready_fd, int memfd)
+{
+	return supervise(self, name, NULL, ready_fd, memfd);
+}
+
+int supervisor_make_template(const char *self, const char *dir, int ready_fd)
+{
+	return supervise(self, NULL, dir, ready_fd, -1);
 }

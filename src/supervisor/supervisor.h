@@ -33,5 +33,10 @@ int supervisor_boot_timeout_ms(void);
  * memfd (or -1): a fork's first start maps this frozen memory of its
  * parent (a live fork) instead of the checkpoint's memory file. */
 int supervisor_main(const char *self, const char *name, int ready_fd, int memfd);
+/* The same for a template being made in dir (supervisor/template.h): boots
+ * its guest, takes checkpoint c1 once the agent answers, and ends the VMM.
+ * ready_fd gets "progress checkpoint\n" before the checkpoint, then the
+ * one last line. */
+int supervisor_make_template(const char *self, const char *dir, int ready_fd);
 
 #endif

@@ -618,13 +618,25 @@ static int restore_memfd(struct vm *vm, const char **why)
 	return 0;
 }
 
+/* When this process began loading its checkpoint (one VM per process),
+ * and where the restore's time went (one line on stderr: the console log
+ * of a sandbox, for bench/templates). */
+static uint64_t restore_t0;
+static struct {
+	uint64_t load, mem0, mem1, vcpus0, vcpus, devices;
+} restore_marks;
+
 int vm_restore_memory(struct vm *vm, const char **why)
 {
 	struct snapmem_chain c;
 	int rc;
 
-	if (vm->cfg.has_restore_memfd)
-		return restore_memfd(vm, why);
+	restore_marks.mem0 = now_us();
+	if (vm->cfg.has_restore_memfd) {
+		rc = restore_memfd(vm, why);
+		restore_marks.mem1 = now_us();
+		return rc;
+	}
 
 	rc = snapmem_chain_load(vm->cfg.restore_dir, &c, vm->err_buf, sizeof(vm->err_buf));
 	if (!rc)
@@ -634,12 +646,9 @@ int vm_restore_memory(struct vm *vm, const char **why)
 	else
 		*why = vm->err_buf;
 	snapmem_chain_free(&c);
+	restore_marks.mem1 = now_us();
 	return rc;
 }
-
-/* When this process began loading its checkpoint (one VM per process), for
- * the restore time reported at -v. */
-static uint64_t restore_t0;
 
 int vm_restore_load(struct vm *vm, const char **why)
 {
@@ -649,6 +658,7 @@ int vm_restore_load(struct vm *vm, const char **why)
 	restore_t0 = now_us();
 
 	rc = snapshot_load(vm->cfg.restore_dir, &vm->snap_buf, &vm->snap, err, sizeof(err));
+	restore_marks.load = now_us();
 	if (rc) {
 		snprintf(vm->err_buf, sizeof(vm->err_buf), "%s", err);
 		*why = vm->err_buf;
@@ -685,6 +695,7 @@ int vm_restore_state(struct vm *vm, const char **why)
 	if (memcmp(vm->cpu_fp, vm->snap.h.cpu_fp, SNAP_FP_LEN))
 		return restore_fail(vm, why,
 				    "checkpoint was taken on a CPU with other features (CPUID differs); it cannot run here");
+	restore_marks.vcpus0 = now_us();
 	for (int i = 0; i < vm->cfg.ncpus; i++) {
 		collect(&vm->snap, SNAP_SEC_VCPU, (uint32_t)i, &st);
 		if ((err = accel_vcpu_restore(vm->vcpus[i].accel, &st, &what))) {
@@ -694,8 +705,10 @@ int vm_restore_state(struct vm *vm, const char **why)
 			return err;
 		}
 	}
+	restore_marks.vcpus = now_us();
 	if ((err = vm_devices_restore(vm, &vm->snap, why)))
 		return err;
+	restore_marks.devices = now_us();
 	collect(&vm->snap, SNAP_SEC_VM, 0, &st);
 	if ((err = accel_vm_restore(vm->accel, &st, &what))) {
 		snprintf(vm->err_buf, sizeof(vm->err_buf), "KVM refused the saved %s: %s",
@@ -713,5 +726,14 @@ int vm_restore_state(struct vm *vm, const char **why)
 	log_info("restored %s: %d vCPUs, %llu MiB, in %.1f ms (state file read to vCPUs ready)",
 		 vm->cfg.restore_dir, vm->cfg.ncpus, (unsigned long long)(vm->cfg.mem_size >> 20),
 		 (double)(now_us() - restore_t0) / 1000.0);
+	fprintf(stderr, "kosa8 vm: restore ms: state load %.1f, KVM and devices set up %.1f, memory "
+		"map %.1f, vCPUs %.1f, device state %.1f, VM state %.1f, total %.1f\n",
+		(double)(restore_marks.load - restore_t0) / 1000.0,
+		(double)(restore_marks.mem0 - restore_marks.load) / 1000.0,
+		(double)(restore_marks.mem1 - restore_marks.mem0) / 1000.0,
+		(double)(restore_marks.vcpus - restore_marks.vcpus0) / 1000.0,
+		(double)(restore_marks.devices - restore_marks.vcpus) / 1000.0,
+		(double)(now_us() - restore_marks.devices) / 1000.0,
+		(double)(now_us() - restore_t0) / 1000.0);
 	return 0;
 }

@@ -89,9 +89,10 @@ eg_write_server() {
 	EOF
 	# Searches a process's whole address space (/proc/PID/maps, then
 	# /proc/PID/mem region by region, overlapping reads so that no match
-	# is cut in two) for each needle.  Guest RAM is a memfd mapped into
-	# the VMM, so one pass over the VMM covers guest RAM and the VMM's
-	# own heap and stacks.  Prints "NEEDLE_INDEX guest|vmm COUNT" per
+	# is cut in two) for each needle.  Guest RAM is mapped into the VMM
+	# (a memfd after a boot; a checkpoint's or template's memory file,
+	# mapped private, after a restore), so one pass over the VMM covers
+	# guest RAM and the VMM's own heap and stacks.  Prints "NEEDLE_INDEX guest|vmm COUNT" per
 	# needle and place, then "scanned BYTES memfd BYTES unreadable N".
 	cat >"$WORK/eg/memscan.py" <<-'EOF'
 	import os, sys
@@ -103,7 +104,8 @@ eg_write_server() {
 	for line in open("/proc/%s/maps" % pid):
 	    f = line.split()
 	    lo, hi = (int(x, 16) for x in f[0].split("-"))
-	    where = "guest" if len(f) > 5 and f[5].startswith("/memfd:") else "vmm"
+	    path = f[5] if len(f) > 5 else ""
+	    where = "guest" if path.startswith("/memfd:") or path.endswith("/memory") else "vmm"
 	    prev, off = b"", lo
 	    while off < hi:
 	        try:
