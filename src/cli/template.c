@@ -52,16 +52,22 @@ static int lay_out(const char *dir, const char *key, const struct sandbox_cfg *f
 		return snprintf(why, wlen, "cannot create %s: %s", dir, strerror(errno)), -errno;
 	if ((lk = sandbox_create_lock()) < 0)
 		return snprintf(why, wlen, "cannot lock the sandboxes' directory"), lk;
+	/* The CID is this template's once its sandbox.json is written, under
+	 * the same lock that creates and forks pick theirs. */
 	cfg.cid = sandbox_cid_pick();
-	close(lk);
-	if (!cfg.cid)
+	if (!cfg.cid) {
+		close(lk);
 		return snprintf(why, wlen, "no vsock CID left"), -ENOSPC;
+	}
+	if ((rc = sandbox_cfg_save(dir, &cfg)))
+		snprintf(why, wlen, "cannot write the template's sandbox.json: %s", strerror(-rc));
+	close(lk);
+	if (rc)
+		return rc;
 	snprintf(disk, sizeof(disk), "%s/disk.k8d", dir);
 	if ((rc = disk_create(disk, cfg.image, NULL, derr, sizeof(derr))))
 		return snprintf(why, wlen, "the template's disk: %s", derr), rc;
-	if ((rc = sandbox_cfg_save(dir, &cfg)))
-		snprintf(why, wlen, "cannot write the template's sandbox.json: %s", strerror(-rc));
-	return rc;
+	return 0;
 }
 
 static double since(uint64_t t0)

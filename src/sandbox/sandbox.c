@@ -252,7 +252,8 @@ out:
 	return err;
 }
 
-int sandbox_list(void (*fn)(const char *name, void *ctx), void *ctx)
+/* fn(name, ctx) for each valid name in <state>/SUB. */
+static int list_under(const char *sub, void (*fn)(const char *name, void *ctx), void *ctx)
 {
 	char base[PATH_MAX], dir[PATH_MAX + 16];
 	struct dirent *e;
@@ -261,7 +262,7 @@ int sandbox_list(void (*fn)(const char *name, void *ctx), void *ctx)
 
 	if ((err = kosa8_state_dir(base, sizeof(base))))
 		return err;
-	snprintf(dir, sizeof(dir), "%s/sandboxes", base);
+	snprintf(dir, sizeof(dir), "%s/%s", base, sub);
 	d = opendir(dir);
 	if (!d)
 		return errno == ENOENT ? 0 : -errno;
@@ -272,20 +273,43 @@ int sandbox_list(void (*fn)(const char *name, void *ctx), void *ctx)
 	return 0;
 }
 
+int sandbox_list(void (*fn)(const char *name, void *ctx), void *ctx)
+{
+	return list_under("sandboxes", fn, ctx);
+}
+
 struct cid_scan {
 	uint8_t used[(SANDBOX_CID_SCAN + 7) / 8];
 };
 
-static void note_cid(const char *name, void *ctx)
+static void note_cid_in(const char *dir, struct cid_scan *scan)
 {
-	struct cid_scan *scan = ctx;
 	struct sandbox_cfg c;
-	char dir[PATH_MAX];
 
-	if (sandbox_state_dir(name, dir, sizeof(dir)) || sandbox_cfg_load(dir, &c))
+	if (sandbox_cfg_load(dir, &c))
 		return;
 	if (c.cid - SANDBOX_FIRST_CID < SANDBOX_CID_SCAN)
 		scan->used[(c.cid - SANDBOX_FIRST_CID) / 8] |= (uint8_t)(1u << ((c.cid - SANDBOX_FIRST_CID) % 8));
+}
+
+static void note_cid(const char *name, void *ctx)
+{
+	char dir[PATH_MAX];
+
+	if (!sandbox_state_dir(name, dir, sizeof(dir)))
+		note_cid_in(dir, ctx);
+}
+
+/* A template being made runs a VMM with a CID of its own too (its
+ * sandbox.json in <state>/templates/KEY/): as root the CID picks the
+ * VMM's jail uid, and two VMMs must never share one. */
+static void note_template_cid(const char *key, void *ctx)
+{
+	char base[PATH_MAX], dir[PATH_MAX + 300];
+
+	if (kosa8_state_dir(base, sizeof(base)) == 0 &&
+	    snprintf(dir, sizeof(dir), "%s/templates/%s", base, key) < (int)sizeof(dir))
+		note_cid_in(dir, ctx);
 }
 
 uint32_t sandbox_cid_pick(void)
@@ -294,6 +318,7 @@ uint32_t sandbox_cid_pick(void)
 
 	memset(&scan, 0, sizeof(scan));
 	sandbox_list(note_cid, &scan);
+	list_under("templates", note_template_cid, &scan);
 	for (uint32_t i = 0; i < SANDBOX_CID_SCAN; i++)
 		if (!(scan.used[i / 8] & (1u << (i % 8))))
 			return SANDBOX_FIRST_CID + i;

@@ -77,6 +77,21 @@ static void test_pick_smallest_free(void **state)
 	assert_int_equal(err, 0);
 }
 
+/* A template being made holds a CID too (its VMM runs): no sandbox may
+ * get it, or as root the two VMMs would share a jail uid. */
+static void test_pick_skips_templates(void **state)
+{
+	struct sandbox_cfg c = {.mem = 256 << 20, .cpus = 1, .cid = 3};
+	char dir[PATH_MAX];
+
+	snprintf(c.name, sizeof(c.name), "tpl-0123456789ab");
+	snprintf(dir, sizeof(dir), "%s/templates/0123456789abcdef", root);
+	assert_int_equal(mkdir_p(dir, 0700), 0);
+	assert_int_equal(sandbox_cfg_save(dir, &c), 0);
+	make_sandbox("a", 4);
+	assert_int_equal(sandbox_cid_pick(), 5);
+}
+
 static void test_cid_in_json(void **state)
 {
 	int err;
@@ -108,6 +123,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_pick_smallest_free, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pick_skips_templates, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cid_in_json, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
