@@ -77,7 +77,7 @@ user_sb_logs() {
 }
 
 # The user's VMM process (the sandbox's only one).
-user_vmm_pid() { pgrep -u "$USER_UID" -f -- ' vm --no-emulate' | head -1; }
+user_vmm_pid() { pgrep -u "$USER_UID" -f -- 'kosa8-vmm --no-emulate' | head -1; }
 
 user_teardown() {
 	user_sb rm -f usb >/dev/null 2>&1
