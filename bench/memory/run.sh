@@ -6,7 +6,8 @@
 # KOSA8_BENCH_BEFORE=PATH: a kosa8 binary from before kosa8-vmm (its VMM is
 # `kosa8 vm`, the whole binary), measured in the same run.
 # Writes bench/results/memory.md; the smaps of every run stay in
-# build/bench-memory/.  Needs make, make kernel initramfs image and
+# build/bench-memory/ on a host with its own /dev/kvm (in the helper VM
+# they vanish with it: the tables carry what they say).  Needs make, make kernel initramfs image and
 # qemu-system-x86 (make deps).  Without /dev/kvm it runs in the helper VM
 # (TESTBED_RUN: what runs it there, default testbed/run).
 set -euo pipefail
