@@ -5,12 +5,33 @@
  * (bench/results/memory.md).  It never falls back to software emulation:
  * `kosa8 vm` does that, and the supervisor runs only where KVM does. */
 #include <malloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <unistd.h>
 
 #include "cli/cmd_vm.h"
 #include "vmm/seccomp.h"
 #include "vmm/vm.h"
+
+/* The stack of every thread the VMM starts (vCPUs, console input, vsock,
+ * disk workers).  Measured: the most any of them had touched in a booted
+ * sandbox was 28 KiB (bench/results/memory.md), and their deepest static
+ * paths (disk layer writes) need tens of KiB; checkpoints and restores,
+ * whose frames reach 70 KiB, run on the main thread.  glibc's default, 8
+ * MiB, is also big enough for a transparent huge page: one run of the old
+ * VMM had 2 MiB resident in one thread's stack.  Below 2 MiB none fits. */
+#define VMM_THREAD_STACK (256 * 1024)
+
+static void small_thread_stacks(void)
+{
+	pthread_attr_t at;
+
+	if (pthread_attr_init(&at))
+		return;
+	if (!pthread_attr_setstacksize(&at, VMM_THREAD_STACK))
+		pthread_setattr_default_np(&at);
+	pthread_attr_destroy(&at);
+}
 
 int main(int argc, char **argv)
 {
@@ -25,6 +46,7 @@ int main(int argc, char **argv)
 	 * (disk requests use chains made at start, vsock allocates per
 	 * connection), so they do not contend for the one lock. */
 	mallopt(M_ARENA_MAX, 1);
+	small_thread_stacks();
 	if (vm_args_parse(argc, argv, &a, &why) < 0) {
 		fprintf(stderr, "kosa8-vmm: %s\n", why);
 		return VM_EXIT_USAGE;
