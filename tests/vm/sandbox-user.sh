@@ -39,7 +39,7 @@ user_setup() {
 		chown "$USER_UID" "$USER_TOP/dev/kvm" || return 1
 	chown -R "$USER_UID:$USER_UID" "$USER_TOP/home"
 	chmod 0700 "$USER_TOP/home/run"
-	cp build/kosa8 "$USER_TOP/kosa8" && chmod 0755 "$USER_TOP/kosa8" &&
+	cp build/kosa8 build/kosa8-vmm "$USER_TOP/" && chmod 0755 "$USER_TOP/kosa8" "$USER_TOP/kosa8-vmm" &&
 		mount --bind -o ro "$(dirname "$KOSA8_KERNEL")" "$USER_TOP/ro/kernel" &&
 		mount --bind -o ro "$(dirname "$img")" "$USER_TOP/ro/image" &&
 		USER_IMAGE="$USER_TOP/ro/image/$(basename "$img")"
