@@ -13,8 +13,8 @@ Two guests, both 1 vCPU and 128 MiB:
 RSS and PSS beyond guest RAM are the sums over /proc/PID/smaps without the
 guest-RAM mapping (a memfd in both VMMs).  The breakdown groups mappings by
 what they are (the binary, each library, heap, stacks, other anonymous
-memory); anonymous mappings of exactly a thread stack's size are counted
-as thread stacks.  Needs /dev/kvm: bench/memory/run.sh runs it in the
+memory); anonymous mappings of exactly a thread stack's size (STACK_KIB)
+are counted as thread stacks.  Needs /dev/kvm: bench/memory/run.sh runs it in the
 helper VM.  Prints Markdown on stdout.
 """
 import argparse
@@ -34,10 +34,15 @@ _spec.loader.exec_module(boot)
 HEAD = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$")
 
 
-def group(name, size_kib, perms, stack_kib):
+# Thread stacks: glibc's default (8 MiB) and kosa8-vmm's (256 KiB), with or
+# without their guard page.
+STACK_KIB = (8192, 8188, 256, 252)
+
+
+def group(name, size_kib, perms):
     if not name:
-        if size_kib == stack_kib and "w" in perms:
-            return "thread stacks (anonymous, default size)"
+        if size_kib in STACK_KIB and "w" in perms:
+            return "thread stacks (anonymous)"
         return "other anonymous (malloc arenas, own thread stacks, buffers)"
     if name.startswith("["):
         return name
@@ -52,7 +57,7 @@ def group(name, size_kib, perms, stack_kib):
     return "the binary (" + base.split(" ")[0] + ")"
 
 
-def read_smaps(path, stack_kib=8192):
+def read_smaps(path):
     """{group: [rss, pss, count]} in KiB, from a saved /proc/PID/smaps."""
     out = {}
     cur = None
@@ -61,7 +66,7 @@ def read_smaps(path, stack_kib=8192):
             m = HEAD.match(line)
             if m:
                 size = (int(m.group(2), 16) - int(m.group(1), 16)) // 1024
-                cur = out.setdefault(group(m.group(4).strip(), size, m.group(3), stack_kib), [0, 0, 0])
+                cur = out.setdefault(group(m.group(4).strip(), size, m.group(3)), [0, 0, 0])
                 cur[2] += 1
             elif line.startswith("Rss:"):
                 cur[0] += int(line.split()[1])
@@ -232,6 +237,8 @@ def anon_detail(label, log):
                     rows.append(cur)
             elif cur and line.startswith("Rss:"):
                 cur[3] = int(line.split()[1])
+            elif cur and line.startswith("AnonHugePages:") and int(line.split()[1]):
+                cur[2] += f" (huge pages {line.split()[1]})"
     print("    " + "; ".join(f"{n} {p} {sz}/{r}" for sz, p, n, r in rows if r or "w" in p))
 
 
