@@ -1,6 +1,6 @@
 # kosa8 build.  Plain GNU make: every rule is here, nothing generated.
 #
-#   make               release build        -> build/kosa8
+#   make               release build        -> build/kosa8, build/kosa8-vmm (the VMM)
 #   make san           ASan+UBSan build     -> build-san/kosa8
 #   make check         unit tests (both builds) + VM tests (KVM or helper VM)
 #   make unit          unit tests only, both builds (and make layers)
@@ -24,13 +24,17 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wvla -Wno-unused-parameter
            -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS_COMMON := $(CSTD) $(WARN) -Isrc -D_GNU_SOURCE -pthread -g
 LIBS    := -lcjson -lssl -lcrypto -lseccomp -lz -lpthread
+# The VMM (kosa8-vmm) links only these: every library it maps stays
+# resident in each sandbox's VMM (bench/results/memory.md).
+VMM_LIBS := -lcjson -lseccomp -lpthread
 TESTLIBS := -lcmocka
 
 # Parts linked into the kosa8 binary (and into unit tests).
 # src/cli is in the library too (minus main.c) so unit tests reach its parsers.
 LIB_DIRS := src/common src/hw src/vmm src/virtio src/devices src/disk src/audit src/sandbox src/supervisor src/proxy src/machine src/cli src/agentproto
-LIB_SRCS := $(filter-out src/cli/main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
+LIB_SRCS := $(filter-out src/cli/main.c src/cli/vmm_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
 CLI_SRCS := src/cli/main.c
+VMM_SRCS := src/cli/vmm_main.c
 AGENT_SRCS := $(wildcard src/agent/*.c)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 
@@ -53,7 +57,7 @@ SAN_CFLAGS := $(CFLAGS_COMMON) -O1 -fno-omit-frame-pointer \
 SAN_LDFLAGS := -fsanitize=address,undefined
 
 .PHONY: all san unit layers check vmtest fuzz kernel initramfs image deps clean bench man completion deb dist
-all: $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-agent
+all: $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-vmm $(REL_DIR)/kosa8-agent
 
 define flavour
 $(1)/obj/%.o: %.c
@@ -72,6 +76,11 @@ $(1)/libkosa8.a: $$(patsubst %.c,$(1)/obj/%.o,$$(LIB_SRCS))
 $(1)/kosa8: $$(patsubst %.c,$(1)/obj/%.o,$$(CLI_SRCS)) $(1)/libkosa8.a
 	$$(CC) $(3) -o $$@ $$^ $$(LIBS)
 
+# The VMM: the same archive, of which the linker takes only what
+# vmm_main.c reaches; --as-needed drops a library nothing in it uses.
+$(1)/kosa8-vmm: $$(patsubst %.c,$(1)/obj/%.o,$$(VMM_SRCS)) $(1)/libkosa8.a
+	$$(CC) $(3) -Wl,--as-needed -o $$@ $$^ $$(VMM_LIBS)
+
 $(1)/tests/%: $(1)/obj/tests/unit/%.o $(1)/libkosa8.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(3) -o $$@ $$^ $$(LIBS) $$(TESTLIBS)
@@ -82,7 +91,7 @@ endef
 $(eval $(call flavour,$(REL_DIR),$(REL_CFLAGS),,release))
 $(eval $(call flavour,$(SAN_DIR),$(SAN_CFLAGS),$(SAN_LDFLAGS),san))
 
-san: $(SAN_DIR)/kosa8
+san: $(SAN_DIR)/kosa8 $(SAN_DIR)/kosa8-vmm
 
 # The guest agent: libc only.  Static in the release build (it runs in a
 # minimal guest); the sanitizer build links it dynamically (ASan cannot be
@@ -105,7 +114,8 @@ $(REL_DIR)/virtq-attack: tests/security/virtq-attack.c
 
 # Unit tests: every tests/unit/test_*.c is one cmocka binary, run in both
 # flavours.  tests/run prints cmocka's summaries and one closing total.
-unit: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-agent $(SAN_DIR)/kosa8-agent \
+unit: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-vmm $(SAN_DIR)/kosa8-vmm \
+      $(REL_DIR)/kosa8-agent $(SAN_DIR)/kosa8-agent \
       $(patsubst tests/unit/%.c,$(REL_DIR)/tests/%,$(UNIT_SRCS)) \
       $(patsubst tests/unit/%.c,$(SAN_DIR)/tests/%,$(UNIT_SRCS))
 	REL_DIR=$(REL_DIR) SAN_DIR=$(SAN_DIR) tests/run unit
@@ -132,10 +142,10 @@ check:
 # image as soon as the release build is done (it needs its kosa8 and agent).
 check-built: check-kernel check-release check-image check-san check-initramfs
 check-release:
-	$(TIMED) "release build" $(MAKE) --no-print-directory $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-agent \
+	$(TIMED) "release build" $(MAKE) --no-print-directory $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-vmm $(REL_DIR)/kosa8-agent \
 		$(REL_DIR)/virtq-attack $(REL_DIR)/unit-tests
 check-san:
-	$(TIMED) "sanitizer build" $(MAKE) --no-print-directory $(SAN_DIR)/kosa8 $(SAN_DIR)/kosa8-agent \
+	$(TIMED) "sanitizer build" $(MAKE) --no-print-directory $(SAN_DIR)/kosa8 $(SAN_DIR)/kosa8-vmm $(SAN_DIR)/kosa8-agent \
 		$(SAN_DIR)/unit-tests
 check-kernel:
 	$(TIMED) kernel guest/kernel/build.sh
@@ -145,7 +155,8 @@ check-image: check-release
 	$(TIMED) image $(MAKE) --no-print-directory image
 .PHONY: check-built check-release check-san check-kernel check-initramfs check-image
 
-unit-bins: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-agent $(SAN_DIR)/kosa8-agent \
+unit-bins: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-vmm $(SAN_DIR)/kosa8-vmm \
+      $(REL_DIR)/kosa8-agent $(SAN_DIR)/kosa8-agent \
       $(patsubst tests/unit/%.c,$(REL_DIR)/tests/%,$(UNIT_SRCS)) \
       $(patsubst tests/unit/%.c,$(SAN_DIR)/tests/%,$(UNIT_SRCS))
 .PHONY: unit-bins
@@ -184,10 +195,10 @@ completion: $(REL_DIR)/kosa8
 # Releases (packaging/release.sh, docs/release.md): the kernel comes from
 # the cache (make kernel builds it when missing).
 DIST_DIR ?= $(REL_DIR)/dist
-deb: $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-agent kernel
+deb: $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-vmm $(REL_DIR)/kosa8-agent kernel
 	REL_DIR=$(REL_DIR) packaging/release.sh deb $(DIST_DIR)
 
-dist: $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-agent kernel
+dist: $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-vmm $(REL_DIR)/kosa8-agent kernel
 	REL_DIR=$(REL_DIR) packaging/release.sh dist $(DIST_DIR)
 
 FUZZ_SECONDS ?= 60

@@ -120,6 +120,7 @@ unpack() {
 	mkdir -p "$new.part"
 	tar -xzf "$tmp/$tarball" -C "$new.part" --no-same-owner || die "cannot unpack $tarball"
 	[ -x "$new.part/$top/bin/kosa8" ] || die "$tarball has no $top/bin/kosa8"
+	[ -x "$new.part/$top/lib/kosa8/kosa8-vmm" ] || die "$tarball has no $top/lib/kosa8/kosa8-vmm (the VMM)"
 	mv "$new.part/$top" "$new"
 	rmdir "$new.part"
 	if ! "$new/bin/kosa8" --version >"$tmp/version" 2>"$tmp/run.err"; then
@@ -129,6 +130,11 @@ unpack() {
   Debian/Ubuntu: sudo apt-get install libc6 libssl3 libcjson1 libseccomp2 zlib1g
   then run this installer again (nothing was changed)"
 		die "the new kosa8 does not run here: $(cat "$tmp/run.err")"
+	fi
+	# Its libraries are a subset of kosa8's: what can fail here is the file.
+	if ! "$new/lib/kosa8/kosa8-vmm" --help >/dev/null 2>"$tmp/run.err"; then
+		rm -rf "$new"
+		die "the new VMM (lib/kosa8/kosa8-vmm) does not run here: $(cat "$tmp/run.err")"
 	fi
 }
 

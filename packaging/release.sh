@@ -33,15 +33,18 @@ TARNAME=kosa8-$VERSION-$ARCH
 # Debian's paths and documents.
 tree() {
 	local d=$1 kind=${2:-tar} kernel c
-	[ -x "$REL_DIR/kosa8" ] && [ -x "$REL_DIR/kosa8-agent" ] || die "build first: make"
+	[ -x "$REL_DIR/kosa8" ] && [ -x "$REL_DIR/kosa8-vmm" ] && [ -x "$REL_DIR/kosa8-agent" ] ||
+		die "build first: make"
 	kernel=$(guest/kernel/build.sh --path) || die "no guest kernel: make kernel"
 	rm -rf "$d"
 	install -d "$d/bin" "$d/lib/kosa8/guest/image" "$d/share/man/man1" \
 		"$d/share/bash-completion/completions" "$d/share/zsh/vendor-completions" \
 		"$d/share/fish/vendor_completions.d" "$d/share/doc/kosa8"
 	install -m 0755 "$REL_DIR/kosa8" "$d/bin/kosa8"
+	# The VMM, which the supervisor finds at ../lib/kosa8 from bin/kosa8.
+	install -m 0755 "$REL_DIR/kosa8-vmm" "$d/lib/kosa8/kosa8-vmm"
 	install -m 0755 "$REL_DIR/kosa8-agent" "$d/lib/kosa8/kosa8-agent"
-	strip --strip-unneeded "$d/bin/kosa8" "$d/lib/kosa8/kosa8-agent"
+	strip --strip-unneeded "$d/bin/kosa8" "$d/lib/kosa8/kosa8-vmm" "$d/lib/kosa8/kosa8-agent"
 	install -m 0644 "$kernel" "$d/lib/kosa8/bzImage"
 	install -m 0755 guest/image/build.sh "$d/lib/kosa8/guest/image/build.sh"
 	install -m 0644 guest/image/default.recipe "$d/lib/kosa8/guest/image/default.recipe"

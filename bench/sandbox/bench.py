@@ -358,7 +358,7 @@ def bench_mem(settle):
     try:
         time.sleep(settle)
         sup = int(sh(["pgrep", "-f", f"__supervise {name} "]).stdout.split()[0])
-        vmm = int(sh(["pgrep", "-f", f" vm .*--jail.*/sandboxes/{name}/"]).stdout.split()[0])
+        vmm = int(sh(["pgrep", "-f", f"kosa8-vmm .*--jail.*/sandboxes/{name}/"]).stdout.split()[0])
         v, s = mem_of(vmm, "kosa8-guest-ram"), mem_of(sup, "kosa8-guest-ram")
         rows.append(("kosa8 sandbox (VMM + supervisor)", v[0] + s[0], v[1] + s[1], v[2]))
         log(f"mem sandbox: vmm {v} supervisor {s}")

@@ -1,5 +1,5 @@
 /* Prefixed SHA-256 (sha256.h): FIPS 180-4 rounds on the x86 SHA extensions
- * where the CPU has them, OpenSSL elsewhere.
+ * (common/sha256_x86.h) where the CPU has them, OpenSSL elsewhere.
  *
  * The low-level SHA256_* calls are deprecated in OpenSSL 3 in favour of EVP,
  * but EVP's per-call dispatch costs more than hashing a 65-byte node. */
@@ -9,6 +9,8 @@
 
 #include <openssl/sha.h>
 #include <string.h>
+
+#include "common/sha256.h"
 
 /* The padded message prefix || data || 0x80 || zeros || bit length, in
  * 64-byte blocks.  Whole blocks of data are read in place; the first block
@@ -74,86 +76,9 @@ static void pre_openssl(uint8_t prefix, const uint8_t *data, size_t len, uint8_t
 }
 
 #if defined(__x86_64__)
-#include <cpuid.h>
-#include <immintrin.h>
+#include "common/sha256_x86.h"
 
-#define NI __attribute__((target("sha,sse4.1")))
-
-static const uint32_t K[64] __attribute__((aligned(16))) = {
-	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5,
-	0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-	0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
-	0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-	0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc,
-	0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-	0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
-	0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-	0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
-	0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-	0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3,
-	0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-	0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5,
-	0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-	0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
-	0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
-};
-
-/* The state as the round instruction wants it: one register holds words
- * A B E F, the other C D G H (A and C in the highest lane). */
-struct ni_state {
-	__m128i abef, cdgh;
-};
-
-NI static inline __m128i bswap32x4(__m128i x)
-{
-	return _mm_shuffle_epi8(x, _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL));
-}
-
-NI static inline void ni_init(struct ni_state *s)
-{
-	/* H0..H7 of FIPS 180-4 5.3.3, already in ABEF / CDGH lane order */
-	s->abef = _mm_set_epi32(0x6a09e667, (int)0xbb67ae85, 0x510e527f, (int)0x9b05688c);
-	s->cdgh = _mm_set_epi32(0x3c6ef372, (int)0xa54ff53a, 0x1f83d9ab, 0x5be0cd19);
-}
-
-/* Four rounds.  The instruction does two rounds, taking the state as
- * (C D G H, A B E F) and returning the new A B E F; two rounds later the
- * old A B E F is exactly the new C D G H, so the registers swap roles. */
-#define NI_ROUNDS4(s, wk)                                                              \
-	do {                                                                           \
-		(s).cdgh = _mm_sha256rnds2_epu32((s).cdgh, (s).abef, (wk));            \
-		(s).abef = _mm_sha256rnds2_epu32((s).abef, (s).cdgh,                   \
-						 _mm_shuffle_epi32((wk), 0x0e));       \
-	} while (0)
-
-/* W[i+16..i+19] from the last four groups of message words (FIPS 180-4
- * 6.2.2 step 1): msg1 adds sigma0, the alignr supplies W[i+9..i+12], msg2
- * adds sigma1 of the words it has just produced. */
-#define NI_SCHEDULE(w, g)                                                              \
-	((w)[(g) & 3] = _mm_sha256msg2_epu32(                                          \
-		 _mm_add_epi32(_mm_sha256msg1_epu32((w)[(g) & 3], (w)[((g) + 1) & 3]), \
-			       _mm_alignr_epi8((w)[((g) + 3) & 3], (w)[((g) + 2) & 3], 4)), \
-		 (w)[((g) + 3) & 3]))
-
-/* One 64-byte block into one state, or one block each into two states with
- * their instructions interleaved. */
-NI static void ni_block(struct ni_state *s, const uint8_t *p)
-{
-	struct ni_state in = *s;
-	__m128i w[4];
-
-#pragma GCC unroll 16
-	for (int g = 0; g < 16; g++) {
-		if (g < 4)
-			w[g] = bswap32x4(_mm_loadu_si128((const __m128i *)(p + 16 * g)));
-		else
-			NI_SCHEDULE(w, g);
-		NI_ROUNDS4(*s, _mm_add_epi32(w[g & 3], _mm_load_si128((const __m128i *)&K[4 * g])));
-	}
-	s->abef = _mm_add_epi32(s->abef, in.abef);
-	s->cdgh = _mm_add_epi32(s->cdgh, in.cdgh);
-}
-
+/* One block each into two states, their instructions interleaved. */
 NI static void ni_block2(struct ni_state *restrict s, struct ni_state *restrict t, const uint8_t *p,
 		       const uint8_t *q)
 {
@@ -169,7 +94,7 @@ NI static void ni_block2(struct ni_state *restrict s, struct ni_state *restrict 
 			NI_SCHEDULE(w, g);
 			NI_SCHEDULE(v, g);
 		}
-		k = _mm_load_si128((const __m128i *)&K[4 * g]);
+		k = _mm_load_si128((const __m128i *)&sha256_k[4 * g]);
 		NI_ROUNDS4(*s, _mm_add_epi32(w[g & 3], k));
 		NI_ROUNDS4(*t, _mm_add_epi32(v[g & 3], k));
 	}
@@ -196,7 +121,7 @@ NI static void ni_block4(struct ni_state st[restrict 4], const uint8_t *const p[
 			else
 				NI_SCHEDULE(w[i], g);
 		}
-		k = _mm_load_si128((const __m128i *)&K[4 * g]);
+		k = _mm_load_si128((const __m128i *)&sha256_k[4 * g]);
 #pragma GCC unroll 4
 		for (int i = 0; i < 4; i++)
 			NI_ROUNDS4(st[i], _mm_add_epi32(w[i][g & 3], k));
@@ -205,18 +130,6 @@ NI static void ni_block4(struct ni_state st[restrict 4], const uint8_t *const p[
 		st[i].abef = _mm_add_epi32(st[i].abef, in[i].abef);
 		st[i].cdgh = _mm_add_epi32(st[i].cdgh, in[i].cdgh);
 	}
-}
-
-NI static void ni_final(const struct ni_state *s, uint8_t *out)
-{
-	/* back from A B E F / C D G H lanes to A B C D / E F G H, big-endian */
-	__m128i abef = _mm_shuffle_epi32(s->abef, 0x1b); /* F E B A -> A B E F low to high */
-	__m128i cdgh = _mm_shuffle_epi32(s->cdgh, 0xb1); /* H G D C -> G H C D */
-	__m128i abcd = _mm_blend_epi16(abef, cdgh, 0xf0);
-	__m128i efgh = _mm_alignr_epi8(cdgh, abef, 8);
-
-	_mm_storeu_si128((__m128i *)out, bswap32x4(abcd));
-	_mm_storeu_si128((__m128i *)(out + 16), bswap32x4(efgh));
 }
 
 NI static void pre_ni(uint8_t prefix, const uint8_t *data, size_t len, uint8_t *out)
@@ -282,24 +195,7 @@ NI static void pre4_ni(uint8_t prefix, const uint8_t *const d[4], const size_t l
 	}
 }
 
-static bool cpu_has_sha(void)
-{
-	unsigned a, b, c, d;
-
-	/* SSSE3 and SSE4.1 (leaf 1, ECX bits 9 and 19) for the shuffles and
-	 * blends, SHA (leaf 7, EBX bit 29) for the rounds. */
-	if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & 1u << 9) || !(c & 1u << 19))
-		return false;
-	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
-		return false;
-	return b & 1u << 29;
-}
 #else
-static bool cpu_has_sha(void)
-{
-	return false;
-}
-
 static void pre_ni(uint8_t prefix, const uint8_t *data, size_t len, uint8_t *out)
 {
 	pre_openssl(prefix, data, len, out);
@@ -328,7 +224,7 @@ static int current(void)
 	int i = __atomic_load_n(&impl, __ATOMIC_RELAXED);
 
 	if (i == IMPL_UNKNOWN) {
-		i = cpu_has_sha() ? IMPL_CPU : IMPL_OPENSSL;
+		i = sha256_cpu_has_ni() ? IMPL_CPU : IMPL_OPENSSL;
 		__atomic_store_n(&impl, i, __ATOMIC_RELAXED);
 	}
 	return i;
@@ -336,7 +232,7 @@ static int current(void)
 
 bool audit_sha256_use_cpu(bool on)
 {
-	if (on && !cpu_has_sha())
+	if (on && !sha256_cpu_has_ni())
 		return false;
 	__atomic_store_n(&impl, on ? IMPL_CPU : IMPL_OPENSSL, __ATOMIC_RELAXED);
 	return true;

@@ -41,6 +41,14 @@ int vm_args_parse(int argc, char **argv, struct vm_args *a, const char **why);
  * this kosa8's tree or installation; -ENOENT if neither. */
 int vm_find_testbed(char *buf, size_t len);
 
+/* The VM the options ask for, checked (a restore's is checked as it loads).
+ * On error returns -errno with why set. */
+int vm_args_config(const struct vm_args *a, struct vm_config *cfg, const char **why);
+
+/* Runs it: enters the jail (--jail), runs the VM to its end and returns the
+ * process's exit status (VM_EXIT_*).  prog names the command in messages. */
+int vm_args_run(const struct vm_args *a, struct vm_config *cfg, const char *prog);
+
 /* Why this host's KVM cannot run kosa8's guest ("no /dev/kvm here", a
  * software KVM without vmx/svm under it), or NULL when it can: what makes
  * kosa8 vm fall back to emulation, and what kosa8 doctor reports. */

@@ -183,6 +183,20 @@ int kosa8_data_path(const char *rel, char *buf, size_t len)
 	return -ENOENT;
 }
 
+int kosa8_vmm_path(const char *exe, char *buf, size_t len)
+{
+	const char *slash = strrchr(exe, '/');
+	int dir = slash ? (int)(slash - exe) : 1;
+	const char *at = slash ? exe : ".";
+
+	if (snprintf(buf, len, "%.*s/" KOSA8_VMM_FILE, dir, at) < (int)len && access(buf, X_OK) == 0)
+		return 0;
+	if (snprintf(buf, len, "%.*s/../lib/kosa8/" KOSA8_VMM_FILE, dir, at) < (int)len &&
+	    access(buf, X_OK) == 0)
+		return 0;
+	return -ENOENT;
+}
+
 int kosa8_guest_kernel(char *buf, size_t len)
 {
 	char script[PATH_MAX], found[PATH_MAX];

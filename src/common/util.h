@@ -56,6 +56,12 @@ int kosa8_data_path(const char *rel, char *buf, size_t len);
 #define KOSA8_KERNEL_FILE "bzImage"
 int kosa8_guest_kernel(char *buf, size_t len);
 
+/* The VMM executable that goes with the kosa8 binary exe: KOSA8_VMM_FILE
+ * next to it (a build tree), else <exe's dir>/../lib/kosa8/KOSA8_VMM_FILE
+ * (installed).  -ENOENT when neither is executable. */
+#define KOSA8_VMM_FILE "kosa8-vmm"
+int kosa8_vmm_path(const char *exe, char *buf, size_t len);
+
 /* Sets $KOSA8_AGENT, unless it is set, to the guest agent installed with
  * kosa8 (<prefix>/lib/kosa8/kosa8-agent), for guest/image/build.sh: it
  * keys an image by its agent, so looking one up must name the agent that

@@ -23,7 +23,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <time.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +30,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/sha256.h"
 #include "common/util.h"
 
 #define ID_SUFFIX DISK_BASE_ID_SUFFIX
@@ -56,13 +56,14 @@ static void cache_from_stat(struct id_cache *c, const struct stat *st)
 
 static int hash_fd(int fd, uint64_t size, uint8_t sha[32])
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 	uint8_t *buf = malloc(HASH_CHUNK);
 	uint64_t off = 0;
-	int rc = -ENOMEM;
+	struct sha256 c;
+	int rc = 0;
 
-	if (!ctx || !buf || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
-		goto out;
+	if (!buf)
+		return -ENOMEM;
+	sha256_init(&c);
 	while (off < size) {
 		size_t want = size - off < HASH_CHUNK ? (size_t)(size - off) : HASH_CHUNK;
 		ssize_t n = pread(fd, buf, want, (off_t)off);
@@ -70,15 +71,14 @@ static int hash_fd(int fd, uint64_t size, uint8_t sha[32])
 			continue;
 		if (n <= 0) {
 			rc = n < 0 ? -errno : -EIO; /* shorter than fstat said: changing under us */
-			goto out;
+			break;
 		}
-		EVP_DigestUpdate(ctx, buf, (size_t)n);
+		sha256_update(&c, buf, (size_t)n);
 		off += (uint64_t)n;
 	}
-	rc = EVP_DigestFinal_ex(ctx, sha, NULL) == 1 ? 0 : -EIO;
-out:
+	if (!rc)
+		sha256_final(&c, sha);
 	free(buf);
-	EVP_MD_CTX_free(ctx);
 	return rc;
 }
 

@@ -157,41 +157,59 @@ static void remove_old_copies(const char *rundir, const char *keep)
 	closedir(d);
 }
 
-/* The kosa8 binary a request names, as a copy on this machine's own
- * tmpfs (out).  Executing the host's file itself over 9p is not safe
- * once it was replaced: v9fs without a cache never looks a name up again
- * while a running process (a sandbox's supervisor) holds its inode, so a
- * rebuilt binary would be mapped from the old file's cached pages mixed
- * with the new one's.  A copy per size and time is a new inode each time. */
-static int exe_copy(const char *exe, const char *rundir, char *out, size_t len)
+/* Copies from to a new executable file, to. */
+static int copy_exe(const char *from, const char *to)
 {
-	char dir[PATH_MAX], tmp[PATH_MAX], x[PATH_MAX + 8];
-	const char *base = strrchr(exe, '/') + 1;
 	uint8_t *data = NULL;
 	size_t n;
-	struct stat st;
 	int fd, err;
+
+	if ((err = read_file(from, 1024 * MiB, &data, &n)))
+		return err;
+	fd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
+	err = fd < 0 ? -errno : write_all(fd, data, n);
+	if (fd >= 0)
+		close(fd);
+	free(data);
+	return err;
+}
+
+/* The kosa8 binary a request names, as a copy on this machine's own
+ * tmpfs (out), with the VMM it runs (kosa8_vmm_path) next to it.
+ * Executing the host's file itself over 9p is not safe once it was
+ * replaced: v9fs without a cache never looks a name up again while a
+ * running process (a sandbox's supervisor) holds its inode, so a rebuilt
+ * binary would be mapped from the old file's cached pages mixed with the
+ * new one's.  A copy per size and time of both is a new inode each time. */
+static int exe_copy(const char *exe, const char *rundir, char *out, size_t len)
+{
+	char dir[PATH_MAX], tmp[PATH_MAX], x[PATH_MAX * 2], vmm[PATH_MAX];
+	const char *base = strrchr(exe, '/') + 1;
+	struct stat st, vst = {0};
+	bool has_vmm;
+	int err;
 
 	if (stat(exe, &st) < 0)
 		return -errno;
-	if (snprintf(dir, sizeof(dir), "%s/exe/%llx-%llx-%lx", rundir, (unsigned long long)st.st_size,
-		     (unsigned long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec) >= (int)sizeof(dir) ||
+	has_vmm = kosa8_vmm_path(exe, vmm, sizeof(vmm)) == 0 && stat(vmm, &vst) == 0;
+	if (snprintf(dir, sizeof(dir), "%s/exe/%llx-%llx-%lx-%llx-%llx-%lx", rundir,
+		     (unsigned long long)st.st_size, (unsigned long long)st.st_mtim.tv_sec,
+		     (long)st.st_mtim.tv_nsec, (unsigned long long)vst.st_size,
+		     (unsigned long long)vst.st_mtim.tv_sec, (long)vst.st_mtim.tv_nsec) >= (int)sizeof(dir) ||
 	    snprintf(out, len, "%s/x/%s", dir, base) >= (int)len ||
 	    snprintf(tmp, sizeof(tmp), "%s/exe/.new-%d", rundir, (int)getpid()) >= (int)sizeof(tmp))
 		return -ENAMETOOLONG;
 	if (access(out, X_OK) == 0)
 		return 0;
-	if ((err = read_file(exe, 1024 * MiB, &data, &n)))
-		return err;
 	snprintf(x, sizeof(x), "%s/x", tmp);
 	if ((err = mkdir_p(x, 0700)) == 0) {
 		snprintf(x, sizeof(x), "%s/x/%s", tmp, base);
-		fd = open(x, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
-		err = fd < 0 ? -errno : write_all(fd, data, n);
-		if (fd >= 0)
-			close(fd);
+		err = copy_exe(exe, x);
 	}
-	free(data);
+	if (!err && has_vmm) {
+		snprintf(x, sizeof(x), "%s/x/" KOSA8_VMM_FILE, tmp);
+		err = copy_exe(vmm, x);
+	}
 	if (!err)
 		err = link_data(exe, tmp);
 	if (!err && rename(tmp, dir) < 0 && errno != EEXIST && errno != ENOTEMPTY)

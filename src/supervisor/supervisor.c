@@ -193,8 +193,13 @@ static int vmm_argv(struct supervisor *s, const char *restore, const char *top, 
 	snprintf(buf[4], PATH_MAX, "%u", s->cfg.cid);
 	ap_hostname_from(s->cfg.name, host);
 	snprintf(buf[3], PATH_MAX, SANDBOX_CMDLINE_FMT, host);
-	argv[n++] = s->self;
-	argv[n++] = "vm";
+	/* The VMM's own executable, which maps no more than a VMM needs. */
+	if ((rc = kosa8_vmm_path(s->self, buf[7], PATH_MAX))) {
+		log_err("cannot find the VMM: no executable " KOSA8_VMM_FILE " next to %s or in ../lib/kosa8 "
+			"(reinstall kosa8, or 'make' in a build tree)", s->self);
+		return rc;
+	}
+	argv[n++] = buf[7];
 	argv[n++] = "--no-emulate";
 	/* Jailed: the VMM sees the kernel, the disk's layers, the vm/
 	 * directory of its sockets and the checkpoint directory, nothing else
@@ -261,7 +266,7 @@ static int hand_over_files(struct supervisor *s, const char *top)
 
 static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 {
-	char console[PATH_MAX], buf[7][PATH_MAX];
+	char console[PATH_MAX], buf[8][PATH_MAX];
 	const char *argv[36];
 	int out, rc, gate[2];
 	bool userns;
@@ -308,7 +313,7 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 		 * signal across its uid change). */
 		fcntl(s->owner_fd, F_SETFD, 0);
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execv(s->self, (char *const *)argv);
+		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	close(out);

@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/sha256.h"
 #include "common/util.h"
 #include "disk/disk.h"
 #include "vmm/snapshot_mem.h"
@@ -24,13 +24,9 @@ static uint64_t now_us(void) { return mono_ns() / 1000u; }
 
 void vm_cpu_fingerprint(const struct cpuid_leaf *leaves, size_t n, uint8_t fp[SNAP_FP_LEN])
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	unsigned int len = SNAP_FP_LEN;
+	struct sha256 c;
 
-	memset(fp, 0, SNAP_FP_LEN);
-	if (!ctx)
-		return;
-	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	sha256_init(&c);
 	for (size_t i = 0; i < n; i++) {
 		/* Little-endian words, so the hash does not depend on struct padding. */
 		uint32_t w[7] = {leaves[i].function, leaves[i].index, leaves[i].flags,
@@ -39,10 +35,9 @@ void vm_cpu_fingerprint(const struct cpuid_leaf *leaves, size_t n, uint8_t fp[SN
 		for (int j = 0; j < 7; j++)
 			for (int k = 0; k < 4; k++)
 				b[j * 4 + k] = (uint8_t)(w[j] >> (8 * k));
-		EVP_DigestUpdate(ctx, b, sizeof(b));
+		sha256_update(&c, b, sizeof(b));
 	}
-	EVP_DigestFinal_ex(ctx, fp, &len);
-	EVP_MD_CTX_free(ctx);
+	sha256_final(&c, fp);
 }
 
 /* ---- pause ---- */

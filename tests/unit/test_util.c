@@ -4,10 +4,15 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/util.h"
+#include "tmp_dir.h"
 
 static void test_parse_size_units(void **state)
 {
@@ -57,12 +62,52 @@ static void test_eventfd_ring(void **state)
 	assert_int_equal(eventfd_ring(fd), -EBADF);
 }
 
+static void touch(const char *dir, const char *rel, mode_t mode)
+{
+	char p[PATH_MAX];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/%s", dir, rel);
+	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, mode);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(chmod(p, mode), 0);
+}
+
+/* The supervisor's VMM: next to kosa8 (a build tree) before ../lib/kosa8
+ * (installed); a file that is not executable is not it. */
+static void test_vmm_path(void **state)
+{
+	char d[128], exe[PATH_MAX], got[PATH_MAX], want[PATH_MAX];
+
+	snprintf(d, sizeof(d), "%s/vmm", tmp);
+	assert_int_equal(mkdir_p(d, 0700), 0);
+	snprintf(want, sizeof(want), "%s/bin", d);
+	assert_int_equal(mkdir_p(want, 0700), 0);
+	snprintf(want, sizeof(want), "%s/lib/kosa8", d);
+	assert_int_equal(mkdir_p(want, 0700), 0);
+	snprintf(exe, sizeof(exe), "%s/bin/kosa8", d);
+	assert_int_equal(kosa8_vmm_path(exe, got, sizeof(got)), -ENOENT);
+	touch(d, "lib/kosa8/kosa8-vmm", 0644);
+	assert_int_equal(kosa8_vmm_path(exe, got, sizeof(got)), -ENOENT);
+	touch(d, "lib/kosa8/kosa8-vmm", 0755);
+	assert_int_equal(kosa8_vmm_path(exe, got, sizeof(got)), 0);
+	snprintf(want, sizeof(want), "%s/bin/../lib/kosa8/kosa8-vmm", d);
+	assert_string_equal(got, want);
+	touch(d, "bin/kosa8-vmm", 0755);
+	assert_int_equal(kosa8_vmm_path(exe, got, sizeof(got)), 0);
+	snprintf(want, sizeof(want), "%s/bin/kosa8-vmm", d);
+	assert_string_equal(got, want);
+	assert_int_equal(kosa8_vmm_path(exe, got, 8), -ENOENT); /* too long for buf */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_size_units),
 		cmocka_unit_test(test_parse_size_rejects),
 		cmocka_unit_test(test_eventfd_ring),
+		cmocka_unit_test(test_vmm_path),
 	};
-	return cmocka_run_group_tests_name("util", tests, NULL, NULL);
+	return cmocka_run_group_tests_name("util", tests, tmp_setup, tmp_teardown);
 }

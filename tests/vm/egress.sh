@@ -336,9 +336,9 @@ eg_value=s3cr3t-value-42
 eg_scan_running() {
 	local vmm vsock placeholder
 	placeholder=$(eg_field env_key)
-	# The sandbox's VMM: `kosa8 vm ... --jail` with its disk in the
+	# The sandbox's VMM: `kosa8-vmm ... --jail` with its disk in the
 	# sandbox's state folder; its --vsock socket lies in the run directory.
-	vmm=$(pgrep -f -- ' vm .*--jail.*/sandboxes/egress1/' | head -1)
+	vmm=$(pgrep -f -- 'kosa8-vmm .*--jail.*/sandboxes/egress1/' | head -1)
 	vsock=$(tr '\0' '\n' <"/proc/${vmm:-0}/cmdline" 2>/dev/null | sed -n '/^--vsock$/{n;p;q}')
 	echo "eg: vmm_found=${vmm:+yes}" >>"$WORK/eg/out"
 	[ -n "$vmm" ] && [ -n "$placeholder" ] &&

@@ -140,7 +140,7 @@ test_sandbox_disk() {
 	[ "${got:-0}" -ge 2 ] || { disk_fail "$name" "the rewriting process did not get through two generations"; return; }
 	want=$(disk_root sh -c 'head -c 16777216 /dev/urandom >/var/tmp/durable.bin && sync /var/tmp/durable.bin /var/tmp &&
 		sha256sum </var/tmp/durable.bin | cut -c1-64' 2>>"$WORK/out")
-	vmm=$(pgrep -f -- " vm .*--jail.*/sandboxes/$DISK_SB/" | head -1)
+	vmm=$(pgrep -f -- "kosa8-vmm .*--jail.*/sandboxes/$DISK_SB/" | head -1)
 	if [ -z "$want" ] || [ -z "$vmm" ]; then disk_fail "$name" "no fsynced file hash ('$want') or no VMM pid ('$vmm')"; return; fi
 	kill -KILL "$vmm"
 	for _ in $(seq 1 30); do

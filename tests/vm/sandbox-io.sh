@@ -32,7 +32,7 @@ IO_LIST='cd "$1" && find . -mindepth 1 | LC_ALL=C sort | while IFS= read -r p; d
 io_why() {
 	local sbx=${1:-io}
 	local st=${KOSA8_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/kosa8}/sandboxes/$sbx
-	echo "  --- why ($sbx): VMM pid '$(pgrep -f -- " vm .*--jail.*/sandboxes/$sbx/" | head -1)', $(free -m | awk '/Mem:/{print "MiB used "$3", shared "$5", available "$7}')"
+	echo "  --- why ($sbx): VMM pid '$(pgrep -f -- "kosa8-vmm .*--jail.*/sandboxes/$sbx/" | head -1)', $(free -m | awk '/Mem:/{print "MiB used "$3", shared "$5", available "$7}')"
 	tail -15 "$st/console.log" 2>/dev/null | sed 's/^/  | console: /'
 	tail -10 "$st/supervisor.log" 2>/dev/null | sed 's/^/  | supervisor: /'
 	dmesg 2>/dev/null | grep -iE 'oom|killed process|out of memory' | tail -5 | sed 's/^/  | dmesg: /'

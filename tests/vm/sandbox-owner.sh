@@ -94,7 +94,7 @@ test_sandbox_owner() {
 		sleep 0.5
 	done
 	OW_BOUND=10 ow_sb ps | grep -q '^ow  *stopped' || { ow_fail "$name" "ow is not free 30 s after its supervisor was killed: $(ow_sb ps | grep '^ow ')"; return; }
-	pgrep -f "kosa8 vm .*owstate/sandboxes/ow/" >/dev/null && { ow_fail "$name" "the killed supervisor's VMM still runs"; return; }
+	pgrep -f "kosa8-vmm .*owstate/sandboxes/ow/" >/dev/null && { ow_fail "$name" "the killed supervisor's VMM still runs"; return; }
 	ow_sb start ow >>"$WORK/out" 2>&1 || { ow_fail "$name" "start after the kill failed"; return; }
 	[ "$(ow_in ow 'echo alive')" = alive ] || { ow_fail "$name" "exec after the restart failed"; return; }
 	[ "$(ow_supervisors ow)" -eq 1 ] || { ow_fail "$name" "$(ow_supervisors ow) supervisors on ow"; return; }

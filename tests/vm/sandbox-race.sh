@@ -21,7 +21,7 @@ rc_fail() {
 	for s in rf rl rc; do RC_BOUND=120 rc_sb rm -f "$s" >/dev/null 2>&1; done
 }
 rc_owner_pid() { sed -n 's/^\([0-9]*\) supervisor$/\1/p' "$WORK/rcstate/sandboxes/$1/owner.lock" 2>/dev/null; }
-rc_vmm_pid() { pgrep -f "kosa8 vm .*rcstate/sandboxes/$1/" | head -1; }
+rc_vmm_pid() { pgrep -f "kosa8-vmm .*rcstate/sandboxes/$1/" | head -1; }
 rc_supervisors() { pgrep -fc "__supervise $1( |\$)"; }
 # Writes N MiB the guest's memory must hold (tmpfs), not zeroes.
 rc_dirty() { rc_sb exec rc -- sh -c "head -c ${1}M /dev/zero | tr '\\0' k >/dev/shm/dirty-$2" >>"$WORK/out" 2>&1; }

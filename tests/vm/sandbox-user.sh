@@ -39,7 +39,7 @@ user_setup() {
 		chown "$USER_UID" "$USER_TOP/dev/kvm" || return 1
 	chown -R "$USER_UID:$USER_UID" "$USER_TOP/home"
 	chmod 0700 "$USER_TOP/home/run"
-	cp build/kosa8 "$USER_TOP/kosa8" && chmod 0755 "$USER_TOP/kosa8" &&
+	cp build/kosa8 build/kosa8-vmm "$USER_TOP/" && chmod 0755 "$USER_TOP/kosa8" "$USER_TOP/kosa8-vmm" &&
 		mount --bind -o ro "$(dirname "$KOSA8_KERNEL")" "$USER_TOP/ro/kernel" &&
 		mount --bind -o ro "$(dirname "$img")" "$USER_TOP/ro/image" &&
 		USER_IMAGE="$USER_TOP/ro/image/$(basename "$img")"
@@ -77,7 +77,7 @@ user_sb_logs() {
 }
 
 # The user's VMM process (the sandbox's only one).
-user_vmm_pid() { pgrep -u "$USER_UID" -f -- ' vm --no-emulate' | head -1; }
+user_vmm_pid() { pgrep -u "$USER_UID" -f -- 'kosa8-vmm --no-emulate' | head -1; }
 
 user_teardown() {
 	user_sb rm -f usb >/dev/null 2>&1
