@@ -3,6 +3,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +74,28 @@ int template_key_text(const struct template_inputs *in, const uint8_t kernel_sha
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
+/* kosa8 and the VMM it runs (kosa8-vmm: the device model whose state the
+ * template holds), one hash over both. */
+static int hash_exes(const char *exe, uint8_t sha[32], char *err, size_t errlen)
+{
+	uint8_t both[64];
+	char vmm[PATH_MAX];
+	unsigned int n = 0;
+	int rc;
+
+	if ((rc = hash_file(exe, both))) {
+		snprintf(err, errlen, "kosa8 binary %s: %s", exe, strerror(-rc));
+		return rc;
+	}
+	if ((rc = kosa8_vmm_path(exe, vmm, sizeof(vmm))) || (rc = hash_file(vmm, both + 32))) {
+		snprintf(err, errlen, "the VMM next to %s: %s", exe, strerror(-rc));
+		return rc;
+	}
+	if (!EVP_Digest(both, sizeof(both), sha, &n, EVP_sha256(), NULL) || n != 32)
+		return -EIO;
+	return 0;
+}
+
 int template_key(const struct template_inputs *in, char key[TEMPLATE_KEY_LEN + 1], char *err,
 		 size_t errlen)
 {
@@ -85,10 +108,8 @@ int template_key(const struct template_inputs *in, char key[TEMPLATE_KEY_LEN + 1
 		snprintf(err, errlen, "guest kernel %s: %s", in->kernel, strerror(-rc));
 		return rc;
 	}
-	if ((rc = hash_file(in->exe, esha))) {
-		snprintf(err, errlen, "kosa8 binary %s: %s", in->exe, strerror(-rc));
+	if ((rc = hash_exes(in->exe, esha, err, errlen)))
 		return rc;
-	}
 	if ((rc = disk_base_id(in->image, id, err, errlen)))
 		return rc;
 	if ((rc = template_key_text(in, ksha, id, esha, text, sizeof(text))))

@@ -22,7 +22,7 @@
 #include "common/util.h"
 #include "supervisor/template.h"
 
-static char kernel[128], image[128], exe[128];
+static char kernel[128], image[128], exe[128], vmm[128];
 
 static void put(const char *path, const char *text)
 {
@@ -45,6 +45,9 @@ static int setup(void **state)
 	put(kernel, "kernel one");
 	put(image, "image one");
 	put(exe, "kosa8 one");
+	snprintf(vmm, sizeof(vmm), "%s/kosa8-vmm", tmp);
+	put(vmm, "vmm one");
+	assert_int_equal(chmod(vmm, 0755), 0);
 	snprintf(st, sizeof(st), "%s/state", tmp);
 	setenv("KOSA8_STATE_DIR", st, 1);
 	return 0;
@@ -89,6 +92,12 @@ static void test_key_follows_inputs(void **state)
 	key_of(&in, k);
 	assert_string_not_equal(k, k0);
 	put(exe, "kosa8 one");
+	/* The VMM next to kosa8 is an input too: its device model is in the
+	 * template's state. */
+	put(vmm, "vmm two");
+	key_of(&in, k);
+	assert_string_not_equal(k, k0);
+	put(vmm, "vmm one");
 	/* A new image's identity (a new file: base_id's cache goes by times). */
 	snprintf(copy, sizeof(copy), "%s/rootfs2.ext4", tmp);
 	put(copy, "image two");
