@@ -23,12 +23,12 @@ CSTD    := -std=gnu11
 WARN    := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wvla -Wno-unused-parameter \
            -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS_COMMON := $(CSTD) $(WARN) -Isrc -D_GNU_SOURCE -pthread -g
-LIBS    := -lcjson -lssl -lcrypto -lseccomp -lz -lpthread
+LIBS    := -lcjson -lssl -lcrypto -lseccomp -lz -lmicrohttpd -lpsl -lpthread
 TESTLIBS := -lcmocka
 
 # Parts linked into the kosa8 binary (and into unit tests).
 # src/cli is in the library too (minus main.c) so unit tests reach its parsers.
-LIB_DIRS := src/common src/hw src/vmm src/virtio src/devices src/disk src/audit src/sandbox src/supervisor src/proxy src/machine src/cli src/agentproto
+LIB_DIRS := src/common src/hw src/vmm src/virtio src/devices src/disk src/audit src/sandbox src/supervisor src/proxy src/machine src/ui src/cli src/agentproto
 LIB_SRCS := $(filter-out src/cli/main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
 CLI_SRCS := src/cli/main.c
 AGENT_SRCS := $(wildcard src/agent/*.c)
@@ -78,6 +78,9 @@ $(1)/tests/%: $(1)/obj/tests/unit/%.o $(1)/libkosa8.a
 
 $(1)/unit-tests: $$(patsubst tests/unit/%.c,$(1)/tests/%,$$(UNIT_SRCS))
 endef
+
+# The console's page is built into this object (.incbin): -MMD cannot see it.
+$(REL_DIR)/obj/src/ui/assets.o $(SAN_DIR)/obj/src/ui/assets.o: $(wildcard src/ui/assets/*)
 
 $(eval $(call flavour,$(REL_DIR),$(REL_CFLAGS),,release))
 $(eval $(call flavour,$(SAN_DIR),$(SAN_CFLAGS),$(SAN_LDFLAGS),san))
