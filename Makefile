@@ -106,6 +106,11 @@ $(REL_DIR)/virtq-attack: tests/security/virtq-attack.c
 	@mkdir -p $(dir $@)
 	$(CC) $(REL_CFLAGS) -static -o $@ $<
 
+# The browser test's supervisor stand-in (tests/ui/run): the real
+# approvals queue behind a sandbox's control socket.
+$(REL_DIR)/ui-ask-supervisor: tests/ui/ask_supervisor.c tests/unit/served_approvals.h $(REL_DIR)/libkosa8.a
+	$(CC) $(REL_CFLAGS) -Itests/unit -o $@ $< $(REL_DIR)/libkosa8.a $(LIBS)
+
 # Unit tests: every tests/unit/test_*.c is one cmocka binary, run in both
 # flavours.  tests/run prints cmocka's summaries and one closing total.
 unit: $(REL_DIR)/kosa8 $(SAN_DIR)/kosa8 $(REL_DIR)/kosa8-agent $(SAN_DIR)/kosa8-agent \
@@ -136,7 +141,7 @@ check:
 check-built: check-kernel check-release check-image check-san check-initramfs
 check-release:
 	$(TIMED) "release build" $(MAKE) --no-print-directory $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-agent \
-		$(REL_DIR)/virtq-attack $(REL_DIR)/unit-tests
+		$(REL_DIR)/virtq-attack $(REL_DIR)/ui-ask-supervisor $(REL_DIR)/unit-tests
 check-san:
 	$(TIMED) "sanitizer build" $(MAKE) --no-print-directory $(SAN_DIR)/kosa8 $(SAN_DIR)/kosa8-agent \
 		$(SAN_DIR)/unit-tests
