@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "ui/ui.h"
 
+/* 0, or -EINVAL after saying which word is wrong. */
 static int parse(int argc, char **argv, struct ui_opts *o)
 {
 	for (int i = 1; i < argc; i++) {
@@ -21,16 +22,18 @@ static int parse(int argc, char **argv, struct ui_opts *o)
 		if (!strcmp(a, "--no-notify")) {
 			o->notify = false;
 		} else if (!strcmp(a, "--listen") && v) {
-			o->listen = v;
-			i++;
+			o->listen = argv[++i];
 		} else if (!strcmp(a, "--port") && v) {
 			errno = 0;
 			p = strtoul(v, &end, 10);
-			if (errno || *end || !*v || p < 1 || p > 65535)
+			if (errno || *end || !*v || p < 1 || p > 65535) {
+				fprintf(stderr, "kosa8 ui: --port takes 1 to 65535, not '%s'\n", v);
 				return -EINVAL;
+			}
 			o->port = (uint16_t)p;
 			i++;
 		} else {
+			fprintf(stderr, "kosa8 ui: '%s' is not an option of ui%s\n", a, v ? "" : " (or lacks its value)");
 			return -EINVAL;
 		}
 	}

@@ -6,9 +6,12 @@
 For each HOST:VERB in turn: waits for SANDBOX's request for HOST to show on
 the page and clicks VERB (allow, always, deny) on it.  Saves a screenshot
 when the first request shows.  Prints one "ok"/"not ok" line per answer.
+UI_READY_FILE: written once the page shows (the guest starts asking only
+then: Chromium starts slowly under emulation, and requests time out);
+UI_DRIVER_LOG: chromedriver's verbose log.
 """
+import os
 import sys
-import time
 
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
@@ -21,13 +24,19 @@ o.binary_location = "/usr/bin/chromium"
 for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
           "--window-size=1200,800", "--no-first-run", "--disable-extensions"):
     o.add_argument(a)
-d = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
+log = os.environ.get("UI_DRIVER_LOG")
+d = webdriver.Chrome(service=Service("/usr/bin/chromedriver", log_path=log or os.devnull,
+                                     service_args=["--verbose"] if log else []), options=o)
 failures = 0
 try:
     d.set_page_load_timeout(300)
     d.set_script_timeout(120)
     wait = WebDriverWait(d, 240)
     d.get(url)
+    wait.until(lambda x: x.execute_script("return document.body.dataset.loaded === '1'"))
+    if os.environ.get("UI_READY_FILE"):
+        with open(os.environ["UI_READY_FILE"], "w") as f:
+            f.write("ready\n")
     for n, pair in enumerate(sys.argv[4:]):
         host, verb = pair.rsplit(":", 1)
         find = ("for (const li of document.querySelectorAll('#approval-list li')) {"
