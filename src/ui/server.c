@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "ui/action.h"
+#include "ui/audit.h"
 #include "ui/state.h"
 
 #define UI_MEMORY_PER_CONNECTION (32 * 1024)  /* headers included: libmicrohttpd answers 431/413 past it */
@@ -185,6 +186,16 @@ static enum MHD_Result events(struct ui *u, struct MHD_Connection *c)
 
 /* ---- routes ---- */
 
+static enum MHD_Result audit(struct MHD_Connection *c)
+{
+	int err;
+	cJSON *j = ui_audit_read(&err);
+
+	if (!j)
+		return refuse(c, err == -EBUSY ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_INTERNAL_SERVER_ERROR);
+	return respond_json(c, MHD_HTTP_OK, j);
+}
+
 static enum MHD_Result get(struct ui *u, struct MHD_Connection *c, const char *url)
 {
 	if (!strcmp(url, "/"))
@@ -197,6 +208,8 @@ static enum MHD_Result get(struct ui *u, struct MHD_Connection *c, const char *u
 		return respond_json(c, MHD_HTTP_OK, ui_state_read());
 	if (!strcmp(url, "/api/events"))
 		return events(u, c);
+	if (!strcmp(url, "/api/audit"))
+		return audit(c);
 	return refuse(c, MHD_HTTP_NOT_FOUND);
 }
 

@@ -95,6 +95,35 @@ try:
     if shots:
         d.save_screenshot(os.path.join(shots, "console-approvals.png"))
 
+    # The audit view: verify's verdict, the records, the filter; then a
+    # record's bytes changed on disk and verified again: broken.
+    check("audit-verified", wait.until(lambda x: x.execute_script(
+        "const v = document.getElementById('audit-verdict').textContent;"
+        "return v === 'verifying…' ? null : v")) == "verified", "verdict not 'verified'")
+    rows = text(d, wait, "#audit-rows")
+    check("audit-records-shown", "test.note" in rows and "test.other" in rows, rows[:200])
+    box = d.find_element(By.ID, "audit-filter")
+    box.send_keys("test.note")
+    rows = d.execute_script("return document.getElementById('audit-rows').textContent")
+    check("audit-filter", "test.note" in rows and "test.other" not in rows, rows[:200])
+    box.clear()
+    log = os.environ["UI_AUDIT_LOG"]
+    with open(log, "rb") as f:
+        data = f.read()
+    with open(log, "r+b") as f:
+        f.seek(data.index(b'"step":1'))
+        f.write(b'"step":7')
+    click(wait, d, "audit-verify")
+    verdict = wait.until(lambda x: x.execute_script(
+        "const v = document.getElementById('audit-verdict').textContent;"
+        "return v === 'verifying…' || v === 'verified' ? null : v"))
+    why = d.execute_script("return document.getElementById('audit-text').textContent")
+    check("audit-tampered-shows-broken", verdict == "BROKEN" and "FAILED" in why, verdict + ": " + why[:200])
+    if shots:
+        d.execute_script("document.getElementById('audit').scrollIntoView()")
+        d.save_screenshot(os.path.join(shots, "console-audit.png"))
+    d.execute_script("window.scrollTo(0, 0)")
+
     # Another local page (same site, other port) posts an answer: the
     # cookie goes with it, the Origin and the CSRF token do not match.
     # In a tab of the same browser, which holds the console's cookie.

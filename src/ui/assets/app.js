@@ -135,5 +135,48 @@ function live() {
   };
 }
 
+// ---- audit log: kosa8 audit verify and show, on demand ----
+
+let auditRecords = [];
+
+function showAuditRows() {
+  const q = document.getElementById("audit-filter").value.trim().toLowerCase();
+  const body = document.getElementById("audit-rows");
+  body.replaceChildren();
+  for (const r of auditRecords.slice().reverse()) {
+    const details = r.details === undefined ? "" : JSON.stringify(r.details);
+    const row = [String(r.seq ?? ""), String(r.time ?? ""), String(r.sandbox ?? ""), String(r.actor ?? ""),
+                 String(r.type ?? ""), details];
+    if (q && !row.join(" ").toLowerCase().includes(q)) continue;
+    const tr = el("tr");
+    row.forEach((v, i) => tr.append(el("td", i === 5 ? "details" : "", v)));
+    body.append(tr);
+  }
+}
+
+async function loadAudit() {
+  const verdict = document.getElementById("audit-verdict");
+  verdict.className = "verdict";
+  verdict.textContent = "verifying…";
+  try {
+    const res = await fetch("/api/audit");
+    if (!res.ok) throw new Error(res.status === 503 ? "busy: a verify is running" : "status " + res.status);
+    const j = await res.json();
+    const st = j.verify.status;
+    verdict.className = "verdict " + (st === 0 ? "ok" : st === 1 ? "broken" : "unknown");
+    verdict.textContent = st === 0 ? "verified" : st === 1 ? "BROKEN" : "could not verify";
+    document.getElementById("audit-text").textContent = j.verify.text;
+    auditRecords = j.records || [];
+    showAuditRows();
+  } catch (e) {
+    verdict.className = "verdict unknown";
+    verdict.textContent = "could not verify: " + e.message;
+  }
+}
+
+document.getElementById("audit-verify").addEventListener("click", loadAudit);
+document.getElementById("audit-filter").addEventListener("input", showAuditRows);
+
 fetch("/api/state").then((r) => r.json()).then(show).catch(() => {});
 live();
+loadAudit();
