@@ -102,6 +102,14 @@ try:
         "return v === 'verifying…' ? null : v")) == "verified", "verdict not 'verified'")
     rows = text(d, wait, "#audit-rows")
     check("audit-records-shown", "test.note" in rows and "test.other" in rows, rows[:200])
+    egress = d.execute_script(
+        "return [...document.querySelectorAll('#egress-rows tr')].map(t => t.className + '|' + t.textContent)")
+    check("egress-timeline", len(egress) == 2 and egress[0].startswith("denied|") and "exfil.example:443" in egress[0]
+          and egress[1].startswith("|") and "pypi.org:443" in egress[1] and "1.2 KiB" in egress[1]
+          and "555 KiB" in egress[1], repr(egress))
+    if shots:
+        d.execute_script("document.getElementById('egress').scrollIntoView()")
+        d.save_screenshot(os.path.join(shots, "console-egress.png"))
     box = d.find_element(By.ID, "audit-filter")
     box.send_keys("test.note")
     rows = d.execute_script("return document.getElementById('audit-rows').textContent")

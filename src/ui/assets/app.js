@@ -154,6 +154,29 @@ function showAuditRows() {
   }
 }
 
+// The egress timeline: the audit's net.* records, newest first.
+function showEgress() {
+  const body = document.getElementById("egress-rows");
+  body.replaceChildren();
+  let n = 0;
+  for (const r of auditRecords.slice().reverse()) {
+    if (r.type !== "net.connect" && r.type !== "net.dns") continue;
+    const d = r.details || {};
+    const decision = String(d.decision ?? "");
+    const tr = el("tr", decision === "allow" ? "" : "denied");
+    const name = String(d.name ?? d.address ?? "") + (d.port ? ":" + d.port : "");
+    const what = r.type === "net.dns" ? "DNS " + String(d.qtype ?? "") : String(d.protocol ?? "connect");
+    tr.append(el("td", "", String(r.time ?? "")), el("td", "", String(r.sandbox ?? "")), el("td", "", what),
+              el("td", "name", name), el("td", "decision", decision + (d.asked ? " (asked)" : "")),
+              el("td", "bytes", r.type === "net.connect" ? bytes(d.bytes_up) : ""),
+              el("td", "bytes", r.type === "net.connect" ? bytes(d.bytes_down) : ""),
+              el("td", "bytes", typeof d.duration_ms === "number" ? d.duration_ms + " ms" : ""));
+    body.append(tr);
+    n++;
+  }
+  document.getElementById("no-egress").hidden = n > 0;
+}
+
 async function loadAudit() {
   const verdict = document.getElementById("audit-verdict");
   verdict.className = "verdict";
@@ -168,6 +191,7 @@ async function loadAudit() {
     document.getElementById("audit-text").textContent = j.verify.text;
     auditRecords = j.records || [];
     showAuditRows();
+    showEgress();
   } catch (e) {
     verdict.className = "verdict unknown";
     verdict.textContent = "could not verify: " + e.message;
