@@ -417,7 +417,7 @@ const struct cli_cmd cli_commands[] = {
 	 "Without a command: list the requests waiting in NAME (default: every running sandbox). "
 	 "Unanswered requests are denied after a timeout.",
 	 NULL, approvals_subs, cmd_approvals, -1, CLI_OPERAND_SANDBOX, false},
-	{"ui", "a local web console: sandboxes and approvals, live", "[--port PORT] [--listen 127.0.0.1] [--no-notify]", "Serves on 127.0.0.1 and prints an address with a secret token; see docs/console.md.", ui_opts, NULL, cmd_ui, -1, CLI_OPERAND_NONE, false},
+	{"ui", "a local web console: sandboxes, approvals, egress and the audit log", "[--port PORT] [--listen 127.0.0.1] [--no-notify]", "Serves on 127.0.0.1 and prints an address with a secret token; see docs/console.md.", ui_opts, NULL, cmd_ui, -1, CLI_OPERAND_NONE, false},
 	{"machine", "the helper machine that runs sandboxes where KVM cannot (QEMU, software emulation)",
 	 "start|stop|status|rm",
 	 "Where /dev/kvm is missing or cannot run kosa8's guests (a software KVM such as kvm-pvm, a cloud VM "
