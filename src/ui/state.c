@@ -18,7 +18,11 @@
 #include "sandbox/sandbox.h"
 #include "supervisor/control.h"
 
-#define STATE_CALL_MS 1000
+#define STATE_CALL_MS 1000      /* status, as kosa8 ps waits */
+/* approvals.list, as kosa8 approvals waits: a supervisor slow to answer
+ * (seen under emulation) must not make its requests vanish from the page
+ * between one second and the next. */
+#define STATE_LIST_MS 5000
 #define STATE_PERIOD_MS 1000
 /* Request ids already put on the desktop, per sandbox name: a ring. */
 #define NOTIFIED_MAX 256
@@ -36,14 +40,14 @@ struct ui_state {
 	unsigned nnotified;
 };
 
-static cJSON *call(const char *name, const char *op, cJSON *req)
+static cJSON *call(const char *name, const char *op, cJSON *req, int ms)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
 	cJSON *reply = NULL;
 
 	cJSON_AddStringToObject(req, "op", op);
 	if (sandbox_run_dir(name, dir, sizeof(dir)) || sandbox_path(path, sizeof(path), dir, "control.sock") ||
-	    control_call(path, req, &reply, NULL, STATE_CALL_MS) ||
+	    control_call(path, req, &reply, NULL, ms) ||
 	    !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok"))) {
 		cJSON_Delete(reply);
 		reply = NULL;
@@ -116,7 +120,7 @@ static void add_running(cJSON *o, const cJSON *st)
 /* Adds name's waiting requests to list, each with its registered domain. */
 static void add_requests(const char *name, cJSON *list)
 {
-	cJSON *reply = call(name, "approvals.list", cJSON_CreateObject()), *r;
+	cJSON *reply = call(name, "approvals.list", cJSON_CreateObject(), STATE_LIST_MS), *r;
 	char reg[256];
 
 	cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(reply, "requests")) {
@@ -148,7 +152,7 @@ static void read_one(const char *name, void *arg)
 		return;
 	owned = sandbox_owner_probe(dir, &who) == 1;
 	if (owned)
-		st = call(name, "status", cJSON_CreateObject());
+		st = call(name, "status", cJSON_CreateObject(), STATE_CALL_MS);
 	o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "name", name);
 	cJSON_AddStringToObject(o, "state", !owned ? "stopped" : st ? "running" : "running (busy)");
@@ -186,7 +190,7 @@ int ui_answer(const char *name, uint64_t id, const char *answer, char *why, size
 	cJSON_AddStringToObject(req, "answer", answer);
 	if (!(err = sandbox_run_dir(name, dir, sizeof(dir))) &&
 	    !(err = sandbox_path(path, sizeof(path), dir, "control.sock")))
-		err = control_call(path, req, &reply, NULL, STATE_CALL_MS * 5);
+		err = control_call(path, req, &reply, NULL, STATE_LIST_MS);
 	cJSON_Delete(req);
 	if (err) {
 		snprintf(why, len, "sandbox '%s' did not answer: %s", name, strerror(-err));
