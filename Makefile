@@ -23,7 +23,7 @@ CSTD    := -std=gnu11
 WARN    := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wvla -Wno-unused-parameter \
            -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS_COMMON := $(CSTD) $(WARN) -Isrc -D_GNU_SOURCE -pthread -g
-LIBS    := -lcjson -lssl -lcrypto -lseccomp -lz -lpthread
+LIBS    := -lcjson -lssl -lcrypto -lseccomp -lz -lmicrohttpd -lpsl -lpthread
 # The VMM (kosa8-vmm) links only these: every library it maps stays
 # resident in each sandbox's VMM (bench/results/memory.md).
 VMM_LIBS := -lcjson -lseccomp -lpthread
@@ -31,7 +31,7 @@ TESTLIBS := -lcmocka
 
 # Parts linked into the kosa8 binary (and into unit tests).
 # src/cli is in the library too (minus main.c) so unit tests reach its parsers.
-LIB_DIRS := src/common src/hw src/vmm src/virtio src/devices src/disk src/audit src/sandbox src/supervisor src/proxy src/machine src/cli src/agentproto
+LIB_DIRS := src/common src/hw src/vmm src/virtio src/devices src/disk src/audit src/sandbox src/supervisor src/proxy src/machine src/ui src/cli src/agentproto
 LIB_SRCS := $(filter-out src/cli/main.c src/cli/vmm_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
 CLI_SRCS := src/cli/main.c
 VMM_SRCS := src/cli/vmm_main.c
@@ -88,6 +88,9 @@ $(1)/tests/%: $(1)/obj/tests/unit/%.o $(1)/libkosa8.a
 $(1)/unit-tests: $$(patsubst tests/unit/%.c,$(1)/tests/%,$$(UNIT_SRCS))
 endef
 
+# The console's page is built into this object (.incbin): -MMD cannot see it.
+$(REL_DIR)/obj/src/ui/assets.o $(SAN_DIR)/obj/src/ui/assets.o: $(wildcard src/ui/assets/*)
+
 $(eval $(call flavour,$(REL_DIR),$(REL_CFLAGS),,release))
 $(eval $(call flavour,$(SAN_DIR),$(SAN_CFLAGS),$(SAN_LDFLAGS),san))
 
@@ -111,6 +114,11 @@ $(SAN_DIR)/kosa8-agent: $(AGENT_ALL) $(AGENT_HDRS)
 $(REL_DIR)/virtq-attack: tests/security/virtq-attack.c
 	@mkdir -p $(dir $@)
 	$(CC) $(REL_CFLAGS) -static -o $@ $<
+
+# The browser test's supervisor stand-in (tests/ui/run): the real
+# approvals queue behind a sandbox's control socket.
+$(REL_DIR)/ui-ask-supervisor: tests/ui/ask_supervisor.c tests/unit/served_approvals.h $(REL_DIR)/libkosa8.a
+	$(CC) $(REL_CFLAGS) -Itests/unit -o $@ $< $(REL_DIR)/libkosa8.a $(LIBS)
 
 # Unit tests: every tests/unit/test_*.c is one cmocka binary, run in both
 # flavours.  tests/run prints cmocka's summaries and one closing total.
@@ -143,7 +151,7 @@ check:
 check-built: check-kernel check-release check-image check-san check-initramfs
 check-release:
 	$(TIMED) "release build" $(MAKE) --no-print-directory $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-vmm $(REL_DIR)/kosa8-agent \
-		$(REL_DIR)/virtq-attack $(REL_DIR)/unit-tests
+		$(REL_DIR)/virtq-attack $(REL_DIR)/ui-ask-supervisor $(REL_DIR)/unit-tests
 check-san:
 	$(TIMED) "sanitizer build" $(MAKE) --no-print-directory $(SAN_DIR)/kosa8 $(SAN_DIR)/kosa8-vmm $(SAN_DIR)/kosa8-agent \
 		$(SAN_DIR)/unit-tests

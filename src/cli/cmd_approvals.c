@@ -17,6 +17,7 @@
 
 #include "cli/cmd_table.h"
 #include "cli/commands.h"
+#include "common/regdomain.h"
 #include "supervisor/approvals.h"
 #include "supervisor/control.h"
 #include "sandbox/sandbox.h"
@@ -51,6 +52,8 @@ struct req_view {
 	unsigned long long id;
 	const char *kind;
 	char target[300];      /* host or host:port */
+	/* Who owns the name: api.openai.com.evil.example is evil.example's. */
+	char registered[256];
 	double waiting_s;
 };
 
@@ -73,6 +76,8 @@ static bool read_request(const cJSON *r, struct req_view *v)
 	else
 		snprintf(v->target, sizeof(v->target), "%s", host->valuestring);
 	v->waiting_s = ms->valuedouble / 1000;
+	if (regdomain_of(host->valuestring, v->registered, sizeof(v->registered)))
+		snprintf(v->registered, sizeof(v->registered), "-");
 	return true;
 }
 
@@ -108,9 +113,9 @@ static void prompt(const char *name, const struct req_view *v, struct list_ctx *
 	size_t cap = 0;
 	int pick = -1;
 
-	printf("%s: request %llu: %s %s (waiting %.0fs)\n"
+	printf("%s: request %llu: %s %s (registered domain %s, waiting %.0fs)\n"
 	       "  [a]llow once, allow al[w]ays, [d]eny, [s]kip? ",
-	       name, v->id, v->kind, v->target, v->waiting_s);
+	       name, v->id, v->kind, v->target, v->registered, v->waiting_s);
 	fflush(stdout);
 	if (getline(&line, &cap, stdin) < 0) {
 		c->eof = true;
@@ -130,10 +135,17 @@ static void prompt(const char *name, const struct req_view *v, struct list_ctx *
 		c->answered++;
 }
 
+static const char *waited(double s, char *buf, size_t len)
+{
+	snprintf(buf, len, "%.0fs", s);
+	return buf;
+}
+
 static void print_requests(const char *name, const cJSON *reqs, struct list_ctx *c)
 {
 	const cJSON *r;
 	struct req_view v;
+	char w[32];
 
 	cJSON_ArrayForEach(r, reqs) {
 		if (!read_request(r, &v))
@@ -144,8 +156,10 @@ static void print_requests(const char *name, const cJSON *reqs, struct list_ctx 
 			continue;
 		}
 		if (!c->shown++)
-			printf("%-20s %6s %-8s %-40s %s\n", "SANDBOX", "ID", "KIND", "HOST", "WAITING");
-		printf("%-20s %6llu %-8s %-40s %.0fs\n", name, v.id, v.kind, v.target, v.waiting_s);
+			printf("%-20s %6s %-8s %-40s %-7s %s\n", "SANDBOX", "ID", "KIND", "HOST", "WAITING",
+			       "REGISTERED DOMAIN");
+		printf("%-20s %6llu %-8s %-40s %-7s %s\n", name, v.id, v.kind, v.target, waited(v.waiting_s, w, sizeof(w)),
+		       v.registered);
 	}
 }
 

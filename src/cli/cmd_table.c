@@ -322,6 +322,13 @@ static const struct cli_cmd approvals_subs[] = {
 	END,
 };
 
+static const struct cli_opt ui_opts[] = {
+	{"port", 0, "PORT", "listen on PORT (default: a free one)"},
+	{"listen", 0, "ADDR", "127.0.0.1 (the default) or localhost: there is no TLS, so nothing wider is accepted"},
+	{"no-notify", 0, NULL, "do not put new approval requests on the desktop (notify-send)"},
+	END,
+};
+
 /* ---- the helper machine ---- */
 
 static const struct cli_cmd machine_subs[] = {
@@ -428,6 +435,7 @@ const struct cli_cmd cli_commands[] = {
 	 "Without a command: list the requests waiting in NAME (default: every running sandbox). "
 	 "Unanswered requests are denied after a timeout.",
 	 NULL, approvals_subs, cmd_approvals, -1, CLI_OPERAND_SANDBOX, false},
+	{"ui", "a local web console: sandboxes, approvals, egress and the audit log", "[--port PORT] [--listen 127.0.0.1] [--no-notify]", "Serves on 127.0.0.1 and prints an address with a secret token; see docs/console.md.", ui_opts, NULL, cmd_ui, -1, CLI_OPERAND_NONE, false},
 	{"machine", "the helper machine that runs sandboxes where KVM cannot (QEMU, software emulation)",
 	 "start|stop|status|rm",
 	 "Where /dev/kvm is missing or cannot run kosa8's guests (a software KVM such as kvm-pvm, a cloud VM "

@@ -28,6 +28,7 @@ int cmd_image(int argc, char **argv);
 int cmd_secret(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
 int cmd_approvals(int argc, char **argv);
+int cmd_ui(int argc, char **argv);
 int cmd_vmctl(int argc, char **argv);
 int cmd_checkpoint(int argc, char **argv);
 int cmd_checkpoints(int argc, char **argv);

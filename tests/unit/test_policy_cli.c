@@ -220,6 +220,9 @@ static void test_approvals_cli(void **state)
 	}
 	assert_non_null(strstr(out, "SANDBOX"));
 	assert_non_null(strstr(out, "sb                        1 connect  registry.npmjs.org:443"));
+	/* Who owns the name, set apart (libpsl). */
+	assert_non_null(strstr(out, "REGISTERED DOMAIN"));
+	assert_non_null(strstr(out, " npmjs.org\n"));
 	assert_int_equal(run("$K approvals deny sb 7"), 1);
 	assert_non_null(strstr(out, "request 7: no such request waiting"));
 	assert_int_equal(run("$K approvals allow sb x"), 2);
@@ -234,7 +237,7 @@ static void test_approvals_cli(void **state)
 	assert_int_equal(pthread_create(&k.t, NULL, ask, &k), 0);
 	wait_waiting(s.a, 1);
 	assert_int_equal(run("printf 'd\\n' | $K approvals watch sb --count 1"), 0);
-	assert_non_null(strstr(out, "sb: request 2: connect evil.example:443 (waiting "));
+	assert_non_null(strstr(out, "sb: request 2: connect evil.example:443 (registered domain evil.example, waiting "));
 	assert_non_null(strstr(out, "sb: request 2: deny\n"));
 	pthread_join(k.t, NULL);
 	assert_int_equal(k.result, POLICY_DENY);
