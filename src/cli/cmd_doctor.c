@@ -285,6 +285,19 @@ static bool check_kernel(struct check *c)
 	return false;
 }
 
+/* The VMM every sandbox runs, found as the supervisor finds it: beside
+ * kosa8, or in ../lib/kosa8 when installed. */
+static bool check_vmm(struct check *c)
+{
+	char self[PATH_MAX], vmm[PATH_MAX], shown[PATH_MAX];
+
+	if (realpath("/proc/self/exe", self) && kosa8_vmm_path(self, vmm, sizeof(vmm)) == 0)
+		return say(c, DOC_OK, "%s", realpath(vmm, shown) ? shown : vmm), true;
+	say(c, DOC_FAIL, "no executable " KOSA8_VMM_FILE " beside this kosa8 or in ../lib/kosa8");
+	fix(c, "make (in the build tree), or reinstall kosa8");
+	return false;
+}
+
 /* The default image, as kosa8 run finds it (guest/image/build.sh --path). */
 static bool check_image(struct check *c)
 {
@@ -383,6 +396,7 @@ int cmd_doctor(int argc, char **argv)
 	struct check cs[] = {
 		{.name = "kvm"},  {.name = "emulation"}, {.name = "cgroup"}, {.name = "userns"},
 		{.name = "disk"}, {.name = "kernel"},	 {.name = "image"},  {.name = "audit-key"},
+		{.name = "vmm"},
 	};
 	bool json = false, kvm, emu, ready;
 
@@ -402,7 +416,7 @@ int cmd_doctor(int argc, char **argv)
 	check_userns(&cs[3]);
 	/* '&', not '&&': every check runs and prints its line. */
 	ready = (kvm || emu) & check_disk(&cs[4]) & check_kernel(&cs[5]) & check_image(&cs[6]) &
-		check_audit_key(&cs[7]);
+		check_audit_key(&cs[7]) & check_vmm(&cs[8]);
 	fflush(stdout);
 	if (json) {
 		if (print_json(cs, ARRAY_SIZE(cs), ready) < 0)

@@ -124,6 +124,10 @@ static void test_kernel_of_installed_layout(void **state)
 	/* No image builder installed there: the image check says so. */
 	expect("image", "fail", "not installed");
 	assert_non_null(strstr(out, "\"ready\":\tfalse"));
+	/* Nor the VMM, until it is put where the package puts it. */
+	expect("vmm", "fail", "kosa8-vmm");
+	assert_int_equal(run("cp $(dirname $K)/kosa8-vmm $D/pfx/lib/kosa8/ && $D/pfx/bin/kosa8 doctor --json"), 1);
+	expect("vmm", "ok", "/pfx/lib/kosa8/kosa8-vmm");
 
 	assert_int_equal(run("rm $D/pfx/lib/kosa8/bzImage && $D/pfx/bin/kosa8 doctor --json"), 1);
 	expect("kernel", "fail", NULL);
