@@ -43,6 +43,19 @@ static bool listed(const char *const *list, size_t n, const char *name)
 	return false;
 }
 
+/* Needs KVM: a command of the list, or `image warm`, which boots a guest
+ * to make a template (the rest of `image` builds and reads files here).
+ * argv is the whole command line: global options, then the command. */
+static bool needs_kvm(const char *name, int argc, char **argv)
+{
+	if (strcmp(name, "image"))
+		return listed(forwarded, ARRAY_SIZE(forwarded), name);
+	for (int i = 1; i + 1 < argc; i++)
+		if (argv[i][0] != '-')
+			return !strcmp(argv[i], "image") && !strcmp(argv[i + 1], "warm");
+	return false;
+}
+
 int cli_machine_script(char *buf, size_t len)
 {
 	const char *env = getenv("KOSA8_MACHINE_SCRIPT");
@@ -207,7 +220,7 @@ bool cli_machine_dispatch(const char *name, int argc, char **argv, bool no_emula
 	char dir[PATH_MAX], msg[PATH_MAX + 160];
 	int pid;
 
-	if (!listed(forwarded, ARRAY_SIZE(forwarded), name) || getenv("KOSA8_IN_MACHINE"))
+	if (!needs_kvm(name, argc, argv) || getenv("KOSA8_IN_MACHINE"))
 		return false;
 	/* KOSA8_MACHINE=always: through the machine even where KVM works;
 	 * never: here, whatever KVM can do (tests of the CLI's own checks). */
