@@ -130,6 +130,9 @@ phase() {
 	sleep 2
 	avail >"$W/$kind.avail2"
 	say "$kind: removed in $(cat "$W/$kind.rm") s; $(vmm_pids | wc -w) VMMs left; MemAvailable $(mib "$(cat "$W/$kind.avail2")") MiB"
+	# The raw numbers now, in case a later step never ends.
+	say "$kind raw: answered $(tr '\n' ' ' <"$W/$kind.answered")"
+	say "$kind raw: mem0 $(cat "$W/$kind.mem0"); mem1 $(cat "$W/$kind.mem1"); avail0 $(cat "$W/$kind.avail0")"
 }
 
 say "warming the template (--cpus 1 --mem $mem)"
