@@ -443,17 +443,10 @@ int cli_start_sandbox(const char *cmd, const char *name, int memfd)
 		return cli_fail(cmd, "%s", strerror(errno));
 	if (pid == 0) {
 		/* The supervisor: its own session, so it outlives this CLI. */
-		char log[PATH_MAX + 32], fdstr[16];
+		char fdstr[16];
 		close(p[0]);
 		setsid();
-		snprintf(log, sizeof(log), "%s/" SUPERVISOR_LOG_FILE, dir);
-		int out = open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
-		int null = open("/dev/null", O_RDONLY);
-		dup2(null, 0);
-		if (out >= 0) {
-			dup2(out, 1);
-			dup2(out, 2);
-		}
+		cli_child_stdio_to_log(dir);
 		fcntl(p[1], F_SETFD, 0);
 		snprintf(fdstr, sizeof(fdstr), "%d", p[1]);
 		if (memfd >= 0) {

@@ -53,6 +53,9 @@ int cmd_doctor(int argc, char **argv);
 int cli_start_sandbox(const char *cmd, const char *name, int memfd);
 int cli_copy_policy(const char *from, const char *dir);
 int cli_remove_tree(const char *dir);
+/* In a forked child that becomes a supervisor: stdin from /dev/null,
+ * stdout and stderr appended to DIR's supervisor.log. */
+void cli_child_stdio_to_log(const char *dir);
 
 /* The template a new sandbox restores (cli/template.c, supervisor/template.h):
  * found, or made with progress on stderr.  On success t->lock holds the

@@ -92,13 +92,7 @@ static int boot_and_checkpoint(const char *cmd, const char *dir, char *why, size
 	if ((pid = fork()) < 0)
 		return snprintf(why, wlen, "%s", strerror(errno)), -errno;
 	if (pid == 0) {
-		int out = open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-		int null = open("/dev/null", O_RDONLY);
-		dup2(null, 0);
-		if (out >= 0) {
-			dup2(out, 1);
-			dup2(out, 2);
-		}
+		cli_child_stdio_to_log(dir);
 		fcntl(p[1], F_SETFD, 0);
 		snprintf(fdstr, sizeof(fdstr), "%d", p[1]);
 		execl(self, self, "__template", dir, fdstr, (char *)NULL);

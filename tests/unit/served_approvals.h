@@ -30,7 +30,7 @@ struct served {
 	pthread_t t;
 };
 
-static void *served_loop(void *arg)
+static inline void *served_loop(void *arg)
 {
 	struct served *s = arg;
 
@@ -53,7 +53,7 @@ static void *served_loop(void *arg)
 
 /* Makes sandbox name (in the kosa8 folders of the environment) and serves
  * it.  0 or -1. */
-static int served_start(struct served *s, const char *name)
+static inline int served_start(struct served *s, const char *name)
 {
 	struct sandbox_cfg cfg = {.mem = 256 << 20, .cpus = 1};
 	struct sandbox_owner who;
@@ -71,7 +71,7 @@ static int served_start(struct served *s, const char *name)
 	return pthread_create(&s->t, NULL, served_loop, s) ? -1 : 0;
 }
 
-static void served_stop(struct served *s)
+static inline void served_stop(struct served *s)
 {
 	s->stop = true;
 	pthread_join(s->t, NULL);

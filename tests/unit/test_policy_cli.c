@@ -20,6 +20,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "served_approvals.h"
+
 #include "shell_run.h"
 
 #include "common/util.h"
@@ -136,34 +138,6 @@ static void test_show(void **state)
 
 /* ---- approvals through a served control socket ---- */
 
-struct fake_supervisor {
-	struct approvals *a;
-	int listen_fd;
-	volatile bool stop;
-	pthread_t t;
-};
-
-static void *serve(void *arg)
-{
-	struct fake_supervisor *s = arg;
-
-	while (!s->stop) {
-		struct pollfd p = {.fd = s->listen_fd, .events = POLLIN};
-		cJSON *req = NULL;
-		int fd;
-		if (poll(&p, 1, 100) <= 0 || (fd = control_accept(s->listen_fd)) < 0)
-			continue;
-		if (control_recv(fd, &req, 2000) == 0 && !control_serve_approvals(s->a, fd, req)) {
-			cJSON *r = cJSON_Parse("{\"ok\":false,\"error\":\"unknown op\"}");
-			control_send(fd, r, -1);
-			cJSON_Delete(r);
-		}
-		cJSON_Delete(req);
-		close(fd);
-	}
-	return NULL;
-}
-
 struct asker {
 	struct approvals *a;
 	const char *name;
@@ -195,7 +169,7 @@ static void wait_waiting(struct approvals *a, int n)
 
 static void test_approvals_cli(void **state)
 {
-	struct fake_supervisor s = {0};
+	struct served s = {0};
 	struct asker k = {0};
 	struct policy *p;
 	char rdir[PATH_MAX], sock[PATH_MAX + 16];
@@ -207,7 +181,7 @@ static void test_approvals_cli(void **state)
 	assert_int_equal(mkdir_p(rdir, 0700), 0);
 	snprintf(sock, sizeof(sock), "%s/control.sock", rdir);
 	assert_true((s.listen_fd = control_listen(sock)) >= 0);
-	assert_int_equal(pthread_create(&s.t, NULL, serve, &s), 0);
+	assert_int_equal(pthread_create(&s.t, NULL, served_loop, &s), 0);
 
 	assert_int_equal(run("$K approvals"), 0);
 	assert_string_equal(out, "no requests waiting\n");
