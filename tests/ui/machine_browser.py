@@ -5,14 +5,18 @@ kosa8's helper machine (tests/ui/machine-run sets it all up).
     machine_browser.py URL SANDBOX KOSA8 AUDIT_LOG [SCREENSHOT_DIR]
 
 SANDBOX runs in the machine with the policy `ask ask-yes.test ask-no.test`
-and one checkpoint, c1.  In order:
-  - the page shows SANDBOX running and its tree with c1;
+and two checkpoints, c1 and c2 under it.  In order:
+  - the page shows SANDBOX running and its tree: c2 under c1, running
+    from c2;
   - the guest asks for ask-yes.test, then ask-no.test (`kosa8 exec`, with
     curl); each request shows on the page and is answered there: Allow
     once, then Deny;
   - "Fork" on c1 with the name SANDBOX-f makes a fork (kosa8 fork); the
     page shows it running;
-  - "Rewind" on c1 puts SANDBOX back there; the tree then says so;
+  - "Rewind" on c1 puts SANDBOX back there; a checkpoint taken then (by
+    the command line, with the id it prints: not c3, since the rewind's
+    new disk layer took a number too) shows as c2's sibling, live, and
+    the tree says SANDBOX runs from it;
   - a record of AUDIT_LOG changed on disk shows as BROKEN on the page.
 Prints one "ok NAME" / "not ok NAME: why" line per check; what the guest
 printed goes to GUEST_OUT (an environment variable) for machine-run.
@@ -78,9 +82,13 @@ try:
                                     "return r && r.children[1].textContent === 'running' ? 'running' : null",
                                  sandbox))
     check("sandbox-running-in-machine", st == "running")
-    node = wait.until(lambda x: js(x, "const n = document.getElementById('ckpt-' + arguments[0] + '-c1');"
-                                      "return n ? n.textContent : null", sandbox))
-    check("tree-shows-checkpoint", "c1" in node and "before" in node and "running from here" in node, node)
+    # The tree as drawn: each node's id, its parent node's id, and its mark.
+    tree = ("return [...document.querySelectorAll('#tree-' + arguments[0] + ' li.ckpt')].map(li => {"
+            " const up = li.parentElement.closest('li.ckpt');"
+            " return li.querySelector('.id').textContent + '<' + (up ? up.querySelector('.id').textContent : '')"
+            "  + (li.querySelector(':scope > .line > .here') ? '*' : ''); }).join(' ')")
+    got = wait.until(lambda x: js(x, tree, sandbox) or None)
+    check("tree-drawn", got == "c1< c2<c1*", got)
 
     # The guest asks; the page answers.
     guest = subprocess.Popen([kosa8, "exec", sandbox, "--", "/workspace/ask.sh"], stdin=subprocess.DEVNULL,
@@ -98,15 +106,29 @@ try:
     long_wait = WebDriverWait(d, 400)
     res = result(long_wait, d, "checkpoint-result", "fork of")
     check("fork-from-tree", ": done" in res, res)
-    st = wait.until(lambda x: js(x, "const r = document.getElementById('sandbox-' + arguments[0]);"
-                                    "return r ? r.children[1].textContent : null", sandbox + "-f"))
-    check("fork-shown-running", st == "running", st)
+    running = ("const r = document.getElementById('sandbox-' + arguments[0]);"
+               "return r && r.children[1].textContent === 'running'")
+    try:
+        wait.until(lambda x: js(x, running, sandbox + "-f"))
+        check("fork-shown-running", True)
+    except Exception as e:
+        check("fork-shown-running", False, "%s: %s" % (type(e).__name__, js(
+            d, "const r = document.getElementById('sandbox-' + arguments[0]); return r && r.textContent",
+            sandbox + "-f")))
 
     # A rewind from the tree: a confirmation first.
     click(wait, "rewind-%s-c1" % sandbox)
     wait.until(lambda x: x.switch_to.alert).accept()
     res = result(long_wait, d, "checkpoint-result", "rewind of")
     check("rewind-from-tree", ": done" in res, res)
+    new = subprocess.run([kosa8, "checkpoint", sandbox, "-m", "after the rewind"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    want = "c1< c2<c1 %s<c1*" % new
+    try:
+        got = wait.until(lambda x: (lambda t: t if t == want else None)(js(x, tree, sandbox)))
+    except Exception:
+        got = js(d, tree, sandbox)
+    check("tree-branch-after-rewind", got == want, "%s, wanted %s" % (got, want))
     if shots:
         js(d, "document.getElementById('checkpoints').scrollIntoView()")
         d.save_screenshot(os.path.join(shots, "console-checkpoints.png"))
