@@ -28,12 +28,12 @@
  * writes the host's files directly. */
 static const char *const forwarded[] = {
 	"run", "create", "start", "stop", "rm", "ps", "exec", "shell", "cp", "diff", "export", "logs",
-	"checkpoint", "checkpoints", "rewind", "fork", "approvals",
+	"checkpoint", "checkpoints", "rewind", "fork", "approvals", "__ui-state",
 };
 
 /* Of those, the ones that only read or remove a sandbox's state: while the
  * machine is stopped no sandbox runs, so they run here and start nothing. */
-static const char *const local_when_stopped[] = {"ps", "logs", "checkpoints", "rm"};
+static const char *const local_when_stopped[] = {"ps", "logs", "checkpoints", "rm", "__ui-state"};
 
 static bool listed(const char *const *list, size_t n, const char *name)
 {
@@ -214,20 +214,26 @@ int cmd_machine_serve(int argc, char **argv)
 	return err ? 1 : 0;
 }
 
-bool cli_machine_dispatch(const char *name, int argc, char **argv, bool no_emulate, int *status)
+const char *cli_machine_why(void)
 {
 	const char *why = getenv("KOSA8_MACHINE");
-	char dir[PATH_MAX], msg[PATH_MAX + 160];
-	int pid;
 
-	if (!needs_kvm(name, argc, argv) || getenv("KOSA8_IN_MACHINE"))
-		return false;
+	if (getenv("KOSA8_IN_MACHINE"))
+		return NULL;
 	/* KOSA8_MACHINE=always: through the machine even where KVM works;
 	 * never: here, whatever KVM can do (tests of the CLI's own checks). */
 	if (why && !strcmp(why, "never"))
-		return false;
-	why = why && !strcmp(why, "always") ? "KOSA8_MACHINE=always" : machine_kvm_unusable();
-	if (!why)
+		return NULL;
+	return why && !strcmp(why, "always") ? "KOSA8_MACHINE=always" : machine_kvm_unusable();
+}
+
+bool cli_machine_dispatch(const char *name, int argc, char **argv, bool no_emulate, int *status)
+{
+	char dir[PATH_MAX], msg[PATH_MAX + 160];
+	const char *why;
+	int pid;
+
+	if (!needs_kvm(name, argc, argv) || !(why = cli_machine_why()))
 		return false;
 	if (no_emulate || (getenv("KOSA8_NO_EMULATE") && strcmp(getenv("KOSA8_NO_EMULATE"), "0"))) {
 		fprintf(stderr, "kosa8 %s: %s; sandboxes need KVM, and --no-emulate (or KOSA8_NO_EMULATE) "

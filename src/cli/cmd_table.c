@@ -463,6 +463,8 @@ const struct cli_cmd cli_commands[] = {
 	 NULL, NULL, cmd_template, -1, CLI_OPERAND_NONE, true},
 	{"__machine-serve", "the helper machine's command server (started by its init)", "DIR UID GID RUNDIR",
 	 NULL, NULL, NULL, cmd_machine_serve, -1, CLI_OPERAND_NONE, true},
+	{"__ui-state", "the web console's view of the sandboxes, as JSON lines (kosa8 ui runs it)",
+	 "[SECONDS]", NULL, NULL, NULL, cmd_ui_state, -1, CLI_OPERAND_NONE, true},
 	END,
 };
 

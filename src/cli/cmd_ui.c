@@ -6,9 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/cmd_table.h"
 #include "cli/commands.h"
+#include "common/util.h"
+#include "ui/state.h"
 #include "ui/ui.h"
 
 /* 0, or -EINVAL after saying which word is wrong. */
@@ -43,6 +47,7 @@ static int parse(int argc, char **argv, struct ui_opts *o)
 int cmd_ui(int argc, char **argv)
 {
 	struct ui_opts o = {.notify = true};
+	const char *why_machine;
 	struct ui *u;
 	sigset_t set;
 	char why[300];
@@ -50,6 +55,13 @@ int cmd_ui(int argc, char **argv)
 
 	if (parse(argc, argv, &o))
 		return cli_usage_error("ui", NULL);
+	/* The supervisors' control sockets are then in the machine's own
+	 * /run: the console reads and acts through commands forwarded there. */
+	if ((why_machine = cli_machine_why())) {
+		o.remote = true;
+		fprintf(stderr, "kosa8 ui: sandboxes run in kosa8's helper machine here (%s); the console reads "
+				"them through it\n", why_machine);
+	}
 	/* The signals wait for sigwait here, not in the server's threads. */
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
@@ -66,5 +78,40 @@ int cmd_ui(int argc, char **argv)
 	fflush(stdout);
 	sigwait(&set, &sig);
 	ui_stop(u);
+	return 0;
+}
+
+/* kosa8 __ui-state [SECONDS]: what the console shows, as one JSON line;
+ * with SECONDS (1-3600) a line each time it changes (read every second)
+ * for that long.  The console runs it where the supervisors are: forwarded
+ * into the helper machine (cmd_machine.c lists it). */
+int cmd_ui_state(int argc, char **argv)
+{
+	char *last = NULL, *text;
+	unsigned long secs = 0;
+	uint64_t end;
+	char *e = NULL;
+
+	if (argc == 2 && argv[1][0] >= '1' && argv[1][0] <= '9')
+		secs = strtoul(argv[1], &e, 10);
+	if (argc > 2 || (argc == 2 && (!e || *e || secs > 3600)))
+		return cli_usage_error("__ui-state", NULL);
+	end = mono_ms() + secs * 1000;
+	do {
+		cJSON *st = ui_state_read();
+		text = cJSON_PrintUnformatted(st);
+		cJSON_Delete(st);
+		if (!text)
+			return cli_fail("__ui-state", "out of memory");
+		if (!last || strcmp(last, text)) {
+			if (printf("%s\n", text) < 0 || fflush(stdout))
+				break;
+			free(last);
+			last = text;
+		} else {
+			free(text);
+		}
+	} while (secs && mono_ms() < end && !usleep(1000 * 1000));
+	free(last);
 	return 0;
 }

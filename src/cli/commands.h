@@ -29,6 +29,7 @@ int cmd_secret(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
 int cmd_approvals(int argc, char **argv);
 int cmd_ui(int argc, char **argv);
+int cmd_ui_state(int argc, char **argv);
 int cmd_vmctl(int argc, char **argv);
 int cmd_checkpoint(int argc, char **argv);
 int cmd_checkpoints(int argc, char **argv);
@@ -41,6 +42,9 @@ int cmd_machine_serve(int argc, char **argv);
  * whole command line) in the helper machine, starting it if need be, or
  * refuses (no_emulate, KOSA8_NO_EMULATE): true then, with its exit status
  * in *status.  False when the command runs here (cmd_machine.c). */
+/* Why sandbox commands run in the helper machine here, or NULL when they
+ * run on this host. */
+const char *cli_machine_why(void);
 bool cli_machine_dispatch(const char *name, int argc, char **argv, bool no_emulate, int *status);
 /* The helper machine's script: $KOSA8_MACHINE_SCRIPT, else testbed/machine
  * of this kosa8's tree or installation; -ENOENT if neither. */

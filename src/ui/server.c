@@ -29,6 +29,7 @@ struct ui {
 	struct ui_state *state;
 	struct ui_auth auth;
 	atomic_int streams;
+	bool remote;        /* sandboxes in the helper machine (ui_opts) */
 	char *index;        /* ui_index_html with this run's CSRF token in it */
 };
 
@@ -196,6 +197,20 @@ static enum MHD_Result audit(struct MHD_Connection *c)
 	return respond_json(c, MHD_HTTP_OK, j);
 }
 
+/* The newest snapshot, as the live pages have it. */
+static enum MHD_Result state_text(struct MHD_Connection *c, struct ui *u)
+{
+	uint64_t gen;
+	char *text = ui_state_get(u->state, &gen);
+	enum MHD_Result ret;
+
+	if (!text)
+		return MHD_NO;
+	ret = respond(c, MHD_HTTP_OK, "application/json", text, strlen(text));
+	free(text);
+	return ret;
+}
+
 static enum MHD_Result get(struct ui *u, struct MHD_Connection *c, const char *url)
 {
 	if (!strcmp(url, "/"))
@@ -204,6 +219,8 @@ static enum MHD_Result get(struct ui *u, struct MHD_Connection *c, const char *u
 		return respond(c, MHD_HTTP_OK, "text/javascript; charset=utf-8", ui_app_js, strlen(ui_app_js));
 	if (!strcmp(url, "/app.css"))
 		return respond(c, MHD_HTTP_OK, "text/css; charset=utf-8", ui_app_css, strlen(ui_app_css));
+	if (!strcmp(url, "/api/state") && u->remote)
+		return state_text(c, u);
 	if (!strcmp(url, "/api/state"))
 		return respond_json(c, MHD_HTTP_OK, ui_state_read());
 	if (!strcmp(url, "/api/events"))
@@ -213,28 +230,53 @@ static enum MHD_Result get(struct ui *u, struct MHD_Connection *c, const char *u
 	return refuse(c, MHD_HTTP_NOT_FOUND);
 }
 
-static enum MHD_Result post(struct MHD_Connection *c, const char *url, const struct upload *up)
+/* {"ok":false,"error":why} with status. */
+static enum MHD_Result post_error(struct MHD_Connection *c, unsigned status, const char *why)
 {
+	cJSON *j = cJSON_CreateObject();
+
+	cJSON_AddFalseToObject(j, "ok");
+	cJSON_AddStringToObject(j, "error", why);
+	return respond_json(c, status, j);
+}
+
+/* {"ok":true,"output":..} or the error, after the action ran. */
+static enum MHD_Result post_done(struct MHD_Connection *c, int err, const char *why)
+{
+	cJSON *j;
+
+	if (err)
+		return post_error(c, err == -EBUSY ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_CONFLICT, why);
+	j = cJSON_CreateObject();
+	cJSON_AddTrueToObject(j, "ok");
+	if (why[0])
+		cJSON_AddStringToObject(j, "output", why);
+	return respond_json(c, MHD_HTTP_OK, j);
+}
+
+static enum MHD_Result post(struct ui *u, struct MHD_Connection *c, const char *url, const struct upload *up)
+{
+	struct ui_ckpt_action ck;
 	struct ui_action a;
 	const char *bad;
-	char why[300];
-	cJSON *j = cJSON_CreateObject();
+	char why[600] = "";
 	int err;
 
-	if (strcmp(url, "/api/answer")) {
-		cJSON_Delete(j);
+	if (strcmp(url, "/api/answer") && strcmp(url, "/api/checkpoint"))
 		return refuse(c, MHD_HTTP_NOT_FOUND);
+	if (up->too_big)
+		return post_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "body too large");
+	if (!strcmp(url, "/api/checkpoint")) {
+		if (ui_ckpt_action_parse(up->body, up->len, &ck, &bad))
+			return post_error(c, MHD_HTTP_BAD_REQUEST, bad);
+		log_info("ui: %s %s from %s%s%s", ck.op, ck.sandbox, ck.checkpoint, ck.name[0] ? " as " : "",
+			 ck.name);
+		return post_done(c, ui_checkpoint_op(&ck, why, sizeof(why)), why);
 	}
-	if (up->too_big || ui_action_parse(up->body, up->len, &a, &bad)) {
-		cJSON_AddFalseToObject(j, "ok");
-		cJSON_AddStringToObject(j, "error", up->too_big ? "body too large" : bad);
-		return respond_json(c, up->too_big ? MHD_HTTP_CONTENT_TOO_LARGE : MHD_HTTP_BAD_REQUEST, j);
-	}
-	err = ui_answer(a.sandbox, a.id, a.answer, why, sizeof(why));
-	cJSON_AddBoolToObject(j, "ok", !err);
-	if (err)
-		cJSON_AddStringToObject(j, "error", why);
-	return respond_json(c, err ? MHD_HTTP_CONFLICT : MHD_HTTP_OK, j);
+	if (ui_action_parse(up->body, up->len, &a, &bad))
+		return post_error(c, MHD_HTTP_BAD_REQUEST, bad);
+	err = ui_answer(a.sandbox, a.id, a.answer, u->remote, why, sizeof(why));
+	return post_done(c, err, why);
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -256,7 +298,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 			*data_len = 0;
 			return MHD_YES;
 		}
-		return post(c, url, up);
+		return post(u, c, url, up);
 	}
 	r = (struct ui_req){
 		.method = method,
@@ -340,12 +382,13 @@ int ui_start(const struct ui_opts *o, struct ui **out, char *why, size_t len)
 	snprintf(why, len, "out of memory");
 	if (!u)
 		return -ENOMEM;
+	u->remote = o->remote;
 	if ((fd = listen_loopback(o, &port, why, len)) < 0) {
 		free(u);
 		return fd;
 	}
 	if ((err = ui_auth_init(&u->auth, port)) || !(u->index = index_with_csrf(u->auth.csrf)) ||
-	    (err = ui_state_start(o->notify, &u->state))) {
+	    (err = ui_state_start(o->notify, o->remote, &u->state))) {
 		snprintf(why, len, "cannot start: %s", strerror(err ? -err : ENOMEM));
 		goto fail;
 	}

@@ -14,8 +14,11 @@
 
 struct ui_state;
 
-/* notify: run notify-send for new requests (when it is on PATH). */
-int ui_state_start(bool notify, struct ui_state **out);
+/* notify: run notify-send for new requests (when it is on PATH).
+ * remote: the sandboxes live in kosa8's helper machine, whose control
+ * sockets this process cannot reach: the snapshots are read there, by
+ * `kosa8 __ui-state SECONDS` forwarded into it (docs/console.md). */
+int ui_state_start(bool notify, bool remote, struct ui_state **out);
 /* Ends the watcher and wakes every follower: ui_state_wait returns
  * -ESHUTDOWN from then on.  Free only when no follower is left. */
 void ui_state_stop(struct ui_state *s);
@@ -30,7 +33,21 @@ int ui_state_wait(struct ui_state *s, uint64_t gen, int timeout_ms);
 cJSON *ui_state_read(void);
 
 /* Answers request id of sandbox name through its supervisor
- * (approvals.answer): 0, or -errno with why filled for the page. */
-int ui_answer(const char *name, uint64_t id, const char *answer, char *why, size_t len);
+ * (approvals.answer; remote: through `kosa8 approvals VERB NAME ID`
+ * forwarded into the helper machine): 0, or -errno with why filled for
+ * the page. */
+int ui_answer(const char *name, uint64_t id, const char *answer, bool remote, char *why, size_t len);
+
+/* Runs `kosa8 ARGV...` (this binary, as a child, forwarded into the helper
+ * machine where sandboxes live there) for at most timeout_s: 0 with out
+ * its last line of output, -EPERM when it failed (out: its last line, the
+ * error), or -errno. */
+int ui_run_cli(char *const argv[], int timeout_s, char *out, size_t len);
+
+struct ui_ckpt_action;
+/* `kosa8 rewind NAME ID` or `kosa8 fork NAME ID --name NEW`: the
+ * supervisor does it and audits it exactly as for the command line.  One
+ * at a time (-EBUSY otherwise); as ui_run_cli. */
+int ui_checkpoint_op(const struct ui_ckpt_action *a, char *out, size_t len);
 
 #endif

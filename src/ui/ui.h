@@ -19,6 +19,7 @@ struct ui_opts {
 	const char *listen;  /* NULL or "127.0.0.1"/"localhost": nothing else */
 	uint16_t port;       /* 0: a free one */
 	bool notify;         /* notify-send on a new approval request */
+	bool remote;         /* sandboxes live in the helper machine (ui/state.h) */
 };
 
 struct ui;

@@ -19,34 +19,21 @@ import os
 import sys
 import time
 
-from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-from selenium.webdriver.chrome.service import Service
+import uitest
+
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 url, port, answers, attack_port = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 shots = sys.argv[5] if len(sys.argv) > 5 else ""
-failures = 0
 
 
 def check(name, good, why=""):
-    global failures
-    if good:
-        print("ok ui-" + name, flush=True)
-    else:
-        failures += 1
-        print("not ok ui-" + name + ": " + why, flush=True)
+    uitest.check("ui-" + name, good, why)
 
 
 def browser(extra=()):
-    o = webdriver.ChromeOptions()
-    o.binary_location = "/usr/bin/chromium"
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--window-size=1200,800", "--no-first-run", "--disable-extensions",
-              "--host-resolver-rules=MAP rebind.test 127.0.0.1", *extra):
-        o.add_argument(a)
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
+    return uitest.browser(("--host-resolver-rules=MAP rebind.test 127.0.0.1", *extra))
 
 
 def text(d, wait, css):
@@ -54,17 +41,6 @@ def text(d, wait, css):
     redraws every second: read it in one go, in the page)."""
     return wait.until(lambda x: x.execute_script(
         "const e = document.querySelector(arguments[0]); return e ? e.textContent : null", css))
-
-
-def click(wait, d, id):
-    """A real click on element id, again if a redraw replaced it meanwhile."""
-    def once(x):
-        try:
-            x.find_element(By.ID, id).click()
-            return True
-        except (StaleElementReferenceException, NoSuchElementException):
-            return False
-    wait.until(once)
 
 
 def answered(n, timeout=30):
@@ -121,7 +97,7 @@ try:
     with open(log, "r+b") as f:
         f.seek(data.index(b'"step":1'))
         f.write(b'"step":7')
-    click(wait, d, "audit-verify")
+    uitest.click(wait, "audit-verify")
     verdict = wait.until(lambda x: x.execute_script(
         "const v = document.getElementById('audit-verdict').textContent;"
         "return v === 'verifying…' || v === 'verified' ? null : v"))
@@ -145,12 +121,12 @@ try:
     check("csrf-from-other-local-page-refused", len(answered(1, 2)) == 0 and
           d.find_elements(By.ID, "approval-sb-1"), "the attack page answered the request")
 
-    click(wait, d, "answer-sb-1-deny")
+    uitest.click(wait, "answer-sb-1-deny")
     got = answered(1)
     check("deny-from-page", got[:1] and got[0][:2] == ["api.openai.com.evil.example", "deny"],
           "supervisor got %r" % got)
     check("live-update-shows-next-request", "registry.npmjs.org" in text(d, wait, "#approval-sb-2"), "")
-    click(wait, d, "answer-sb-2-allow")
+    uitest.click(wait, "answer-sb-2-allow")
     got = answered(2)
     check("allow-from-page", len(got) >= 2 and got[1][:2] == ["registry.npmjs.org", "allow"],
           "supervisor got %r" % got)
@@ -168,4 +144,4 @@ try:
     check("rebinding-host-refused", "kosa8" not in src and "sandbox" not in src.lower(), src[:200])
 finally:
     d.quit()
-sys.exit(1 if failures else 0)
+sys.exit(1 if uitest.failures else 0)

@@ -27,6 +27,7 @@
 #include "served_approvals.h"
 
 #include "common/regdomain.h"
+#include "sandbox/checkpoints.h"
 #include "ui/action.h"
 #include "ui/checks.h"
 #include "ui/ui.h"
@@ -134,6 +135,64 @@ static void test_action(void **state)
 		assert_int_equal(ui_action_parse(bad[i], strlen(bad[i]), &a, &why), -EINVAL);
 }
 
+static void test_ckpt_action(void **state)
+{
+	struct ui_ckpt_action a;
+	const char *why;
+	const char *rw = "{\"sandbox\":\"sb\",\"op\":\"rewind\",\"checkpoint\":\"c12\"}";
+	const char *fk = "{\"sandbox\":\"sb\",\"op\":\"fork\",\"checkpoint\":\"c3\",\"name\":\"sb-2\"}";
+
+	static const char *const bad[] = {
+		"", "{}", "{\"sandbox\":\"-sb\",\"op\":\"rewind\",\"checkpoint\":\"c1\"}",
+		"{\"sandbox\":\"sb\",\"op\":\"rm\",\"checkpoint\":\"c1\"}",
+		"{\"sandbox\":\"sb\",\"op\":\"rewind\",\"checkpoint\":\"c01\"}",
+		"{\"sandbox\":\"sb\",\"op\":\"rewind\",\"checkpoint\":\"--help\"}",
+		"{\"sandbox\":\"sb\",\"op\":\"rewind\",\"checkpoint\":1}",
+		"{\"sandbox\":\"sb\",\"op\":\"rewind\",\"checkpoint\":\"c1\",\"name\":\"x\"}",
+		"{\"sandbox\":\"sb\",\"op\":\"fork\",\"checkpoint\":\"c1\"}",
+		"{\"sandbox\":\"sb\",\"op\":\"fork\",\"checkpoint\":\"c1\",\"name\":\"--name\"}",
+		"{\"sandbox\":\"sb\",\"op\":\"fork\",\"checkpoint\":\"c1\",\"name\":\"a/b\"}",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		why = NULL;
+		assert_int_equal(ui_ckpt_action_parse(bad[i], strlen(bad[i]), &a, &why), -EINVAL);
+		assert_non_null(why);
+	}
+	assert_int_equal(ui_ckpt_action_parse(rw, strlen(rw), &a, &why), 0);
+	assert_string_equal(a.op, "rewind");
+	assert_string_equal(a.checkpoint, "c12");
+	assert_string_equal(a.name, "");
+	assert_int_equal(ui_ckpt_action_parse(fk, strlen(fk), &a, &why), 0);
+	assert_string_equal(a.sandbox, "sb");
+	assert_string_equal(a.op, "fork");
+	assert_string_equal(a.name, "sb-2");
+}
+
+/* A checkpoint tree on disk as the supervisor records it: c1, c2 and c3
+ * under c1, and the sandbox running from c2. */
+static void make_tree(const char *name)
+{
+	struct ckpt_meta m = {0};
+	char sdir[PATH_MAX];
+
+	assert_int_equal(sandbox_state_dir(name, sdir, sizeof(sdir)), 0);
+	for (int i = 1; i <= 3; i++) {
+		memset(&m, 0, sizeof(m));
+		snprintf(m.id, sizeof(m.id), "c%d", i);
+		snprintf(m.parent, sizeof(m.parent), "%s", i == 1 ? "" : "c1");
+		snprintf(m.message, sizeof(m.message), "step %d", i);
+		m.created = 1700000000 + i;
+		m.memory_bytes = 1 << 20;
+		assert_int_equal(ckpt_meta_save(sdir, &m), 0);
+	}
+	memset(&m, 0, sizeof(m));
+	snprintf(m.id, sizeof(m.id), CKPT_CURRENT);
+	snprintf(m.parent, sizeof(m.parent), "c2");
+	assert_true(snprintf(m.top, sizeof(m.top), "%.3000s/checkpoints/d3.k8d", sdir) > 0);
+	m.next = 4;
+	assert_int_equal(ckpt_meta_save(sdir, &m), 0);
+}
+
 /* ---- the real server ---- */
 
 static int connect_to(uint16_t port)
@@ -214,6 +273,7 @@ static void test_server(void **state)
 	struct passwd *pw = getpwuid(getuid());
 
 	assert_int_equal(served_start(&s, "sb"), 0);
+	make_tree("sb");
 	assert_int_equal(ui_start(&o, &u, why, sizeof(why)), 0);
 	a = ui_auth(u);
 	port = a->port;
@@ -223,8 +283,9 @@ static void test_server(void **state)
 	assert_int_equal(http(port, NULL, "GET / HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nConnection: close\r\n\r\n", port), 403);
 	assert_string_equal(body_of(), "");
 	assert_int_equal(http(port, NULL, "GET /api/state HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nConnection: close\r\n\r\n", port), 403);
-	assert_int_equal(http(port, NULL, "GET /?token=%.63s0 HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nConnection: close\r\n\r\n",
-			      a->token, port), 403);
+	/* The last digit changed (to one it is not: a token may end in 0). */
+	assert_int_equal(http(port, NULL, "GET /?token=%.63s%c HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nConnection: close\r\n\r\n",
+			      a->token, a->token[63] == '0' ? '1' : '0', port), 403);
 	assert_int_equal(http(port, NULL, "GET / HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nCookie: kosa8_ui_1=%s\r\nConnection: close\r\n\r\n",
 			      port, a->token), 403);
 	/* The token in the query: a cookie, and off to "/". */
@@ -260,6 +321,11 @@ static void test_server(void **state)
 	}
 	assert_non_null(strstr(body_of(), "\"registered\":\"evil.example\""));
 	assert_non_null(strstr(body_of(), "\"sandbox\":\"sb\""));
+	/* The checkpoint tree, as the supervisor's records say. */
+	assert_non_null(strstr(body_of(), "{\"id\":\"c1\",\"parent\":\"\",\"created\":1700000001,"
+				   "\"message\":\"step 1\",\"memory_bytes\":1048576}"));
+	assert_non_null(strstr(body_of(), "{\"id\":\"c3\",\"parent\":\"c1\""));
+	assert_non_null(strstr(body_of(), "\"running_from\":\"c2\""));
 	/* Live: the event stream carries it too. */
 	assert_int_equal(http(port, "evil.example", "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nCookie: %s\r\n\r\n",
 			      port, cookie), 200);
@@ -282,6 +348,21 @@ static void test_server(void **state)
 			      "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", a->token, port, port, a->csrf,
 			      strlen(body), body), 403);
 	assert_string_equal(body_of(), "");
+	/* A rewind or fork: the same checks as an answer, then the body's. */
+	assert_int_equal(http(port, NULL, "POST /api/checkpoint HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nCookie: %s\r\n"
+			      "Origin: http://127.0.0.1:%u\r\nContent-Type: application/json\r\n"
+			      "Content-Length: 48\r\nConnection: close\r\n\r\n"
+			      "{\"sandbox\":\"sb\",\"op\":\"rewind\",\"checkpoint\":\"c1\"}", port, cookie, port), 403);
+	assert_string_equal(body_of(), "");
+	assert_int_equal(http(port, NULL, "POST /api/checkpoint HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nCookie: %s\r\n"
+			      "Origin: http://evil.example\r\nX-Kosa8-CSRF: %s\r\nContent-Type: application/json\r\n"
+			      "Content-Length: 48\r\nConnection: close\r\n\r\n"
+			      "{\"sandbox\":\"sb\",\"op\":\"rewind\",\"checkpoint\":\"c1\"}", port, cookie, a->csrf), 403);
+	assert_int_equal(http(port, NULL, "POST /api/checkpoint HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nCookie: %s\r\n"
+			      "Origin: http://127.0.0.1:%u\r\nX-Kosa8-CSRF: %s\r\nContent-Type: application/json\r\n"
+			      "Content-Length: 46\r\nConnection: close\r\n\r\n"
+			      "{\"sandbox\":\"sb\",\"op\":\"fork\",\"checkpoint\":\"c1\"}", port, cookie, port, a->csrf), 400);
+	assert_non_null(strstr(body_of(), "a fork needs a valid name"));
 	/* Too large a body: refused before it is read. */
 	assert_int_equal(http(port, NULL, "POST /api/answer HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nCookie: %s\r\n"
 			      "Origin: http://127.0.0.1:%u\r\nX-Kosa8-CSRF: %s\r\nContent-Type: application/json\r\n"
@@ -355,6 +436,7 @@ int main(void)
 		cmocka_unit_test(test_checks),
 		cmocka_unit_test(test_regdomain),
 		cmocka_unit_test(test_action),
+		cmocka_unit_test(test_ckpt_action),
 		cmocka_unit_test(test_server),
 		cmocka_unit_test(test_listen_refused),
 	};

@@ -1,6 +1,7 @@
 // The kosa8 console page: shows the console's state as it comes (server-
 // sent events from /api/events) and answers approvals through
-// POST /api/answer with this page's CSRF token.  Every string shown comes
+// POST /api/answer with this page's CSRF token, and rewinds and forks
+// through POST /api/checkpoint the same way.  Every string shown comes
 // from a sandbox and is put in as text, never as markup.
 "use strict";
 
@@ -65,17 +66,12 @@ async function answer(r, verb) {
   out.className = "";
   out.textContent = "sending…";
   try {
-    const res = await fetch("/api/answer", {
-      method: "POST",
-      headers: { "Content-Type": "application/json", "X-Kosa8-CSRF": csrf },
-      body: JSON.stringify({ sandbox: r.sandbox, id: r.id, answer: verb }),
-    });
-    const j = await res.json().catch(() => ({}));
-    if (res.ok && j.ok) {
+    const res = await post("/api/answer", { sandbox: r.sandbox, id: r.id, answer: verb });
+    if (res.ok) {
       out.textContent = r.sandbox + ": request " + r.id + " (" + r.name + "): " + verb;
     } else {
       out.className = "error";
-      out.textContent = r.sandbox + ": request " + r.id + ": " + (j.error || "refused (" + res.status + ")");
+      out.textContent = r.sandbox + ": request " + r.id + ": " + res.text;
     }
   } catch (e) {
     out.className = "error";
@@ -115,9 +111,114 @@ function showApprovals(list) {
   count.classList.toggle("some", list.length > 0);
 }
 
+// ---- checkpoint trees: kosa8 rewind and fork, through the console ----
+
+async function post(url, body) {
+  const res = await fetch(url, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "X-Kosa8-CSRF": csrf },
+    body: JSON.stringify(body),
+  });
+  const j = await res.json().catch(() => ({}));
+  return { ok: res.ok && j.ok, text: j.ok ? j.output : (j.error || "refused (" + res.status + ")") };
+}
+
+async function checkpointOp(sandbox, id, op) {
+  const out = document.getElementById("checkpoint-result");
+  const body = { sandbox: sandbox, op: op, checkpoint: id };
+  if (op === "fork") {
+    body.name = document.getElementById("fork-name").value.trim() || sandbox + "-fork";
+  } else if (!window.confirm("Rewind " + sandbox + " to " + id + "? What it did since is lost.")) {
+    return;
+  }
+  const what = op === "fork" ? "fork of " + sandbox + " from " + id + " as " + body.name
+                             : "rewind of " + sandbox + " to " + id;
+  out.className = "busy";
+  out.textContent = what + ": running…";
+  try {
+    const r = await post("/api/checkpoint", body);
+    out.className = r.ok ? "done" : "error";
+    out.textContent = what + ": " + (r.ok ? "done" : "failed") + (r.text ? ": " + r.text : "");
+  } catch (e) {
+    out.className = "error";
+    out.textContent = what + ": the console did not answer: " + e;
+  }
+}
+
+function checkpointNode(s, c, kids, depth) {
+  const li = el("li", "ckpt");
+  li.id = "ckpt-" + s.name + "-" + c.id;
+  const line = el("div", "line");
+  const when = c.created ? new Date(c.created * 1000).toLocaleString() : "";
+  line.append(el("span", "id", c.id), el("span", "when", when), el("span", "size", bytes(c.memory_bytes)),
+              el("span", "msg", c.message || ""));
+  if (c.id === s.running_from) line.append(el("span", "here", "running from here"));
+  if (s.state === "running") {
+    for (const [op, label] of [["rewind", "Rewind"], ["fork", "Fork"]]) {
+      const b = el("button", op, label);
+      b.id = op + "-" + s.name + "-" + c.id;
+      b.addEventListener("click", () => checkpointOp(s.name, c.id, op));
+      line.append(b);
+    }
+  }
+  li.append(line);
+  const under = kids.get(c.id) || [];
+  if (under.length && depth < 64) {
+    const ul = el("ul");
+    for (const k of under) ul.append(checkpointNode(s, k, kids, depth + 1));
+    li.append(ul);
+  }
+  return li;
+}
+
+// Drawn again only when a sandbox's tree or state changed: a click in
+// flight must not lose its button.
+const treeShown = new Map();
+
+function showCheckpoints(list) {
+  const box = document.getElementById("checkpoint-trees");
+  let any = false;
+  const names = new Set();
+  for (const s of list) {
+    const cps = s.checkpoints || [];
+    if (!cps.length) continue;
+    any = true;
+    names.add(s.name);
+    const key = JSON.stringify([s.state, s.running_from, cps]);
+    let div = document.getElementById("tree-" + s.name);
+    if (div && treeShown.get(s.name) === key) continue;
+    treeShown.set(s.name, key);
+    const ids = new Set(cps.map((c) => c.id));
+    const kids = new Map();
+    const roots = [];
+    for (const c of cps) {
+      // A checkpoint whose parent's record is gone is drawn at the root.
+      if (c.parent && ids.has(c.parent)) {
+        if (!kids.has(c.parent)) kids.set(c.parent, []);
+        kids.get(c.parent).push(c);
+      } else {
+        roots.push(c);
+      }
+    }
+    const fresh = el("div", "tree");
+    fresh.id = "tree-" + s.name;
+    fresh.append(el("h3", "", s.name + " (" + s.state + ")"));
+    const ul = el("ul");
+    for (const r of roots) ul.append(checkpointNode(s, r, kids, 0));
+    fresh.append(ul);
+    if (div) div.replaceWith(fresh); else box.append(fresh);
+  }
+  for (const div of Array.from(box.children)) {
+    const name = div.id.slice("tree-".length);
+    if (!names.has(name)) { div.remove(); treeShown.delete(name); }
+  }
+  document.getElementById("no-checkpoints").hidden = any;
+}
+
 function show(state) {
   showSandboxes(state.sandboxes || []);
   showApprovals(state.approvals || []);
+  showCheckpoints(state.sandboxes || []);
   document.body.dataset.loaded = "1";
 }
 
