@@ -1,9 +1,10 @@
 # Templates (sourced by tests/vm/run-all and tests/vm/sandbox-template-only):
 # `kosa8 image warm` makes one with progress, run restores it and says so,
 # --cold boots; two siblings of one template differ in boot_id, random
-# bytes, machine-id and hostname, and one's memory is not seen by the
-# other; the template's memory file is the same after they ran; checkpoint
-# and fork of a template-started sandbox work; another --mem makes another
+# bytes, machine-id and hostname, their kernels reseeded on the restore,
+# and one's memory is not seen by the other; the template's memory file is
+# the same after they ran; checkpoint, fork and rewind of a
+# template-started sandbox work and each gets a new boot_id; another --mem makes another
 # template; two runs that need the same missing one share it (one makes
 # it, the other waits); prune removes a template whose kernel is gone.
 #
@@ -82,6 +83,16 @@ test_sandbox_template() {
 	[ "$(echo "$a" | sed -n 4p)" = tpa ] || { tp_fail $name "tpa's hostname is '$(echo "$a" | sed -n 4p)'"; return 1; }
 	ok $name
 
+	# The guest kernel heard of the new generation ID (devices/vmgenid.c)
+	# and reseeded itself: no agent involved (tests/vm/vmgenid.sh shows
+	# the keys differ before any guest code runs).
+	name=sandbox-template-kernel-reseeds-on-restore
+	for f in tpa tpb; do
+		tp_root $f 'dmesg' | grep -q 'crng reseeded due to virtual machine fork' ||
+			{ tp_fail $name "$f's kernel did not reseed on the restore (no 'crng reseeded due to virtual machine fork')"; return 1; }
+	done
+	ok $name
+
 	name=sandbox-template-memory-not-shared
 	# A tmpfs file and a process: tpa's memory alone.
 	tp_root tpa 'mkdir -p /run/tpm && mount -t tmpfs tpm /run/tpm && echo secret-of-tpa >/run/tpm/marker &&
@@ -98,14 +109,22 @@ test_sandbox_template() {
 	[ "$sum0" = "$sum1" ] || { tp_fail $name "the template's memory file changed"; return 1; }
 	ok $name
 
+	# tpa read its boot_id above, before this checkpoint: the fork and the
+	# rewound tpa each get a new one (the guest kernel patch), not c1's.
 	name=sandbox-template-checkpoint-fork
 	tp_root tpa 'echo before >/root/f' || { tp_fail $name "write failed"; return 1; }
+	b=$(tp_in tpa 'cat /proc/sys/kernel/random/boot_id')
 	tp_sb checkpoint tpa >/dev/null 2>>"$WORK/out" || { tp_fail $name "checkpoint of tpa failed"; return 1; }
 	tp_root tpa 'echo after >/root/f'
 	tp_sb fork tpa c1 --name tpf >/dev/null 2>>"$WORK/out" || { tp_fail $name "fork of tpa failed"; return 1; }
 	[ "$(tp_root tpf 'cat /root/f')" = before ] || { tp_fail $name "the fork's /root/f is not c1's"; return 1; }
+	f=$(tp_in tpf 'cat /proc/sys/kernel/random/boot_id')
 	tp_sb rewind tpa c1 >/dev/null 2>>"$WORK/out" || { tp_fail $name "rewind of tpa failed"; return 1; }
 	[ "$(tp_root tpa 'cat /root/f')" = before ] || { tp_fail $name "rewound tpa's /root/f is not c1's"; return 1; }
+	a=$(tp_in tpa 'cat /proc/sys/kernel/random/boot_id')
+	echo "  boot_id: tpa at c1 $b, fork tpf $f, tpa rewound to c1 $a"
+	[ -n "$b" ] && [ -n "$f" ] && [ -n "$a" ] && [ "$f" != "$b" ] && [ "$a" != "$b" ] && [ "$a" != "$f" ] ||
+		{ tp_fail $name "a fork or rewind kept the checkpoint's boot_id"; return 1; }
 	tp_sb ps >"$WORK/ps.out" 2>&1
 	grep -q "^tpf\b.*running" "$WORK/ps.out" && grep -q "^tpa\b.*running" "$WORK/ps.out" ||
 		{ cat "$WORK/ps.out"; tp_fail $name "ps does not show tpa and tpf running"; return 1; }
