@@ -4,7 +4,9 @@
 # bytes, machine-id and hostname, their kernels reseeded on the restore,
 # and one's memory is not seen by the other; the template's memory file is
 # the same after they ran; checkpoint, fork and rewind of a
-# template-started sandbox work and each gets a new boot_id; another --mem makes another
+# template-started sandbox work and each gets a new boot_id, two forks of
+# one checkpoint differ like siblings; a live fork of one is live, a
+# second one waits for a file; another --mem makes another
 # template; two runs that need the same missing one share it (one makes
 # it, the other waits); prune removes a template whose kernel is gone.
 #
@@ -22,6 +24,17 @@ tp_clear() {
 	done
 }
 TP_MEM=384M
+# A guest's identity, one a line: boot_id, 32 bytes of /dev/urandom, machine-id.
+TP_IDENTITY='cat /proc/sys/kernel/random/boot_id; head -c 32 /dev/urandom | od -An -tx1 | tr -d " \n"; echo; cat /etc/machine-id'
+# tp_differ TEST A B N: lines 1..N of A and B are all set and all differ.
+tp_differ() {
+	local f x y
+	for f in $(seq 1 "$4"); do
+		x=$(echo "$2" | sed -n ${f}p); y=$(echo "$3" | sed -n ${f}p)
+		[ -n "$x" ] && [ "$x" != "$y" ] ||
+			{ tp_fail "$1" "line $f (boot_id, urandom, machine-id, hostname) is the same: '$x'"; return 1; }
+	done
+}
 
 # The one template dir whose sandbox.json says mem bytes.
 tp_dir_of() {
@@ -72,14 +85,10 @@ test_sandbox_template() {
 		tp_sb create --name $f --mem $TP_MEM >/dev/null 2>>"$WORK/out" && tp_sb start $f 2>>"$WORK/out" ||
 			{ tp_fail $name "create/start $f failed"; return 1; }
 	done
-	a=$(tp_in tpa 'cat /proc/sys/kernel/random/boot_id; head -c 32 /dev/urandom | od -An -tx1 | tr -d " \n"; echo; cat /etc/machine-id; hostname')
-	b=$(tp_in tpb 'cat /proc/sys/kernel/random/boot_id; head -c 32 /dev/urandom | od -An -tx1 | tr -d " \n"; echo; cat /etc/machine-id; hostname')
+	a=$(tp_in tpa "$TP_IDENTITY; hostname")
+	b=$(tp_in tpb "$TP_IDENTITY; hostname")
 	echo "  tpa: $(echo $a)"; echo "  tpb: $(echo $b)"
-	for f in 1 2 3 4; do
-		local x y
-		x=$(echo "$a" | sed -n ${f}p); y=$(echo "$b" | sed -n ${f}p)
-		[ -n "$x" ] && [ "$x" != "$y" ] || { tp_fail $name "line $f (boot_id, urandom, machine-id, hostname) is the same: '$x'"; return 1; }
-	done
+	tp_differ $name "$a" "$b" 4 || return 1
 	[ "$(echo "$a" | sed -n 4p)" = tpa ] || { tp_fail $name "tpa's hostname is '$(echo "$a" | sed -n 4p)'"; return 1; }
 	ok $name
 
@@ -105,6 +114,7 @@ test_sandbox_template() {
 	tp_sb create --name tpc --mem $TP_MEM >/dev/null 2>>"$WORK/out" && tp_sb start tpc 2>>"$WORK/out" ||
 		{ tp_fail $name "create/start tpc after tpa wrote failed"; return 1; }
 	tp_in tpc 'test ! -e /run/tpm/marker && ! cat /proc/[0-9]*/comm | grep -qx tpamarker' || { tp_fail $name "a sandbox started later sees tpa's marker"; return 1; }
+	tp_sb rm -f tpc >/dev/null 2>&1
 	sum1=$(sha256sum <"$dir/checkpoints/c1/memory")
 	[ "$sum0" = "$sum1" ] || { tp_fail $name "the template's memory file changed"; return 1; }
 	ok $name
@@ -128,6 +138,54 @@ test_sandbox_template() {
 	tp_sb ps >"$WORK/ps.out" 2>&1
 	grep -q "^tpf\b.*running" "$WORK/ps.out" && grep -q "^tpa\b.*running" "$WORK/ps.out" ||
 		{ cat "$WORK/ps.out"; tp_fail $name "ps does not show tpa and tpf running"; return 1; }
+	ok $name
+
+	# Two forks of one checkpoint are siblings too: right after their
+	# restore they differ in boot_id, random bytes and machine-id.
+	name=sandbox-template-sibling-forks-differ
+	tp_sb fork tpa c1 --name tpg >/dev/null 2>>"$WORK/out" || { tp_fail $name "second fork of tpa c1 failed"; return 1; }
+	a=$(tp_in tpf "$TP_IDENTITY"); b=$(tp_in tpg "$TP_IDENTITY")
+	echo "  tpf: $(echo $a)"; echo "  tpg: $(echo $b)"
+	tp_differ $name "$a" "$b" 3 || return 1
+	tp_sb rm -f tpg >/dev/null 2>&1
+	ok $name
+
+	# A live fork of tpb, whose RAM is still a private view of the
+	# template's file: the VMM copies it into a memfd, freezes that and
+	# hands it over, so the fork runs at once (it used to wait for a
+	# memory file), with tpb's running processes, and its own boot_id.
+	name=sandbox-template-live-fork
+	tp_in tpb 'setsid sh -c '\''n=0; while :; do n=$((n+1)); echo $n >/tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done'\'' </dev/null >/dev/null 2>&1 & echo $! >/tmp/counter.pid' ||
+		{ tp_fail $name "exec in tpb failed"; return 1; }
+	sleep 2
+	rc=$(tp_in tpb 'cat /tmp/counter.pid')
+	b=$(tp_in tpb 'cat /proc/sys/kernel/random/boot_id')
+	t0=$(date +%s%N)
+	tp_sb fork tpb --name tpl >/dev/null 2>"$WORK/fork.err" || { sed 's/^/  /' "$WORK/fork.err"; tp_fail $name "live fork of tpb failed"; return 1; }
+	sed 's/^/  /' "$WORK/fork.err"
+	echo "  live fork of a template-started sandbox: $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+	grep -q "(live" "$WORK/fork.err" || { tp_fail $name "the fork of template-started tpb was not live"; return 1; }
+	f=$(sed -n "s/^kosa8 fork: checkpoint \(c[0-9]*\) of 'tpb'.*/\1/p" "$WORK/fork.err")
+	tp_in tpl "kill -0 $rc" || { tp_fail $name "tpb's counter (pid $rc) is not in the fork"; return 1; }
+	a=$(tp_in tpl 'cat /tmp/count')
+	sleep 1
+	[ -n "$a" ] && [ "$(tp_in tpl 'cat /tmp/count')" -gt "$a" ] || { tp_fail $name "the fork's counter does not count on from $a"; return 1; }
+	tp_in tpb 'echo parent >/tmp/after' && tp_in tpl 'test ! -e /tmp/after' ||
+		{ tp_fail $name "a file tpb wrote after the fork is in the fork"; return 1; }
+	a=$(tp_in tpl 'cat /proc/sys/kernel/random/boot_id')
+	[ -n "$a" ] && [ "$a" != "$b" ] || { tp_fail $name "the fork kept tpb's boot_id $b"; return 1; }
+	dir=$WORK/tpstate/sandboxes/tpb/checkpoints/$f
+	for rc in $(seq 1 120); do [ -e "$dir/memory" ] && break; sleep 1; done
+	[ -n "$f" ] && [ -s "$dir/memory" ] && [ ! -e "$dir/memory.part" ] ||
+		{ tp_fail $name "checkpoint '$f' of tpb has no complete memory file after the fork"; return 1; }
+	# A second live fork would freeze a second RAM-sized copy in tpb's
+	# cgroup while tpl still maps the first: it waits for a file instead.
+	tp_sb fork tpb --name tpm >/dev/null 2>"$WORK/fork.err" || { sed 's/^/  /' "$WORK/fork.err"; tp_fail $name "second fork of tpb failed"; return 1; }
+	sed 's/^/  /' "$WORK/fork.err"
+	grep -q "(live" "$WORK/fork.err" && { tp_fail $name "a second live fork of tpb froze its memory again"; return 1; }
+	a=$(tp_in tpm 'cat /proc/sys/kernel/random/boot_id')
+	[ -n "$a" ] && [ "$a" != "$b" ] || { tp_fail $name "the second fork kept tpb's boot_id $b"; return 1; }
+	dir=$(tp_dir_of $((384 * 1024 * 1024)))
 	tp_clear
 	ok $name
 
