@@ -9,7 +9,7 @@ PKGS="
   libssl-dev libcjson-dev libcmocka-dev libseccomp-dev zlib1g-dev
   libmicrohttpd-dev libpsl-dev
   chromium chromium-driver python3-selenium
-  linux-source-6.1 bc flex bison libelf-dev cpio xz-utils kmod lz4
+  linux-source-6.1 patch bc flex bison libelf-dev cpio xz-utils kmod lz4
   busybox-static
   mmdebstrap e2fsprogs
   qemu-system-x86 linux-image-amd64

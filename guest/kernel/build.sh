@@ -10,14 +10,18 @@
 #
 # Result: <cache>/kernel/<key>/{bzImage,config,System.map}, where <cache> is
 # ${KOSA8_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kosa8} and <key> hashes this
-# script, the fragment and the linux-source package version.  The unpacked
-# source and the object tree stay in <cache>/kernel/work-<version>/ so that a
-# change to the fragment rebuilds only what it touches (about 1.5 GB on disk;
-# delete the folder to reclaim it).  Progress goes to stderr.
+# script, the fragment, patches/*.patch and the linux-source package version.
+# The unpacked source and the object tree stay in <cache>/kernel/work-<version>/
+# so that a change to the fragment rebuilds only what it touches (about 1.5 GB
+# on disk; delete the folder to reclaim it).  The patches are applied to that
+# shared source only for the length of a build, under the cache's lock, and
+# taken out again after it: a build of another key (another worktree, an
+# older build.sh) always starts from Debian's source.  Progress goes to stderr.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 fragment=$here/config.fragment
+patches=$(find "$here/patches" -name '*.patch' 2>/dev/null | LC_ALL=C sort)
 tarball=/usr/src/linux-source-6.1.tar.xz
 pkg=linux-source-6.1
 cache=${KOSA8_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kosa8}
@@ -35,7 +39,8 @@ source_version() {
 }
 
 version=$(source_version)
-key=$({ echo "$pkg $version"; cat "$fragment" "$0"; } | sha256sum | cut -c1-16)
+# shellcheck disable=SC2086 # one path a line, none with spaces
+key=$({ echo "$pkg $version"; cat "$fragment" "$0" $patches; } | sha256sum | cut -c1-16)
 out=$kdir/$key
 
 if [ "${1:-}" = "--path" ]; then
@@ -52,7 +57,7 @@ fi
 
 check_tools() {
 	local t missing=
-	for t in make gcc ld flex bison bc perl lz4 xz tar flock sha256sum; do
+	for t in make gcc ld flex bison bc perl lz4 xz tar flock sha256sum patch; do
 		command -v "$t" >/dev/null 2>&1 || missing="$missing $t"
 	done
 	[ -f /usr/include/gelf.h ] || missing="$missing libelf-dev(gelf.h)"
@@ -141,13 +146,38 @@ run_make() {
 	say "built in $(($(date +%s) - start)) s"
 }
 
+# The patches go in with the source's state recorded in src/.kosa8-patched,
+# so that a build killed half-way is undone by the next one.
+patch_in() {
+	local src=$1 p
+	unpatch "$src"
+	[ -n "$patches" ] || return 0
+	say "applying $(echo "$patches" | wc -l) patch(es) from $here/patches"
+	# In reverse order, the order they come out in.
+	echo "$patches" | tac | xargs cat >"$src/.kosa8-patched"
+	for p in $patches; do
+		patch -s -p1 -N -d "$src" <"$p" || die "patch $p does not apply to $pkg $version"
+	done
+}
+
+unpatch() {
+	local src=$1
+	[ -f "$src/.kosa8-patched" ] || return 0
+	patch -s -R -p1 -d "$src" <"$src/.kosa8-patched" || die "cannot take the patches out of $src (delete $kdir/work-$version)"
+	rm -f "$src/.kosa8-patched"
+}
+
 build() {
 	local work=$kdir/work-$version tmp
 	check_tools
 	unpack_source "$work"
 	mkdir -p "$work/obj"
+	patch_in "$work/src"
+	trap 'unpatch "$work/src"' EXIT
 	configure "$work/src" "$work/obj"
 	run_make "$work/src" "$work/obj" "$work/build.log"
+	unpatch "$work/src"
+	trap - EXIT
 	tmp=$(mktemp -d "$kdir/$key.XXXXXX")
 	cp "$work/obj/arch/x86/boot/bzImage" "$tmp/bzImage"
 	cp "$work/obj/.config" "$tmp/config"

@@ -117,6 +117,26 @@ int guest_mem_freeze(struct guest_mem *m)
 	return sealed;
 }
 
+int guest_mem_adopt(struct guest_mem *m, int memfd)
+{
+	if (!m->from_file || m->memfd >= 0)
+		return -EINVAL;
+	/* As in guest_mem_freeze: KVM's slots and device pointers keep the
+	 * address; KVM faults the memfd's pages in. */
+	if (mmap(m->base, m->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE | MAP_FIXED,
+		 memfd, 0) == MAP_FAILED)
+		return -errno;
+	madvise(m->base, m->size, MADV_DONTDUMP);
+	close(m->file_fd);
+	for (int i = 0; i < m->nlayers; i++)
+		close(m->layer_fds[i]);
+	m->nlayers = 0;
+	m->from_file = false;
+	m->file_fd = -1;
+	m->memfd = memfd;
+	return 0;
+}
+
 int guest_mem_track(struct guest_mem *m)
 {
 	if (!m->dirty && !(m->dirty = calloc(guest_mem_bitmap_words(m), sizeof(uint64_t))))

@@ -62,6 +62,12 @@ int guest_mem_open_fd(struct guest_mem *m, int fd, uint64_t size);
  * the seal, -errno when nothing changed (-EINVAL: RAM is not a shared
  * memfd). */
 int guest_mem_freeze(struct guest_mem *m);
+/* The reverse of a private view: RAM that is a private view of a file
+ * (a restored or live-forked VM) becomes memfd, mapped shared at the same
+ * address, which the caller has filled with a copy of RAM; the file and
+ * its layers are closed.  The VM must be paused.  -errno when nothing
+ * changed (-EINVAL: RAM is not a private view). */
+int guest_mem_adopt(struct guest_mem *m, int memfd);
 void guest_mem_destroy(struct guest_mem *m);
 /* For RAM from guest_mem_open_file: maps pages [first, end) of the layer
  * file fd (RAM-sized, pages at their own offsets, holes reading as zeros)

@@ -77,6 +77,9 @@ struct supervisor {
 	int owner_fd;              /* the sandbox's lock, held for life (sandbox/owner.h) */
 	/* A live fork's first start: the parent's frozen memory (-1: none). */
 	int restore_memfd;
+	/* A live fork froze RAM in this cgroup: its forks may still map it,
+	 * charged here, so later forks wait for a file (op_take). */
+	bool ram_frozen;
 	int listen_fd;
 	struct ctl_server srv;     /* the control socket's clients */
 	struct ctl_handler handler;
@@ -718,12 +721,22 @@ static cJSON *op_take(struct sup_op_runner *op, void *arg, int *pass_fd)
 	struct ckpt_meta m;
 	char err[600] = "";
 	int memfd = -1;
+	bool live;
 	cJSON *d;
 
 	if (sup_op_cancelled(op))
 		return sup_op_fail("checkpoint cancelled before it began");
 	sup_op_step(op, "the VMM writes the checkpoint");
-	if (ckpt_take(s->state_dir, s->vm_ctl, a->msg[0] ? a->msg : NULL, &m, a->live ? &memfd : NULL,
+	/* One frozen RAM per cgroup: a second (a VMM whose RAM is a view of
+	 * its first, or rewound beside it) would be a third RAM-sized charge
+	 * over the 2 x RAM limit, so later forks wait for a written file.
+	 * Raised before, not after: a VMM whose RAM is a private view (a
+	 * template start) copies it into a new memfd for the fork, beside its
+	 * own pages until the remap frees them (vm_checkpoint_live). */
+	live = a->live && !s->ram_frozen;
+	if (live && vmm_cgroup_allow_frozen(&s->cgroup, s->cfg.mem))
+		log_warn("cannot raise the VMM's memory.max for the frozen memory of a live fork");
+	if (ckpt_take(s->state_dir, s->vm_ctl, a->msg[0] ? a->msg : NULL, &m, live ? &memfd : NULL,
 		      err, sizeof(err))) {
 		log_err("checkpoint: %s", err);
 		return sup_op_fail(err);
@@ -734,9 +747,9 @@ static cJSON *op_take(struct sup_op_runner *op, void *arg, int *pass_fd)
 		ckpt_meta_free(&m);
 		return d;
 	}
+	if (memfd >= 0)
+		s->ram_frozen = true;
 	d = take_reply(s, &m, memfd);
-	if (memfd >= 0 && vmm_cgroup_allow_frozen(&s->cgroup, s->cfg.mem))
-		log_warn("cannot raise the VMM's memory.max for the frozen memory of a live fork");
 	audit(s, "user", "checkpoint.create", cJSON_Duplicate(d, true));
 	ckpt_meta_free(&m);
 	*pass_fd = memfd;

@@ -28,6 +28,7 @@
 #define FADT_X_PM1A_CNT_BLK 172
 #define FADT_HYPERVISOR_ID 268
 #define FACS_LEN 64
+#define DSDT_MAX_AML 256 /* room left for the DSDT's body */
 
 #define FADT_F_WBINVD (1u << 0)
 #define FADT_F_PWR_BUTTON (1u << 4)   /* set: no fixed power button */
@@ -96,6 +97,46 @@ static uint32_t build_facs(uint8_t *t)
 	return FACS_LEN;
 }
 
+/* AML for the VM generation ID (devices/vmgenid.h), in the form Linux's
+ * vmgenid driver looks for, and a Generic Event Device whose interrupt
+ * tells it the ID changed:
+ *
+ *   Device (\_SB.VGEN) {
+ *       Name (_HID, "KOSA0001")
+ *       Name (_CID, "VM_Gen_Counter")
+ *       Name (ADDR, Package (2) { VMGENID_ADDR, 0 })  // low, high dword
+ *   }
+ *   Device (\_SB.GED0) {
+ *       Name (_HID, "ACPI0013")
+ *       Name (_CRS, ResourceTemplate () {
+ *           Interrupt (ResourceConsumer, Edge, ActiveHigh, Exclusive) { VMGENID_GSI }
+ *       })
+ *       Method (_E0A) { Notify (\_SB.VGEN, 0x80) }  // _E<GSI in hex>: edge
+ *   }
+ *
+ * Lengths are PkgLength encodings: one byte up to 63, else two
+ * (0x40 | low nibble, then the rest), counting themselves. */
+#define AML_SB_VGEN '\\', 0x2e, '_', 'S', 'B', '_', 'V', 'G', 'E', 'N'
+#define AML_SB_GED0 '\\', 0x2e, '_', 'S', 'B', '_', 'G', 'E', 'D', '0'
+_Static_assert(VMGENID_ADDR <= 0xffffffffu && VMGENID_GSI == 0x0a, "the AML below encodes both");
+
+static const uint8_t aml_vmgenid[] = {
+	0x5b, 0x82, 61, AML_SB_VGEN,                                /* Device, 63 bytes */
+	0x08, '_', 'H', 'I', 'D', 0x0d, 'K', 'O', 'S', 'A', '0', '0', '0', '1', 0x00,
+	0x08, '_', 'C', 'I', 'D', 0x0d, 'V', 'M', '_', 'G', 'e', 'n', '_', 'C', 'o', 'u', 'n',
+	't', 'e', 'r', 0x00,
+	0x08, 'A', 'D', 'D', 'R', 0x12, 8, 0x02,                    /* Package (2) */
+	0x0c, (uint8_t)VMGENID_ADDR, (uint8_t)(VMGENID_ADDR >> 8), (uint8_t)(VMGENID_ADDR >> 16),
+	(uint8_t)(VMGENID_ADDR >> 24), 0x00,
+	0x5b, 0x82, 0x40 | (67 & 0x0f), 67 >> 4, AML_SB_GED0,       /* Device, 69 bytes */
+	0x08, '_', 'H', 'I', 'D', 0x0d, 'A', 'C', 'P', 'I', '0', '0', '1', '3', 0x00,
+	0x08, '_', 'C', 'R', 'S', 0x11, 14, 0x0a, 11,               /* Buffer (11) */
+	0x89, 0x06, 0x00, 0x03, 0x01, VMGENID_GSI, 0x00, 0x00, 0x00, /* consumer, edge, high */
+	0x79, 0x00,                                                 /* end tag */
+	0x14, 19, '_', 'E', '0', 'A', 0x00,                         /* Method, no arguments */
+	0x86, AML_SB_VGEN, 0x0a, 0x80,                              /* Notify */
+};
+
 static uint32_t build_dsdt(uint8_t *t)
 {
 	/* Name(_S5_, Package(4) {5, 0, 0, 0}): S5 sleep type a = 5. */
@@ -103,10 +144,11 @@ static uint32_t build_dsdt(uint8_t *t)
 		0x08, '_', 'S', '5', '_', 0x12, 0x07, 0x04,
 		0x0a, ACPI_S5_SLEEP_TYPE, 0x00, 0x00, 0x00,
 	};
-	uint32_t len = ACPI_HDR_LEN + sizeof(aml);
+	uint32_t len = ACPI_HDR_LEN + sizeof(aml) + sizeof(aml_vmgenid);
 
 	table_header(t, "DSDT", len, 2);
 	memcpy(t + ACPI_HDR_LEN, aml, sizeof(aml));
+	memcpy(t + ACPI_HDR_LEN + sizeof(aml), aml_vmgenid, sizeof(aml_vmgenid));
 	table_seal(t, len);
 	return len;
 }
@@ -193,7 +235,7 @@ int acpi_build(uint8_t *buf, uint64_t gpa, size_t space, int ncpus, uint64_t *rs
 	size_t off_facs = ALIGN_UP(off_xsdt + ACPI_HDR_LEN + 16, 64);
 	size_t off_fadt = ALIGN_UP(off_facs + FACS_LEN, 16);
 	size_t off_dsdt = ALIGN_UP(off_fadt + FADT_LEN, 16);
-	size_t off_madt = ALIGN_UP(off_dsdt + ACPI_HDR_LEN + 64, 16);
+	size_t off_madt = ALIGN_UP(off_dsdt + ACPI_HDR_LEN + DSDT_MAX_AML, 16);
 	size_t end = off_madt + madt_len(ncpus);
 
 	if (ncpus < 1 || ncpus > 254 || end > space)

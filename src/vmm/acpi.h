@@ -1,6 +1,7 @@
-/* Minimal ACPI: RSDP, XSDT, FADT, FACS, MADT and a DSDT holding only \_S5.
- * It tells the guest how many CPUs there are (MADT) and how to power off (the
- * PM1a control register, an I/O port the VMM owns).  The guest configures
+/* Minimal ACPI: RSDP, XSDT, FADT, FACS, MADT and a DSDT holding \_S5 and
+ * the VM generation ID with its event device.  It tells the guest how many
+ * CPUs there are (MADT), how to power off (the PM1a control register, an
+ * I/O port the VMM owns) and where its generation ID is.  The guest configures
  * itself from these rather than from the MP table beside them (mptable.h),
  * which cannot express poweroff.
  *
@@ -17,6 +18,7 @@
 #include <stdint.h>
 
 #include "devices/acpi_pm.h" /* the PM1 block the FADT describes */
+#include "devices/vmgenid.h" /* the ID and interrupt the DSDT describes */
 
 #define IOAPIC_ADDR 0xfec00000u
 #define LAPIC_ADDR  0xfee00000u

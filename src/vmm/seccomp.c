@@ -136,6 +136,7 @@ static const struct rule rules[] = {
 	{CK_SC(rmdir), "remove the temporary directory of a checkpoint that failed"},
 	{CK_SC(brk), "the state file is built in memory: malloc grows the heap"},
 	{CK_SC(fcntl), "a live fork seals the frozen guest memory against writes (F_ADD_SEALS)"},
+	{CK_SC(memfd_create), "a live fork of RAM restored from a file copies it into a memfd first"},
 	/* The terminal, given back at exit. */
 	{IOC(TCGETS), R_HOST, "isatty/tcgetattr on the console"},
 	{IOC(TCSETSF), R_HOST, "restore the user's terminal (tcsetattr TCSAFLUSH)"},

@@ -658,6 +658,11 @@ static int write_memory_file(const char *path, const struct guest_mem *m, const 
 	return err;
 }
 
+int snapshot_copy_private(int fd, const struct guest_mem *m, uint64_t *data_bytes)
+{
+	return m->from_file ? write_private(fd, m, data_bytes) : -EINVAL;
+}
+
 int snapshot_write_frozen(const char *path, int fd, uint64_t size, uint64_t *data_bytes)
 {
 	/* A private read-only view: a shared one of a write-sealed memfd is

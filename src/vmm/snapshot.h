@@ -152,6 +152,9 @@ int snapshot_write_memory(const char *path, const struct guest_mem *m, uint64_t 
 /* The same for a live fork's frozen memfd (guest_mem_freeze), read
  * through a mapping of its own while the VM runs on.  Sets *data_bytes. */
 int snapshot_write_frozen(const char *path, int fd, uint64_t size, uint64_t *data_bytes);
+/* Copies RAM that is a private view (m->from_file) into fd, a RAM-sized
+ * file, page for page: only the pages that can hold data are written. */
+int snapshot_copy_private(int fd, const struct guest_mem *m, uint64_t *data_bytes);
 /* Bytes of a memfd the kernel holds data for (SEEK_DATA): what a full
  * memory file of it takes at most, known without reading it. */
 uint64_t snapshot_memfd_data_bytes(int fd, uint64_t size);

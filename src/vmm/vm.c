@@ -297,14 +297,15 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 		goto fail;
 	if (cfg->restore_dir)
 		goto vcpus; /* ACPI tables, kernel and boot state are in the checkpoint */
+	/* The tables end before the VM generation ID's page. */
 	err = acpi_build(vm->mem.base + BOOT_BIOS_START, BOOT_BIOS_START,
-			 BOOT_KERNEL_ADDR - BOOT_BIOS_START, cfg->ncpus, &rsdp);
+			 VMGENID_ADDR - BOOT_BIOS_START, cfg->ncpus, &rsdp);
 	if (err < 0) {
 		*why = "ACPI tables do not fit";
 		goto fail;
 	}
 	err = mptable_build(vm->mem.base, BOOT_EBDA_START,
-			    ALIGN_UP(BOOT_BIOS_START + (uint64_t)err, 16ULL), BOOT_KERNEL_ADDR,
+			    ALIGN_UP(BOOT_BIOS_START + (uint64_t)err, 16ULL), VMGENID_ADDR,
 			    cfg->ncpus);
 	if (err < 0) {
 		*why = "MP table does not fit";

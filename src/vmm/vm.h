@@ -157,9 +157,10 @@ int vm_checkpoint(struct vm *vm, const char *dir, const char *new_top, struct vm
  * place with its state file only.  vm_checkpoint_live_finish, called once
  * the fd is handed over, then writes the memory file from the frozen memfd
  * while the VM runs.  Until it has, the checkpoint cannot be restored from
- * disk (the loader says its memory is missing).  When RAM is already a
- * private view (after a restore or an earlier live fork) this is an
- * ordinary checkpoint and *memfd is -1. */
+ * disk (the loader says its memory is missing).  When RAM is a private
+ * view (a template start, a restore, an earlier live fork) its data is
+ * first copied into a new memfd while paused (O(data) in memory, no file
+ * the forks would wait for), and that one is frozen. */
 int vm_checkpoint_live(struct vm *vm, const char *dir, const char *new_top, int *memfd,
 		       struct vm_ckpt_info *info, char *msg, size_t msglen);
 int vm_checkpoint_live_finish(struct vm *vm);

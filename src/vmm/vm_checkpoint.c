@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -271,6 +272,37 @@ static bool parent_usable(struct vm *vm, const char *dir, char *name, size_t len
 	return ok;
 }
 
+/* RAM that is a private view of a file (a template start, a restore, an
+ * earlier live fork) has no memfd to freeze: its data is copied into a new
+ * one, which RAM then is (guest_mem_adopt).  A copy in memory, not a file
+ * the forks would wait for; the view's own copied pages are freed by the
+ * remap.  The new memfd is charged to this VMM like a booted VM's RAM. */
+static int unshare_memory(struct vm *vm, char *msg, size_t msglen)
+{
+	uint64_t bytes = 0, t0 = now_us();
+	int fd = memfd_create("kosa8-guest-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING), err = 0;
+
+	if (fd < 0)
+		err = -errno;
+	else if (ftruncate(fd, (off_t)vm->mem.size) < 0)
+		err = -errno;
+	else if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+		err = -errno;
+	if (!err)
+		err = snapshot_copy_private(fd, &vm->mem, &bytes);
+	if (!err)
+		err = guest_mem_adopt(&vm->mem, fd);
+	if (err) {
+		if (fd >= 0)
+			close(fd);
+		snprintf(msg, msglen, "cannot copy guest memory for a live fork: %s", strerror(-err));
+		return err;
+	}
+	log_info("live fork: RAM was a private view; %llu bytes copied to a memfd in %.1f ms",
+		 (unsigned long long)bytes, (double)(now_us() - t0) / 1000.0);
+	return 0;
+}
+
 /* A live fork's memory: nothing is written now.  RAM's memfd is frozen as
  * it is (guest_mem_freeze) and becomes this checkpoint's full memory, which
  * the forks map by the fd and vm_checkpoint_live_finish writes to the file
@@ -279,8 +311,10 @@ static int freeze_memory(struct vm *vm, struct snap_writer *w, struct snap_memor
 			 uint64_t **pages, char *msg, size_t msglen)
 {
 	uint8_t mdb[SNAP_MEMORY_DESC_LEN];
-	int sealed;
+	int sealed, err;
 
+	if (vm->mem.memfd < 0 && (err = unshare_memory(vm, msg, msglen)))
+		return err;
 	if (vm->mem.dirty) {
 		if (!(*pages = calloc(guest_mem_bitmap_words(&vm->mem), sizeof(uint64_t))))
 			return -ENOMEM;
@@ -486,8 +520,6 @@ int vm_checkpoint_live(struct vm *vm, const char *dir, const char *new_top, int 
 	int err;
 
 	*memfd = -1;
-	if (vm->mem.memfd < 0) /* a private view already: there is nothing to freeze */
-		return take_checkpoint(vm, dir, new_top, false, info, msg, msglen);
 	if (!(err = take_checkpoint(vm, dir, new_top, true, info, msg, msglen)))
 		*memfd = vm->mem.file_fd;
 	return err;

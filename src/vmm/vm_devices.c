@@ -19,6 +19,7 @@
 #include "devices/virtio_blk.h"
 #include "devices/virtio_rng.h"
 #include "devices/virtio_vsock.h"
+#include "devices/vmgenid.h"
 
 #define VIRTIO_MMIO(n) (VM_VIRTIO_MMIO_BASE + (n) * VM_VIRTIO_MMIO_STRIDE)
 
@@ -36,6 +37,7 @@ static const struct device_slot table[] = {
 	{&virtio_rng_device, VIRTIO_MMIO(0), VM_VIRTIO_RNG_GSI, SNAP_SEC_RNG},
 	{&virtio_blk_device, VIRTIO_MMIO(1), VM_VIRTIO_BLK_GSI, SNAP_SEC_BLK},
 	{&virtio_vsock_device, VIRTIO_MMIO(2), VM_VIRTIO_VSOCK_GSI, SNAP_SEC_VSOCK},
+	{&vmgenid_device, 0, VMGENID_GSI, 0}, /* its ID page: VMGENID_ADDR */
 };
 _Static_assert(ARRAY_SIZE(table) <= VM_MAX_DEVICES, "raise VM_MAX_DEVICES");
 

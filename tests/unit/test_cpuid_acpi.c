@@ -133,6 +133,67 @@ static void test_acpi_tables(void **state)
 	free(buf);
 }
 
+/* An AML PkgLength at p: its value (which counts its own bytes). */
+static uint32_t pkg_length(const uint8_t *p)
+{
+	uint32_t n = p[0] >> 6, v = n ? p[0] & 0x0f : p[0] & 0x3f;
+
+	for (uint32_t i = 1; i <= n; i++)
+		v |= (uint32_t)p[i] << (4 + 8 * (i - 1));
+	return v;
+}
+
+/* The DSDT's body is whole terms whose lengths add up to the table's (a
+ * wrong PkgLength makes the guest's ACPICA drop the rest of the table);
+ * the generation ID's address, its event device's interrupt and the
+ * _Exx method the GED driver looks up for it are the VMM's. */
+static void test_acpi_vmgenid(void **state)
+{
+	uint8_t *buf = calloc(1, 0x20000);
+	const uint8_t *fadt, *dsdt, *p, *end, *hit;
+	char evt[8];
+	uint64_t rsdp;
+	uint32_t dev_len, addr;
+	int devices = 0;
+
+	(void)state;
+	assert_true(acpi_build(buf, BASE, 0x20000, 1, &rsdp) > 0);
+	fadt = table_at(buf, get64(table_at(buf, get64(buf + 24), "XSDT") + 36), "FACP");
+	dsdt = table_at(buf, get64(fadt + 140), "DSDT");
+	p = dsdt + 36;
+	end = dsdt + get32(dsdt + 4);
+	while (p < end) {
+		if (p[0] == 0x08 && p[5] == 0x12) { /* Name (xxxx, Package) */
+			p += 6 + pkg_length(p + 6);
+		} else {
+			assert_true(p[0] == 0x5b && p[1] == 0x82); /* Device */
+			dev_len = pkg_length(p + 2);
+			assert_true(p + 2 + dev_len <= end);
+			p += 2 + dev_len;
+			devices++;
+		}
+	}
+	assert_ptr_equal(p, end);
+	assert_int_equal(devices, 2);
+
+	hit = memmem(dsdt, get32(dsdt + 4), "ADDR\x12", 5);
+	assert_non_null(hit);
+	assert_int_equal(hit[6], 2);    /* two elements */
+	assert_int_equal(hit[7], 0x0c); /* a dword: the low half */
+	memcpy(&addr, hit + 8, 4);
+	assert_int_equal(addr, VMGENID_ADDR);
+	assert_int_equal(hit[12], 0x00); /* high half: zero */
+	assert_non_null(memmem(dsdt, get32(dsdt + 4), "VM_Gen_Counter", 14));
+	assert_non_null(memmem(dsdt, get32(dsdt + 4), "ACPI0013", 8));
+	/* Extended interrupt: consumer, edge, active high, one line. */
+	hit = memmem(dsdt, get32(dsdt + 4), "\x89\x06\x00\x03\x01", 5);
+	assert_non_null(hit);
+	assert_int_equal(get32(hit + 5), VMGENID_GSI);
+	snprintf(evt, sizeof(evt), "_E%02X", VMGENID_GSI);
+	assert_non_null(memmem(dsdt, get32(dsdt + 4), evt, 4));
+	free(buf);
+}
+
 static void test_acpi_limits(void **state)
 {
 	uint8_t buf[512];
@@ -235,6 +296,7 @@ int main(void)
 		cmocka_unit_test(test_hw_virt_flags),
 		cmocka_unit_test(test_cpuid_single_and_bad),
 		cmocka_unit_test(test_acpi_tables),
+		cmocka_unit_test(test_acpi_vmgenid),
 		cmocka_unit_test(test_acpi_limits),
 		cmocka_unit_test(test_cpuid_xsave_unseen),
 		cmocka_unit_test(test_cpuid_xsave_seen_untouched),

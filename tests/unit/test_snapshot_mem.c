@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -254,6 +255,19 @@ static void test_layers_mapped_then_saved_whole(void **state)
 	snapmem_chain_free(&c);
 }
 
+/* New RAM with every third page filled; returns a copy of it. */
+static uint8_t *new_ram(struct guest_mem *m)
+{
+	uint8_t *copy = malloc(MEM);
+
+	assert_non_null(copy);
+	assert_int_equal(guest_mem_create(m, MEM), 0);
+	for (unsigned pg = 0; pg < NPAGES; pg += 3)
+		fill(m->base, pg, 1);
+	memcpy(copy, m->base, MEM);
+	return copy;
+}
+
 /* A live fork (guest_mem_freeze): the memfd keeps RAM as it was at the
  * freeze while the VM writes on into its private view at the same address;
  * nobody can write the memfd any more; a fork maps it privately
@@ -263,19 +277,13 @@ static void test_layers_mapped_then_saved_whole(void **state)
 static void test_live_fork_freeze(void **state)
 {
 	struct guest_mem m, child, back;
-	uint8_t *frozen = malloc(MEM), *want = malloc(MEM);
+	uint8_t *frozen = new_ram(&m), *want = malloc(MEM);
 	char path[160];
 	uint64_t bytes = 0;
-	uint8_t *at;
+	uint8_t *at = m.base;
 	int fd;
 
-	assert_non_null(frozen);
 	assert_non_null(want);
-	assert_int_equal(guest_mem_create(&m, MEM), 0);
-	for (unsigned pg = 0; pg < NPAGES; pg += 3)
-		fill(m.base, pg, 1);
-	memcpy(frozen, m.base, MEM);
-	at = m.base;
 	assert_int_equal(guest_mem_freeze(&m), 1); /* sealed */
 	assert_ptr_equal(m.base, at);
 	assert_true(m.from_file);
@@ -317,6 +325,62 @@ static void test_live_fork_freeze(void **state)
 	unlink(path);
 	guest_mem_destroy(&m);
 	free(frozen);
+	free(want);
+}
+
+/* A live fork of RAM that is a private view of a file (a template start):
+ * the pages that can hold data are copied into a memfd, which RAM becomes
+ * at the same address (guest_mem_adopt) and can then be frozen like a
+ * booted VM's; the fork sees the parent's RAM, the file is untouched. */
+static void test_live_fork_of_private_view(void **state)
+{
+	struct guest_mem m, child;
+	uint8_t *tpl = new_ram(&m), *want = malloc(MEM);
+	char path[160];
+	uint64_t bytes = 0;
+	uint8_t *at;
+	int fd;
+
+	assert_non_null(want);
+	dir_of(path, sizeof(path), "tpl.memory");
+	assert_int_equal(snapshot_write_memory(path, &m, &bytes), 0);
+	assert_int_equal(guest_mem_adopt(&m, 0), -EINVAL); /* not a private view */
+	guest_mem_destroy(&m);
+
+	assert_int_equal(guest_mem_open_file(&m, path, MEM), 0);
+	memcpy(want, tpl, MEM);
+	for (unsigned pg = 1; pg < NPAGES; pg += 5) {
+		fill(m.base, pg, 2);
+		fill(want, pg, 2);
+	}
+	fd = memfd_create("test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)MEM), 0);
+	assert_int_equal(snapshot_copy_private(fd, &m, &bytes), 0);
+	at = m.base;
+	assert_int_equal(guest_mem_adopt(&m, fd), 0);
+	assert_ptr_equal(m.base, at);
+	assert_false(m.from_file);
+	assert_int_equal(m.memfd, fd);
+	assert_memory_equal(m.base, want, MEM);
+	/* RAM is the memfd now: a write shows in it. */
+	m.base[5] = 0x5a;
+	want[5] = 0x5a;
+	assert_int_equal(pread(fd, tpl + MEM / 2, 16, 0), 16);
+	assert_int_equal(tpl[MEM / 2 + 5], 0x5a);
+	assert_int_equal(guest_mem_freeze(&m), 1);
+	assert_int_equal(guest_mem_open_fd(&child, dup(m.file_fd), MEM), 0);
+	assert_memory_equal(child.base, want, MEM);
+	guest_mem_destroy(&child);
+	guest_mem_destroy(&m);
+	/* The file the view came from is as it was written. */
+	assert_int_equal(guest_mem_open_file(&m, path, MEM), 0);
+	for (unsigned pg = 0; pg < NPAGES; pg++)
+		if (pg % 3 == 0 && m.base[pg * 4096] != (uint8_t)(pg * 7 + 31 + 1))
+			fail_msg("page %u of the file changed", pg);
+	guest_mem_destroy(&m);
+	unlink(path);
+	free(tpl);
 	free(want);
 }
 
@@ -419,6 +483,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_parent_replaced_or_gone, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_layer_sections, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_live_fork_freeze, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_live_fork_of_private_view, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("snapshot_mem", tests, NULL, NULL);

@@ -280,10 +280,10 @@ test_sandbox_fork_live() {
 	local name=sandbox-fork-live-shares-frozen-memory pid c0 c1 t0 rc id id2 dir i
 	rm -rf "$WORK/lvstate" && mkdir -p "$WORK/lvstate"
 	: >"$WORK/out"
-	# Booted (--cold): a live fork freezes the VMM's memfd, which a
-	# sandbox restored from a template does not have (its RAM is the
-	# template's file, mapped private; its forks write a checkpoint:
-	# tests/vm/sandbox-template.sh).
+	# Booted (--cold): a live fork freezes the VMM's own memfd as it is.
+	# A sandbox restored from a template has none (its RAM is the
+	# template's file, mapped private) and copies RAM into one first:
+	# tests/vm/sandbox-template.sh sandbox-template-live-fork.
 	lv_sb create --cold --name lv >>"$WORK/out" 2>&1 || { lv_fail "$name" "create failed"; return; }
 	lv_sb start lv >>"$WORK/out" 2>&1 || { lv_fail "$name" "start failed"; return; }
 	lv_in lv 'echo before >/workspace/f; setsid sh -c '\''n=0; while :; do n=$((n+1)); echo $n >/tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done'\'' </dev/null >/dev/null 2>&1 & echo $! >/tmp/counter.pid' ||

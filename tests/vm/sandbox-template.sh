@@ -1,9 +1,12 @@
 # Templates (sourced by tests/vm/run-all and tests/vm/sandbox-template-only):
 # `kosa8 image warm` makes one with progress, run restores it and says so,
 # --cold boots; two siblings of one template differ in boot_id, random
-# bytes, machine-id and hostname, and one's memory is not seen by the
-# other; the template's memory file is the same after they ran; checkpoint
-# and fork of a template-started sandbox work; another --mem makes another
+# bytes, machine-id and hostname, their kernels reseeded on the restore,
+# and one's memory is not seen by the other; the template's memory file is
+# the same after they ran; checkpoint, fork and rewind of a
+# template-started sandbox work and each gets a new boot_id, two forks of
+# one checkpoint differ like siblings; a live fork of one is live, a
+# second one waits for a file; another --mem makes another
 # template; two runs that need the same missing one share it (one makes
 # it, the other waits); prune removes a template whose kernel is gone.
 #
@@ -21,6 +24,17 @@ tp_clear() {
 	done
 }
 TP_MEM=384M
+# A guest's identity, one a line: boot_id, 32 bytes of /dev/urandom, machine-id.
+TP_IDENTITY='cat /proc/sys/kernel/random/boot_id; head -c 32 /dev/urandom | od -An -tx1 | tr -d " \n"; echo; cat /etc/machine-id'
+# tp_differ TEST A B N: lines 1..N of A and B are all set and all differ.
+tp_differ() {
+	local f x y
+	for f in $(seq 1 "$4"); do
+		x=$(echo "$2" | sed -n ${f}p); y=$(echo "$3" | sed -n ${f}p)
+		[ -n "$x" ] && [ "$x" != "$y" ] ||
+			{ tp_fail "$1" "line $f (boot_id, urandom, machine-id, hostname) is the same: '$x'"; return 1; }
+	done
+}
 
 # The one template dir whose sandbox.json says mem bytes.
 tp_dir_of() {
@@ -71,15 +85,21 @@ test_sandbox_template() {
 		tp_sb create --name $f --mem $TP_MEM >/dev/null 2>>"$WORK/out" && tp_sb start $f 2>>"$WORK/out" ||
 			{ tp_fail $name "create/start $f failed"; return 1; }
 	done
-	a=$(tp_in tpa 'cat /proc/sys/kernel/random/boot_id; head -c 32 /dev/urandom | od -An -tx1 | tr -d " \n"; echo; cat /etc/machine-id; hostname')
-	b=$(tp_in tpb 'cat /proc/sys/kernel/random/boot_id; head -c 32 /dev/urandom | od -An -tx1 | tr -d " \n"; echo; cat /etc/machine-id; hostname')
+	a=$(tp_in tpa "$TP_IDENTITY; hostname")
+	b=$(tp_in tpb "$TP_IDENTITY; hostname")
 	echo "  tpa: $(echo $a)"; echo "  tpb: $(echo $b)"
-	for f in 1 2 3 4; do
-		local x y
-		x=$(echo "$a" | sed -n ${f}p); y=$(echo "$b" | sed -n ${f}p)
-		[ -n "$x" ] && [ "$x" != "$y" ] || { tp_fail $name "line $f (boot_id, urandom, machine-id, hostname) is the same: '$x'"; return 1; }
-	done
+	tp_differ $name "$a" "$b" 4 || return 1
 	[ "$(echo "$a" | sed -n 4p)" = tpa ] || { tp_fail $name "tpa's hostname is '$(echo "$a" | sed -n 4p)'"; return 1; }
+	ok $name
+
+	# The guest kernel heard of the new generation ID (devices/vmgenid.c)
+	# and reseeded itself: no agent involved (tests/vm/vmgenid.sh shows
+	# the keys differ before any guest code runs).
+	name=sandbox-template-kernel-reseeds-on-restore
+	for f in tpa tpb; do
+		tp_root $f 'dmesg' | grep -q 'crng reseeded due to virtual machine fork' ||
+			{ tp_fail $name "$f's kernel did not reseed on the restore (no 'crng reseeded due to virtual machine fork')"; return 1; }
+	done
 	ok $name
 
 	name=sandbox-template-memory-not-shared
@@ -94,21 +114,78 @@ test_sandbox_template() {
 	tp_sb create --name tpc --mem $TP_MEM >/dev/null 2>>"$WORK/out" && tp_sb start tpc 2>>"$WORK/out" ||
 		{ tp_fail $name "create/start tpc after tpa wrote failed"; return 1; }
 	tp_in tpc 'test ! -e /run/tpm/marker && ! cat /proc/[0-9]*/comm | grep -qx tpamarker' || { tp_fail $name "a sandbox started later sees tpa's marker"; return 1; }
+	tp_sb rm -f tpc >/dev/null 2>&1
 	sum1=$(sha256sum <"$dir/checkpoints/c1/memory")
 	[ "$sum0" = "$sum1" ] || { tp_fail $name "the template's memory file changed"; return 1; }
 	ok $name
 
+	# tpa read its boot_id above, before this checkpoint: the fork and the
+	# rewound tpa each get a new one (the guest kernel patch), not c1's.
 	name=sandbox-template-checkpoint-fork
 	tp_root tpa 'echo before >/root/f' || { tp_fail $name "write failed"; return 1; }
+	b=$(tp_in tpa 'cat /proc/sys/kernel/random/boot_id')
 	tp_sb checkpoint tpa >/dev/null 2>>"$WORK/out" || { tp_fail $name "checkpoint of tpa failed"; return 1; }
 	tp_root tpa 'echo after >/root/f'
 	tp_sb fork tpa c1 --name tpf >/dev/null 2>>"$WORK/out" || { tp_fail $name "fork of tpa failed"; return 1; }
 	[ "$(tp_root tpf 'cat /root/f')" = before ] || { tp_fail $name "the fork's /root/f is not c1's"; return 1; }
+	f=$(tp_in tpf 'cat /proc/sys/kernel/random/boot_id')
 	tp_sb rewind tpa c1 >/dev/null 2>>"$WORK/out" || { tp_fail $name "rewind of tpa failed"; return 1; }
 	[ "$(tp_root tpa 'cat /root/f')" = before ] || { tp_fail $name "rewound tpa's /root/f is not c1's"; return 1; }
+	a=$(tp_in tpa 'cat /proc/sys/kernel/random/boot_id')
+	echo "  boot_id: tpa at c1 $b, fork tpf $f, tpa rewound to c1 $a"
+	[ -n "$b" ] && [ -n "$f" ] && [ -n "$a" ] && [ "$f" != "$b" ] && [ "$a" != "$b" ] && [ "$a" != "$f" ] ||
+		{ tp_fail $name "a fork or rewind kept the checkpoint's boot_id"; return 1; }
 	tp_sb ps >"$WORK/ps.out" 2>&1
 	grep -q "^tpf\b.*running" "$WORK/ps.out" && grep -q "^tpa\b.*running" "$WORK/ps.out" ||
 		{ cat "$WORK/ps.out"; tp_fail $name "ps does not show tpa and tpf running"; return 1; }
+	ok $name
+
+	# Two forks of one checkpoint are siblings too: right after their
+	# restore they differ in boot_id, random bytes and machine-id.
+	name=sandbox-template-sibling-forks-differ
+	tp_sb fork tpa c1 --name tpg >/dev/null 2>>"$WORK/out" || { tp_fail $name "second fork of tpa c1 failed"; return 1; }
+	a=$(tp_in tpf "$TP_IDENTITY"); b=$(tp_in tpg "$TP_IDENTITY")
+	echo "  tpf: $(echo $a)"; echo "  tpg: $(echo $b)"
+	tp_differ $name "$a" "$b" 3 || return 1
+	tp_sb rm -f tpg >/dev/null 2>&1
+	ok $name
+
+	# A live fork of tpb, whose RAM is still a private view of the
+	# template's file: the VMM copies it into a memfd, freezes that and
+	# hands it over, so the fork runs at once (it used to wait for a
+	# memory file), with tpb's running processes, and its own boot_id.
+	name=sandbox-template-live-fork
+	tp_in tpb 'setsid sh -c '\''n=0; while :; do n=$((n+1)); echo $n >/tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.2; done'\'' </dev/null >/dev/null 2>&1 & echo $! >/tmp/counter.pid' ||
+		{ tp_fail $name "exec in tpb failed"; return 1; }
+	sleep 2
+	rc=$(tp_in tpb 'cat /tmp/counter.pid')
+	b=$(tp_in tpb 'cat /proc/sys/kernel/random/boot_id')
+	t0=$(date +%s%N)
+	tp_sb fork tpb --name tpl >/dev/null 2>"$WORK/fork.err" || { sed 's/^/  /' "$WORK/fork.err"; tp_fail $name "live fork of tpb failed"; return 1; }
+	sed 's/^/  /' "$WORK/fork.err"
+	echo "  live fork of a template-started sandbox: $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+	grep -q "(live" "$WORK/fork.err" || { tp_fail $name "the fork of template-started tpb was not live"; return 1; }
+	f=$(sed -n "s/^kosa8 fork: checkpoint \(c[0-9]*\) of 'tpb'.*/\1/p" "$WORK/fork.err")
+	tp_in tpl "kill -0 $rc" || { tp_fail $name "tpb's counter (pid $rc) is not in the fork"; return 1; }
+	a=$(tp_in tpl 'cat /tmp/count')
+	sleep 1
+	[ -n "$a" ] && [ "$(tp_in tpl 'cat /tmp/count')" -gt "$a" ] || { tp_fail $name "the fork's counter does not count on from $a"; return 1; }
+	tp_in tpb 'echo parent >/tmp/after' && tp_in tpl 'test ! -e /tmp/after' ||
+		{ tp_fail $name "a file tpb wrote after the fork is in the fork"; return 1; }
+	a=$(tp_in tpl 'cat /proc/sys/kernel/random/boot_id')
+	[ -n "$a" ] && [ "$a" != "$b" ] || { tp_fail $name "the fork kept tpb's boot_id $b"; return 1; }
+	dir=$WORK/tpstate/sandboxes/tpb/checkpoints/$f
+	for rc in $(seq 1 120); do [ -e "$dir/memory" ] && break; sleep 1; done
+	[ -n "$f" ] && [ -s "$dir/memory" ] && [ ! -e "$dir/memory.part" ] ||
+		{ tp_fail $name "checkpoint '$f' of tpb has no complete memory file after the fork"; return 1; }
+	# A second live fork would freeze a second RAM-sized copy in tpb's
+	# cgroup while tpl still maps the first: it waits for a file instead.
+	tp_sb fork tpb --name tpm >/dev/null 2>"$WORK/fork.err" || { sed 's/^/  /' "$WORK/fork.err"; tp_fail $name "second fork of tpb failed"; return 1; }
+	sed 's/^/  /' "$WORK/fork.err"
+	grep -q "(live" "$WORK/fork.err" && { tp_fail $name "a second live fork of tpb froze its memory again"; return 1; }
+	a=$(tp_in tpm 'cat /proc/sys/kernel/random/boot_id')
+	[ -n "$a" ] && [ "$a" != "$b" ] || { tp_fail $name "the second fork kept tpb's boot_id $b"; return 1; }
+	dir=$(tp_dir_of $((384 * 1024 * 1024)))
 	tp_clear
 	ok $name
 
