@@ -95,7 +95,7 @@ struct supervisor {
 	/* Where the start went, in ms since the supervisor began (status's
 	 * "startup_ms", and the log): what `kosa8 run`'s time is made of. */
 	struct {
-		uint64_t t0, setup, vmm, agent, identity, ca, workspace;
+		uint64_t t0, audit, egress, setup, vmm, vsock, agent, identity, ca, workspace;
 	} start;
 };
 
@@ -123,8 +123,11 @@ static cJSON *startup_json(const struct supervisor *s)
 {
 	cJSON *o = cJSON_CreateObject();
 
+	cJSON_AddNumberToObject(o, "audit_open", (double)s->start.audit);
+	cJSON_AddNumberToObject(o, "egress", (double)s->start.egress);
 	cJSON_AddNumberToObject(o, "setup", (double)s->start.setup);
 	cJSON_AddNumberToObject(o, "vmm_started", (double)s->start.vmm);
+	cJSON_AddNumberToObject(o, "vmm_listening", (double)s->start.vsock);
 	cJSON_AddNumberToObject(o, "agent_answered", (double)s->start.agent);
 	cJSON_AddNumberToObject(o, "identity", (double)s->start.identity);
 	cJSON_AddNumberToObject(o, "ca_installed", (double)s->start.ca);
@@ -397,8 +400,13 @@ static int wait_for_agent(struct supervisor *s, struct agent_client **out)
 			s->vmm = -1;
 			return -ECHILD;
 		}
-		if (agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c) == 0 &&
-		    agent_ping(c, &p) == 0) {
+		int rc = agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c);
+
+		/* The VMM binds its socket once it is jailed and restored or
+		 * set up; until then there is none (spawn_vmm unlinked it). */
+		if (rc != -ENOENT && !s->start.vsock)
+			startup_mark(s, &s->start.vsock);
+		if (rc == 0 && agent_ping(c, &p) == 0) {
 			*out = c;
 			return 0;
 		}
@@ -1134,6 +1142,7 @@ static int setup(struct supervisor *s, const char *name, const char **why)
 		*why = "cannot open the audit log (see 'kosa8 audit verify')";
 		return err;
 	}
+	startup_mark(s, &s->start.audit);
 	s->listen_fd = control_listen(s->control_path);
 	if (s->listen_fd < 0) {
 		*why = "cannot listen on the control socket";
@@ -1145,6 +1154,7 @@ static int setup(struct supervisor *s, const char *name, const char **why)
 		*why = s->why;
 		return err;
 	}
+	startup_mark(s, &s->start.egress);
 	return 0;
 }
 
