@@ -271,8 +271,8 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 {
 	char console[PATH_MAX], buf[8][PATH_MAX];
 	const char *argv[36];
-	int out, rc, gate[2];
-	bool userns;
+	int out, rc, gate[2], cgfd;
+	bool userns, in_cgroup;
 
 	if ((rc = vmm_argv(s, restore, top, argv, buf)) || (rc = hand_over_files(s, top ? top : buf[0])))
 		return rc;
@@ -289,7 +289,10 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 	/* A VMM killed hard leaves its sockets behind; the next one binds them. */
 	unlink(s->vm_ctl);
 	unlink(s->vsock_path);
-	s->vmm = vmm_clone(&userns);
+	cgfd = vmm_cgroup_open(&s->cgroup);
+	s->vmm = vmm_clone(&userns, cgfd, &in_cgroup);
+	if (cgfd >= 0)
+		close(cgfd);
 	if (s->vmm < 0) {
 		rc = -errno;
 		close(out);
@@ -304,8 +307,8 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 		dup2(null, 0);
 		dup2(out, 1);
 		dup2(out, 2);
-		/* Wait until the parent has mapped its user (userns) and put
-		 * it in its cgroup. */
+		/* Wait until the parent has mapped its user (userns) and, when
+		 * it did not start there, put it in its cgroup. */
 		close(gate[1]);
 		if (read(gate[0], &go, 1) != 1)
 			_exit(127);
@@ -331,7 +334,7 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 		console_done(s);
 		return rc;
 	}
-	if ((rc = vmm_cgroup_add(&s->cgroup, s->vmm)))
+	if (!in_cgroup && (rc = vmm_cgroup_add(&s->cgroup, s->vmm)))
 		log_warn("the VMM runs without its cgroup limits: cannot join %s: %s", s->cgroup.path,
 			 strerror(-rc));
 	rc = write(gate[1], "g", 1) == 1 ? 0 : -errno;
