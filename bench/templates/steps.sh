@@ -60,7 +60,7 @@ echo "| ... supervisor (ms since it began): state, lock, audit log open | $(col 
 echo "| ... egress proxy and the sandbox CA | $(col marks 2) |"
 echo "| ... cgroup: set-up done | $(col marks 3) |"
 echo "| ... VMM started (clone, cgroup join) | $(col marks 4) |"
-echo "| ... VMM listening (exec, jail, state file, KVM, devices made; its restore goes on) | $(col marks 5) |"
+echo "| ... VMM listening (exec, jail, state file, KVM, memory map, devices made; vCPUs and their state still to come) | $(col marks 5) |"
 echo "| ... agent answered (guest runs, vsock connect, hello, ping) | $(col marks 6) |"
 echo "| ... identity fixed up | $(col marks 7) |"
 echo "| ... CA trusted in the guest | $(col marks 8) |"

@@ -403,13 +403,14 @@ static int wait_for_agent(struct supervisor *s, struct agent_client **out)
 			s->vmm = -1;
 			return -ECHILD;
 		}
-		int rc = agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c);
-
-		/* The VMM binds its socket once it is jailed and restored or
-		 * set up; until then there is none (spawn_vmm unlinked it). */
-		if (rc != -ENOENT && !s->start.vsock)
+		/* The VMM binds its socket once it has made its devices; until
+		 * then there is none (spawn_vmm unlinked it), and a connect
+		 * fails at once.  Checked before the connect, which waits for
+		 * the guest's answer. */
+		if (!s->start.vsock && access(s->vsock_path, F_OK) == 0)
 			startup_mark(s, &s->start.vsock);
-		if (rc == 0 && agent_ping(c, &p) == 0) {
+		if (agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c) == 0 &&
+		    agent_ping(c, &p) == 0) {
 			*out = c;
 			return 0;
 		}
