@@ -8,6 +8,9 @@
 #   guest/image/build.sh [--agent PATH] [RECIPE|NAME]          build if needed; last stdout line is the path
 #   guest/image/build.sh [--agent PATH] --path [RECIPE|NAME]   print the cached image's path, or fail
 #   guest/image/build.sh --check [RECIPE|NAME]                 parse the recipe and print it, build nothing
+#   guest/image/build.sh [--agent PATH] --path --inputs [RECIPE|NAME]
+#                                    the same as --path, after lines saying what the answer depends
+#                                    on ("file PATH", "env NAME"): kosa8 remembers it (src/sandbox/lookup.h)
 #
 # RECIPE is a file; NAME is looked up as NAME.recipe in
 # ${KOSA8_CONFIG_DIR:-${XDG_CONFIG_HOME:-$HOME/.config}/kosa8}/images/, then
@@ -573,15 +576,42 @@ remove_stale() {
 	done
 }
 
+# ---------------------------------------------------------------- --inputs
+
+# Everything --path's answer is made from: the variables that pick the
+# folders, every recipe file looked at (a missing one that appears would
+# be found first), the files the key hashes, and the image itself.
+print_inputs() {
+	local v d arg=${recipe_arg:-default} sudo_cfg
+	for v in KOSA8_CONFIG_DIR XDG_CONFIG_HOME HOME SUDO_UID KOSA8_AGENT KOSA8_CACHE_DIR XDG_CACHE_HOME; do
+		echo "env $v"
+	done
+	echo "file $self"
+	case $arg in /*) echo "file $arg" ;; *) echo "file $PWD/$arg" ;; esac
+	sudo_cfg=$(sudo_user_config)
+	[ -z "$sudo_cfg" ] || echo "file /etc/passwd"
+	if [ ! -f "$arg" ] && [[ $arg =~ $NAME_RE ]]; then
+		for d in "$(config_dir)/images" "$sudo_cfg" "$here"; do
+			[ -n "$d" ] || continue
+			echo "file $d/$arg.recipe"
+			[ -f "$d/$arg.recipe" ] && break
+		done
+	fi
+	echo "file $agent"
+	echo "file $out/rootfs.ext4"
+}
+
 # ---------------------------------------------------------------- main
 
 main() {
 	mode=build
 	agent_arg=
 	recipe_arg=
+	inputs=
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--path) mode=path ;;
+		--inputs) inputs=1 ;;
 		--check) mode=check ;;
 		--agent)
 			[ $# -ge 2 ] || usage
@@ -613,6 +643,7 @@ main() {
 
 	if [ "$mode" = path ]; then
 		[ -f "$out/rootfs.ext4" ] || die "image '$r_name' is not built for key $key (run: kosa8 image build $recipe_arg)"
+		[ -z "$inputs" ] || print_inputs
 		echo "$out/rootfs.ext4"
 		exit 0
 	fi

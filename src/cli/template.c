@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "common/util.h"
 #include "disk/disk.h"
+#include "sandbox/lookup.h"
 #include "sandbox/owner.h"
 #include "sandbox/sandbox.h"
 #include "supervisor/template.h"
@@ -163,6 +164,27 @@ static int make(const char *cmd, const char *root, const char *key, const struct
 	return rc;
 }
 
+/* template_key, remembered while the kernel, image, kosa8 and its VMM stay
+ * as they were (sandbox/lookup.h): hashing them (some 10 MB) is most of
+ * what a create from a template costs in the CLI. */
+static int cached_key(const struct template_inputs *in, char key[TEMPLATE_KEY_LEN + 1], char *why,
+		      size_t wlen)
+{
+	char vmm[PATH_MAX], cache[PATH_MAX], q[3 * PATH_MAX + 64];
+	struct lookup_deps d = {.files = {in->kernel, in->image, in->exe, vmm}, .nfiles = 4};
+	int n = snprintf(q, sizeof(q), "template key\n%s\n%s\n%s\n%d\n%llu", in->kernel, in->image,
+			 in->exe, in->cpus, (unsigned long long)in->mem);
+	bool cached = n > 0 && (size_t)n < sizeof(q) && !kosa8_vmm_path(in->exe, vmm, sizeof(vmm)) &&
+		      !lookup_path(q, (size_t)n, cache, sizeof(cache));
+	int rc;
+
+	if (cached && lookup_load(cache, key, TEMPLATE_KEY_LEN + 1) == 0 && template_key_valid(key))
+		return 0;
+	if (!(rc = template_key(in, key, why, wlen)) && cached)
+		lookup_store(cache, &d, key);
+	return rc;
+}
+
 int cli_template_ensure(const char *cmd, const struct sandbox_cfg *cfg, struct cli_template *t)
 {
 	char self[PATH_MAX], why[PATH_MAX + 256];
@@ -176,7 +198,7 @@ int cli_template_ensure(const char *cmd, const struct sandbox_cfg *cfg, struct c
 		return cli_fail(cmd, "cannot find the kosa8 binary: %s", strerror(errno));
 	if ((rc = template_root(t->root, sizeof(t->root), true, why, sizeof(why))))
 		return cli_fail(cmd, "templates: %s", why);
-	if ((rc = template_key(&in, t->key, why, sizeof(why))))
+	if ((rc = cached_key(&in, t->key, why, sizeof(why))))
 		return cli_fail(cmd, "template key: %s", why);
 	template_name(t->key, t->name);
 	snprintf(t->dir, sizeof(t->dir), "%s/%s", t->root, t->key);

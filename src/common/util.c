@@ -218,13 +218,11 @@ void kosa8_use_installed_agent(void)
 		setenv("KOSA8_AGENT", agent, 1);
 }
 
-int run_for_last_line(const char *const argv[], char *buf, size_t len)
+/* argv running with its stdout into *rfd, its stderr silenced: its pid. */
+static pid_t spawn_for_stdout(const char *const argv[], int *rfd)
 {
-	int p[2], status;
+	int p[2];
 	pid_t pid;
-	char line[PATH_MAX];
-	size_t got = 0;
-	ssize_t n;
 
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -errno;
@@ -245,8 +243,31 @@ int run_for_last_line(const char *const argv[], char *buf, size_t len)
 		_exit(127);
 	}
 	close(p[1]);
+	*rfd = p[0];
+	return pid;
+}
+
+static int reap_ok(pid_t pid)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		return -EIO;
+	return 0;
+}
+
+int run_for_last_line(const char *const argv[], char *buf, size_t len)
+{
+	char line[PATH_MAX];
+	size_t got = 0;
+	ssize_t n;
+	int fd;
+	pid_t pid = spawn_for_stdout(argv, &fd);
+
+	if (pid < 0)
+		return (int)pid;
 	buf[0] = '\0';
-	while ((n = read(p[0], line + got, sizeof(line) - 1 - got)) > 0) {
+	while ((n = read(fd, line + got, sizeof(line) - 1 - got)) > 0) {
 		got += (size_t)n;
 		line[got] = '\0';
 		/* Keep only what follows the last complete newline. */
@@ -258,8 +279,8 @@ int run_for_last_line(const char *const argv[], char *buf, size_t len)
 		if (got == sizeof(line) - 1)
 			got = 0;
 	}
-	close(p[0]);
-	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+	close(fd);
+	if (reap_ok(pid))
 		return -EIO;
 	line[got] = '\0';
 	char *nl = strchr(line, '\n');
@@ -269,6 +290,32 @@ int run_for_last_line(const char *const argv[], char *buf, size_t len)
 		return -EIO;
 	memcpy(buf, line, strlen(line) + 1);
 	return 0;
+}
+
+int run_for_output(const char *const argv[], char *buf, size_t len)
+{
+	size_t got = 0;
+	ssize_t n = 1;
+	int fd, rc = 0;
+	pid_t pid = spawn_for_stdout(argv, &fd);
+
+	if (pid < 0)
+		return (int)pid;
+	while (got + 1 < len && (n = read(fd, buf + got, len - 1 - got)) != 0) {
+		if (n < 0 && errno != EINTR) {
+			rc = -errno;
+			break;
+		}
+		got += n > 0 ? (size_t)n : 0;
+	}
+	buf[got] = '\0';
+	/* Full: more than fits is an answer cut short. */
+	if (!rc && got + 1 == len && (n = read(fd, &(char){0}, 1)) > 0)
+		rc = -E2BIG;
+	close(fd);
+	if (reap_ok(pid) && !rc)
+		rc = -EIO;
+	return rc;
 }
 
 uint64_t mono_ns(void)

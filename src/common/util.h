@@ -72,6 +72,9 @@ void kosa8_use_installed_agent(void);
 /* Runs a command and reads the last line it prints (the scripts' convention
  * for "the path of what I built"), its stderr silenced; -EIO if it fails. */
 int run_for_last_line(const char *const argv[], char *buf, size_t len);
+/* The same, its whole output into buf (NUL-terminated): -E2BIG if it
+ * does not fit. */
+int run_for_output(const char *const argv[], char *buf, size_t len);
 
 /* CLOCK_MONOTONIC in nanoseconds, and in milliseconds. */
 uint64_t mono_ns(void);

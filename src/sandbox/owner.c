@@ -3,11 +3,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -109,11 +111,34 @@ static int try_take(const char *path, struct sandbox_owner *who)
 	return -EBUSY;
 }
 
+/* Between two tries for a held lock: until the owner the file names ends
+ * (its pidfd, the end of `rm -f`'s wait for a stopping supervisor, without
+ * a poll's delay), at most BUSY_RETRY_MS.  The name is a hint only: the
+ * file may name a process long gone, or another one (*waited: one seen
+ * ending already), and the caller tries the lock again either way. */
+#define BUSY_RETRY_MS 50
+
+static void wait_owner(pid_t pid, pid_t *waited)
+{
+	int fd = pid > 0 && pid != *waited ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+
+	if (fd < 0) {
+		usleep(BUSY_RETRY_MS * 1000);
+		return;
+	}
+	/* Ended: its VMM may hold the lock a little longer; not again. */
+	if (poll(&p, 1, BUSY_RETRY_MS) > 0)
+		*waited = pid;
+	close(fd);
+}
+
 static int take_until(const char *state_dir, const char *role, uint64_t busy_deadline,
 		      struct sandbox_owner *who)
 {
 	uint64_t probe_deadline = mono_ms() + TAKE_RETRY_MS;
 	char path[PATH_MAX];
+	pid_t waited = 0;
 	int rc;
 
 	if ((rc = lock_path(state_dir, SANDBOX_OWNER_FILE, path, sizeof(path))))
@@ -129,7 +154,7 @@ static int take_until(const char *state_dir, const char *role, uint64_t busy_dea
 			continue;
 		}
 		if (rc == -EBUSY && mono_ms() < busy_deadline) {
-			usleep(50 * 1000);
+			wait_owner(who->pid, &waited);
 			continue;
 		}
 		return rc == -EAGAIN ? -EBUSY : rc;

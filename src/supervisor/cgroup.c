@@ -248,6 +248,16 @@ int vmm_cgroup_allow_frozen(struct vmm_cgroup *cg, uint64_t guest_mem)
 	return write_knob(cg->path, "memory.max", v);
 }
 
+int vmm_cgroup_open(const struct vmm_cgroup *cg)
+{
+	int fd;
+
+	if (!cg->path[0])
+		return -ENOENT;
+	fd = open(cg->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
 int vmm_cgroup_add(const struct vmm_cgroup *cg, pid_t pid)
 {
 	char v[24];

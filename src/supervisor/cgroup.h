@@ -8,8 +8,9 @@
  * owns it, no delegation, no cgroup2 mount) is named in a warning and the
  * sandbox runs without that limit: the jail and seccomp filter stand alone.
  *
- * The supervisor creates the cgroup and moves the forked VMM child in
- * before that execs, so every page of guest memory is charged to it. */
+ * The supervisor creates the cgroup and starts the VMM's process in it
+ * (or moves it there before it execs), so every page of guest memory is
+ * charged to it. */
 #ifndef KOSA8_SUPERVISOR_CGROUP_H
 #define KOSA8_SUPERVISOR_CGROUP_H
 
@@ -53,6 +54,9 @@ int vmm_cgroup_allow_frozen(struct vmm_cgroup *cg, uint64_t guest_mem);
  * user@UID.service for a user), found without creating anything: 0, or
  * -errno with why. */
 int vmm_cgroup_parent(char *dir, size_t len, char *why, size_t whylen);
+/* cg's directory, for starting a process in it (vmm_clone): a descriptor,
+ * or -errno (-ENOENT when cg has no path). */
+int vmm_cgroup_open(const struct vmm_cgroup *cg);
 /* Moves process pid into cg (nothing when cg has no path). */
 int vmm_cgroup_add(const struct vmm_cgroup *cg, pid_t pid);
 /* Removes the cgroup once no process is left in it. */

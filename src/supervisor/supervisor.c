@@ -98,7 +98,7 @@ struct supervisor {
 	/* Where the start went, in ms since the supervisor began (status's
 	 * "startup_ms", and the log): what `kosa8 run`'s time is made of. */
 	struct {
-		uint64_t t0, setup, vmm, agent, identity, ca, workspace;
+		uint64_t t0, audit, egress, setup, vmm, vsock, agent, identity, ca, workspace;
 	} start;
 };
 
@@ -126,8 +126,11 @@ static cJSON *startup_json(const struct supervisor *s)
 {
 	cJSON *o = cJSON_CreateObject();
 
+	cJSON_AddNumberToObject(o, "audit_open", (double)s->start.audit);
+	cJSON_AddNumberToObject(o, "egress", (double)s->start.egress);
 	cJSON_AddNumberToObject(o, "setup", (double)s->start.setup);
 	cJSON_AddNumberToObject(o, "vmm_started", (double)s->start.vmm);
+	cJSON_AddNumberToObject(o, "vmm_listening", (double)s->start.vsock);
 	cJSON_AddNumberToObject(o, "agent_answered", (double)s->start.agent);
 	cJSON_AddNumberToObject(o, "identity", (double)s->start.identity);
 	cJSON_AddNumberToObject(o, "ca_installed", (double)s->start.ca);
@@ -271,8 +274,8 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 {
 	char console[PATH_MAX], buf[8][PATH_MAX];
 	const char *argv[36];
-	int out, rc, gate[2];
-	bool userns;
+	int out, rc, gate[2], cgfd;
+	bool userns, in_cgroup;
 
 	if ((rc = vmm_argv(s, restore, top, argv, buf)) || (rc = hand_over_files(s, top ? top : buf[0])))
 		return rc;
@@ -289,7 +292,10 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 	/* A VMM killed hard leaves its sockets behind; the next one binds them. */
 	unlink(s->vm_ctl);
 	unlink(s->vsock_path);
-	s->vmm = vmm_clone(&userns);
+	cgfd = vmm_cgroup_open(&s->cgroup);
+	s->vmm = vmm_clone(&userns, cgfd, &in_cgroup);
+	if (cgfd >= 0)
+		close(cgfd);
 	if (s->vmm < 0) {
 		rc = -errno;
 		close(out);
@@ -304,8 +310,8 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 		dup2(null, 0);
 		dup2(out, 1);
 		dup2(out, 2);
-		/* Wait until the parent has mapped its user (userns) and put
-		 * it in its cgroup. */
+		/* Wait until the parent has mapped its user (userns) and, when
+		 * it did not start there, put it in its cgroup. */
 		close(gate[1]);
 		if (read(gate[0], &go, 1) != 1)
 			_exit(127);
@@ -331,7 +337,7 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 		console_done(s);
 		return rc;
 	}
-	if ((rc = vmm_cgroup_add(&s->cgroup, s->vmm)))
+	if (!in_cgroup && (rc = vmm_cgroup_add(&s->cgroup, s->vmm)))
 		log_warn("the VMM runs without its cgroup limits: cannot join %s: %s", s->cgroup.path,
 			 strerror(-rc));
 	rc = write(gate[1], "g", 1) == 1 ? 0 : -errno;
@@ -377,11 +383,14 @@ static void vmm_ended(int status, const char *when, char *what, size_t len)
 		log_err("VMM stopped %s: %s", when, what);
 }
 
-/* Polls the agent until it answers a ping or the VMM dies. */
-static int wait_for_agent(struct supervisor *s)
+/* Polls the agent until it answers a ping or the VMM dies; *out gets
+ * that session: the start's next requests (fix-up, CA) go on it rather
+ * than on new connections, each a vsock handshake and a fork in the guest. */
+static int wait_for_agent(struct supervisor *s, struct agent_client **out)
 {
 	uint64_t deadline = mono_ms() + SUPERVISOR_BOOT_TIMEOUT_MS;
 
+	*out = NULL;
 	while (mono_ms() < deadline) {
 		struct agent_client *c = NULL;
 		struct agent_ping p;
@@ -397,9 +406,15 @@ static int wait_for_agent(struct supervisor *s)
 			s->vmm = -1;
 			return -ECHILD;
 		}
+		/* The VMM binds its socket once it has made its devices; until
+		 * then there is none (spawn_vmm unlinked it), and a connect
+		 * fails at once.  Checked before the connect, which waits for
+		 * the guest's answer. */
+		if (!s->start.vsock && access(s->vsock_path, F_OK) == 0)
+			startup_mark(s, &s->start.vsock);
 		if (agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c) == 0 &&
 		    agent_ping(c, &p) == 0) {
-			agent_client_close(c);
+			*out = c;
 			return 0;
 		}
 		if (c)
@@ -422,10 +437,9 @@ static int wait_for_agent(struct supervisor *s)
  * userspace RNG seeded earlier stays the same in every fork). */
 #define FIXUP_TIMEOUT_MS 10000
 
-static int guest_fixup(struct supervisor *s, bool new_identity)
+static int guest_fixup(struct supervisor *s, struct agent_client *c, bool new_identity)
 {
 	struct ap_fixup_req q = {.seed_len = 64, .identity = new_identity};
-	struct agent_client *c = NULL;
 	struct timespec now;
 	uint32_t done = 0;
 	int err;
@@ -437,15 +451,12 @@ static int guest_fixup(struct supervisor *s, bool new_identity)
 	if (getrandom(q.seed, q.seed_len, 0) != (ssize_t)q.seed_len ||
 	    getrandom(q.machine_id, sizeof(q.machine_id), 0) != (ssize_t)sizeof(q.machine_id))
 		return -EIO;
-	if ((err = agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c)) == 0) {
-		agent_client_set_timeout(c, FIXUP_TIMEOUT_MS);
-		err = agent_fixup(c, &q, &done);
-	}
-	if (err)
+	/* The bound stays on the session: what the start asks next on it
+	 * (the CA) is as small. */
+	agent_client_set_timeout(c, FIXUP_TIMEOUT_MS);
+	if ((err = agent_fixup(c, &q, &done)))
 		log_err("setting the guest's clock, RNG and identity after the restore: %s",
-			c ? agent_client_error(c) : strerror(-err));
-	if (c)
-		agent_client_close(c);
+			agent_client_error(c));
 	explicit_bzero(&q, sizeof(q));
 	return err;
 }
@@ -504,23 +515,18 @@ static int start_egress(struct supervisor *s)
  * only loses TLS interception (its clients then refuse the proxy: no secret
  * is sent), so a failure is logged and audited, and the sandbox starts:
  * the user can still get the workspace out. */
-static void install_guest_ca(struct supervisor *s, const char *pem)
+static void install_guest_ca(struct supervisor *s, struct agent_client *c, const char *pem)
 {
-	struct agent_client *c = NULL;
-	int err = agent_client_connect_vsock_uds(s->vsock_path, AGENT_VSOCK_PORT, &c);
+	int err = agent_trust_ca(c, pem);
 
-	if (!err)
-		err = agent_trust_ca(c, pem);
 	if (err) {
-		const char *why = c ? agent_client_error(c) : strerror(-err);
+		const char *why = agent_client_error(c);
 		log_warn("the sandbox CA is not trusted in the guest (%s): connections to a "
 			 "secret's host will fail there", why);
 		cJSON *d = cJSON_CreateObject();
 		cJSON_AddStringToObject(d, "error", why);
 		audit(s, "supervisor", "sandbox.ca_not_installed", d);
 	}
-	if (c)
-		agent_client_close(c);
 }
 
 /* Agent connections being made for clients (each a thread, bounded). */
@@ -787,6 +793,7 @@ static cJSON *op_rewind(struct sup_op_runner *op, void *arg, int *pass_fd)
 	const char *id = s->op_args.id;
 	char dir[PATH_MAX], top[PATH_MAX], err[600] = "";
 	uint64_t t0 = mono_ms(), t_stopped, t_running, freed = 0;
+	struct agent_client *agent;
 	cJSON *d;
 	int rc;
 
@@ -808,11 +815,12 @@ static cJSON *op_rewind(struct sup_op_runner *op, void *arg, int *pass_fd)
 	d = cJSON_CreateObject();
 	cJSON_AddStringToObject(d, "id", id);
 	sup_op_step(op, "restoring checkpoint %s, waiting for the guest agent", id);
-	if ((rc = spawn_vmm(s, dir, top)) || (rc = wait_for_agent(s)))
+	if ((rc = spawn_vmm(s, dir, top)) || (rc = wait_for_agent(s, &agent)))
 		return rewind_failed(s, id, rc, d);
 	t_running = mono_ms();
 	sup_op_step(op, "setting the guest's clock and RNG");
-	guest_fixup(s, false); /* logged; the rewind stands without it */
+	guest_fixup(s, agent, false); /* logged; the rewind stands without it */
+	agent_client_close(agent);
 	rc = ckpt_rewind_commit(s->state_dir, id, top, &freed);
 	if (rc)
 		log_err("rewind: cannot record the new disk: %s", strerror(-rc));
@@ -1151,6 +1159,7 @@ static int setup(struct supervisor *s, const char *name, const char **why)
 		*why = "cannot open the audit log (see 'kosa8 audit verify')";
 		return err;
 	}
+	startup_mark(s, &s->start.audit);
 	s->listen_fd = control_listen(s->control_path);
 	if (s->listen_fd < 0) {
 		*why = "cannot listen on the control socket";
@@ -1162,6 +1171,7 @@ static int setup(struct supervisor *s, const char *name, const char **why)
 		*why = s->why;
 		return err;
 	}
+	startup_mark(s, &s->start.egress);
 	return 0;
 }
 
@@ -1294,13 +1304,13 @@ static cJSON *fork_origin(struct supervisor *s, const struct ckpt_fork *f)
 
 /* A fork's first start ran from its parent's checkpoint: it takes its own
  * identity; later starts boot its own disk. */
-static int fork_started(struct supervisor *s, const struct ckpt_fork *f)
+static int fork_started(struct supervisor *s, struct agent_client *c, const struct ckpt_fork *f)
 {
 	char host[AP_HOSTNAME_MAX + 1];
 	cJSON *d;
 	int err;
 
-	if ((err = guest_fixup(s, true)))
+	if ((err = guest_fixup(s, c, true)))
 		return err;
 	ap_hostname_from(s->cfg.name, host);
 	d = cJSON_CreateObject();
@@ -1376,6 +1386,7 @@ static int supervise(const char *self, const char *name, const char *template_di
 {
 	struct supervisor s;
 	struct ckpt_fork fork;
+	struct agent_client *agent;
 	const char *why = NULL, *restore = NULL;
 	struct sigaction sa;
 	int err;
@@ -1443,7 +1454,7 @@ static int supervise(const char *self, const char *name, const char *template_di
 		goto fail;
 	}
 	startup_mark(&s, &s.start.vmm);
-	err = wait_for_agent(&s);
+	err = wait_for_agent(&s, &agent);
 	startup_mark(&s, &s.start.agent);
 	if (err) {
 		why = err == -ECHILD ? s.why :
@@ -1451,18 +1462,21 @@ static int supervise(const char *self, const char *name, const char *template_di
 		goto fail;
 	}
 	if (s.template_dir) {
+		agent_client_close(agent);
 		if (!(err = make_template(&s, ready_fd, &why))) {
 			say_ready(ready_fd, NULL);
 			ready_fd = -1;
 		}
 		goto fail;
 	}
-	if (restore && (err = fork_started(&s, &fork))) {
+	if (restore && (err = fork_started(&s, agent, &fork))) {
+		agent_client_close(agent);
 		why = "the fork did not take its own identity (see the supervisor log)";
 		goto fail;
 	}
 	startup_mark(&s, &s.start.identity);
-	install_guest_ca(&s, sup_egress_ca_pem(s.egress));
+	install_guest_ca(&s, agent, sup_egress_ca_pem(s.egress));
+	agent_client_close(agent);
 	startup_mark(&s, &s.start.ca);
 	if ((err = copy_workspace(&s))) {
 		why = "copying the workspace into the sandbox failed";

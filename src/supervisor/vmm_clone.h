@@ -18,8 +18,12 @@
 /* fork(), but the child is PID 1 of a new PID namespace; *userns says
  * whether it is in a new user namespace too (then call
  * vmm_clone_map_user before letting it run on).  Where the kernel refuses
- * (no PID or user namespaces for this user), a plain fork and a warning. */
-pid_t vmm_clone(bool *userns);
+ * (no PID or user namespaces for this user), a plain fork and a warning.
+ * With cgroup_fd (a cgroup v2 directory, or -1) the child starts in that
+ * cgroup (CLONE_INTO_CGROUP) and *in_cgroup says so: moving a running
+ * process there instead waits for an RCU grace period, 10-60 ms on a
+ * loaded host.  Otherwise the caller moves it (vmm_cgroup_add). */
+pid_t vmm_clone(bool *userns, int cgroup_fd, bool *in_cgroup);
 
 /* Maps the caller's uid and gid, and nothing else, into the user
  * namespace of child pid.  0 or -errno. */

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -22,6 +23,7 @@
 
 #include "child_report.h"
 
+#include "supervisor/cgroup.h"
 #include "supervisor/vmm_clone.h"
 #include "vmm/jail.h"
 
@@ -60,13 +62,13 @@ static int clone_report(void)
 {
 	char parent_ns[64] = "";
 	int gate[2], status;
-	bool userns;
+	bool userns, in_cgroup;
 	char go;
 	pid_t pid;
 
 	if (readlink("/proc/self/ns/user", parent_ns, sizeof(parent_ns) - 1) < 0 || pipe(gate) < 0)
 		return -1;
-	pid = vmm_clone(&userns);
+	pid = vmm_clone(&userns, -1, &in_cgroup);
 	if (pid == 0) {
 		close(gate[1]);
 		if (read(gate[0], &go, 1) != 1)
@@ -149,12 +151,58 @@ static void test_clone_as_user(void **state)
 	assert_true(r & JAILED);
 }
 
+/* The child's cgroup v2 path, as it sees it first thing. */
+static bool child_in(const char *cg_path)
+{
+	char buf[PATH_MAX + 8] = "", *p;
+	int fd = open("/proc/self/cgroup", O_RDONLY);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0 || !(p = strstr(buf, "0::/")))
+		return false;
+	p += 3;
+	p[strcspn(p, "\n")] = 0;
+	return strlen(p) > 1 && strlen(cg_path) >= strlen(p) &&
+	       !strcmp(cg_path + strlen(cg_path) - strlen(p), p);
+}
+
+/* Given the VMM's cgroup, the child is in it from its first instruction:
+ * nobody has to move it there (which waits for an RCU grace period). */
+static void test_clone_into_cgroup(void **state)
+{
+	struct vmm_cgroup_limits lim = {.mem = 64 << 20, .cpus = 1};
+	struct vmm_cgroup cg;
+	char name[48], why[PATH_MAX + 128];
+	bool userns, in_cgroup = false;
+	int fd, status = -1;
+	pid_t pid;
+
+	snprintf(name, sizeof(name), "unit-clone-%d", (int)getpid());
+	if (vmm_cgroup_create(&cg, name, &lim, why, sizeof(why)))
+		skip(); /* no cgroup v2 this user may write here */
+	fd = vmm_cgroup_open(&cg);
+	assert_true(fd >= 0);
+	pid = vmm_clone(&userns, fd, &in_cgroup);
+	if (pid == 0)
+		_exit(child_in(cg.path) ? 0 : 1);
+	close(fd);
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	vmm_cgroup_remove(&cg);
+	assert_true(in_cgroup);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_clone_as_invoker),
 		cmocka_unit_test(test_clone_as_user),
 		cmocka_unit_test(test_clone_holding_secrets),
+		cmocka_unit_test(test_clone_into_cgroup),
 	};
 	int rc;
 

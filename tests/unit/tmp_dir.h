@@ -24,4 +24,14 @@ static int tmp_teardown(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
+/* Writes text into path, replacing it (a test's input file). */
+static inline void tmp_put(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
 #endif
