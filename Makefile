@@ -8,6 +8,7 @@
 #   make fuzz          every fuzz target for FUZZ_SECONDS each (clang, libFuzzer)
 #   make kernel        the guest kernel, cached under ~/.cache/kosa8
 #   make image         the default Debian rootfs image (root), cached likewise
+#   make kernel-arm64 image-arm64   the same for arm64 guests (cross-built)
 #   make deps          Debian packages the build and tests need (root)
 #   make man           man pages from the command table -> build/man/man1/
 #   make completion    bash, zsh and fish completions -> build/completion/
@@ -184,6 +185,21 @@ initramfs:
 # jailed VMM's included, hashes the whole image (minutes in the helper VM).
 image: $(REL_DIR)/kosa8 $(REL_DIR)/kosa8-agent
 	$(REL_DIR)/kosa8 image build --agent $(REL_DIR)/kosa8-agent default
+
+# The arm64 guest (docs/arm64-guest.md): kernel, agent and image cross-built with
+# Debian's aarch64-linux-gnu toolchain; the image's packages run under
+# qemu-user-static through binfmt_misc.
+ARM64_CC ?= aarch64-linux-gnu-gcc
+$(REL_DIR)/arm64/kosa8-agent: $(AGENT_ALL) $(AGENT_HDRS)
+	@mkdir -p $(dir $@)
+	$(ARM64_CC) $(REL_CFLAGS) -static -o $@ $(AGENT_ALL)
+
+kernel-arm64:
+	guest/kernel/build.sh --arch arm64
+
+image-arm64: $(REL_DIR)/arm64/kosa8-agent
+	guest/image/build.sh --arch arm64 --agent $(REL_DIR)/arm64/kosa8-agent default
+.PHONY: kernel-arm64 image-arm64
 
 deps:
 	scripts/deps.sh

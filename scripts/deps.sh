@@ -4,6 +4,16 @@
 set -eu
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
+# arm64 images run their packages' scripts through qemu-user, which binfmt_misc
+# must know: binfmt-support registers it where binfmt_misc is mounted, which a
+# container may not have done.
+binfmt() {
+	f=/proc/sys/fs/binfmt_misc
+	[ -e $f/qemu-aarch64 ] || ! command -v update-binfmts >/dev/null || {
+		[ -e $f/register ] || $SUDO mount -t binfmt_misc binfmt_misc $f || return 0
+		$SUDO update-binfmts --enable qemu-aarch64 || true
+	}
+}
 PKGS="
   build-essential pkg-config clang libclang-rt-14-dev
   libssl-dev libcjson-dev libcmocka-dev libseccomp-dev zlib1g-dev
@@ -13,6 +23,8 @@ PKGS="
   busybox-static
   mmdebstrap e2fsprogs
   qemu-system-x86 linux-image-amd64
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-system-arm
+  qemu-user-static binfmt-support arch-test
   hyperfine
   bind9-dnsutils
   curl openssl python3 git
@@ -25,6 +37,7 @@ for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
 done
 if [ -z "$missing" ]; then
+	binfmt
 	echo "deps: all packages present"
 	exit 0
 fi
@@ -33,3 +46,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -q --no-install-recommends $missing
+binfmt

@@ -5,10 +5,10 @@
 # then `mkfs.ext4 -d` turns the directory into a sparse image, with no loop
 # mount.  The recipe format is in docs/images.md.
 #
-#   guest/image/build.sh [--agent PATH] [RECIPE|NAME]          build if needed; last stdout line is the path
-#   guest/image/build.sh [--agent PATH] --path [RECIPE|NAME]   print the cached image's path, or fail
-#   guest/image/build.sh --check [RECIPE|NAME]                 parse the recipe and print it, build nothing
-#   guest/image/build.sh [--agent PATH] --path --inputs [RECIPE|NAME]
+#   guest/image/build.sh [--arch A] [--agent PATH] [RECIPE|NAME]          build if needed; last stdout line is the path
+#   guest/image/build.sh [--arch A] [--agent PATH] --path [RECIPE|NAME]   print the cached image's path, or fail
+#   guest/image/build.sh --check [RECIPE|NAME]                            parse the recipe and print it, build nothing
+#   guest/image/build.sh [--arch A] [--agent PATH] --path --inputs [RECIPE|NAME]
 #                                    the same as --path, after lines saying what the answer depends
 #                                    on ("file PATH", "env NAME"): kosa8 remembers it (src/sandbox/lookup.h)
 #
@@ -17,10 +17,15 @@
 # next to this script.  Default: the recipe named "default".
 # The agent is --agent PATH, else $KOSA8_AGENT, else build/kosa8-agent of
 # this checkout (make build/kosa8-agent).
+# A is the guest's architecture: x86_64 (the default) or arm64, whose
+# packages mmdebstrap runs through qemu-user-static (binfmt_misc); the agent
+# must be built for it (make build/arm64/kosa8-agent).
 #
 # Result: <cache>/images/<name>/<key>/{rootfs.ext4,manifest.json,recipe},
 # <cache> = ${KOSA8_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kosa8}, <key> =
-# hash of the recipe, this script and the agent binary.  A built image is the
+# hash of the recipe, this script, the architecture and the agent binary.
+# Images of another architecture than x86_64 go to <cache>/images-<A>/
+# instead, out of sight of x86_64 sandboxes.  A built image is the
 # read-only base of sandbox disks: it is never rewritten, only built under a
 # temporary name and renamed into place.  Run under sudo, the image goes to
 # the invoking user's cache and belongs to them.  Progress goes to stderr.
@@ -210,7 +215,32 @@ find_agent() {
 	if command -v readelf >/dev/null 2>&1 && readelf -lW "$a" 2>/dev/null | grep -q 'program interpreter'; then
 		die "guest agent $a is dynamically linked; the guest's init must be a static binary"
 	fi
+	# The agent must run on the guest: the ELF machine field (offset 18).
+	local machine
+	machine=$(od -An -tu2 -j18 -N2 "$a" | tr -d ' ')
+	[ "$machine" = "$elf_machine" ] ||
+		die "guest agent $a is not an $arch binary (ELF machine $machine, want $elf_machine)"
 	agent=$(cd "$(dirname "$a")" && pwd)/$(basename "$a")
+}
+
+# Sets deb_arch and elf_machine for $arch.
+set_arch() {
+	case $arch in
+	x86_64) deb_arch=amd64 elf_machine=62 ;;
+	arm64) deb_arch=arm64 elf_machine=183 ;;
+	*) die "unknown architecture '$arch' (x86_64 or arm64)" ;;
+	esac
+}
+
+# A foreign architecture's maintainer scripts and the customize hook's
+# chroot commands run through qemu-user, registered with binfmt_misc.
+check_foreign() {
+	[ "$deb_arch" != "$(dpkg --print-architecture)" ] || return 0
+	local qemu=qemu-${arch/arm64/aarch64} f=/proc/sys/fs/binfmt_misc/qemu-${arch/arm64/aarch64}
+	command -v "$qemu-static" >/dev/null 2>&1 || [ -x "/usr/libexec/qemu-binfmt/${arch/arm64/aarch64}-binfmt-P" ] ||
+		die "building an $arch image needs qemu-user-static (run: make deps)"
+	[ -r "$f" ] && [ "$(head -n1 "$f")" = enabled ] ||
+		die "$f is not registered: mount binfmt_misc (mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc) and run 'update-binfmts --enable $qemu' (binfmt-support)"
 }
 
 # ---------------------------------------------------------------- cache
@@ -428,6 +458,7 @@ write_manifest() {
 	{
 		printf '{\n'
 		printf '  "name": %s,\n  "key": "%s",\n' "$(json_str "$r_name")" "$key"
+		printf '  "arch": "%s",\n' "$arch"
 		printf '  "suite": %s,\n  "variant": %s,\n' "$(json_str "$r_suite")" "$(json_str "$r_variant")"
 		printf '  "built": "%s",\n  "build_seconds": %s,\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$secs"
 		printf '  "virtual_size": %s,\n  "allocated_size": %s,\n  "tree_bytes": %s,\n' "$r_size_bytes" "$alloc" "$tree_bytes"
@@ -446,7 +477,7 @@ bootstrap() {
 	local root=$1 t
 	say "1/4 bootstrap with mmdebstrap: download and install the packages, the long part (full log: $log)"
 	t=$(now)
-	local -a mm=(mmdebstrap --verbose --mode=root --variant="$r_variant" --include="${r_packages[*]}")
+	local -a mm=(mmdebstrap --verbose --mode=root --arch="$deb_arch" --variant="$r_variant" --include="${r_packages[*]}")
 	# dpkg's fsync after every file is most of the time, and worthless for a
 	# tree that is copied into an image next: eatmydata drops it.
 	[ ! -d "$EATMYDATA_HOOKS" ] || mm+=(--hook-dir="$EATMYDATA_HOOKS")
@@ -470,7 +501,7 @@ bootstrap() {
 # Sets root to the tree to make the image from.
 get_tree() {
 	local treekey kept d
-	treekey=$({ cat "$recipe_file" "$self"; } | sha256sum | cut -c1-16)
+	treekey=$({ cat "$recipe_file" "$self"; echo "$arch"; } | sha256sum | cut -c1-16)
 	kept=$imgroot/$r_name/.tree-$treekey
 	if [ -z "$owner" ] && [ -f "$kept.ok" ] && [ -d "$kept" ]; then
 		say "1/4 bootstrap: reusing $kept (same recipe and build.sh; only the agent changed)"
@@ -493,9 +524,10 @@ build() {
 	local t0 t root hook img alloc tree_bytes npkg uuid fsck_out
 	check_root
 	check_tools
+	check_foreign
 	check_space "$imgroot"
 	t0=$(now)
-	say "building '$r_name' ($r_suite, $r_variant, ${#r_packages[@]} packages listed) -> $out/rootfs.ext4"
+	say "building '$r_name' ($arch, $r_suite, $r_variant, ${#r_packages[@]} packages listed) -> $out/rootfs.ext4"
 	tmp=$(mktemp -d "$imgroot/$r_name/.build-$key.XXXXXX")
 	# apt downloads as user _apt, which must reach the tree's lists and cache.
 	chmod 0755 "$tmp"
@@ -607,11 +639,16 @@ main() {
 	mode=build
 	agent_arg=
 	recipe_arg=
+	arch=x86_64
 	inputs=
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--path) mode=path ;;
 		--inputs) inputs=1 ;;
+		--arch)
+			[ $# -ge 2 ] || usage
+			arch=$2
+			shift ;;
 		--check) mode=check ;;
 		--agent)
 			[ $# -ge 2 ] || usage
@@ -634,11 +671,13 @@ main() {
 		exit 0
 	fi
 
+	set_arch
 	find_agent "$agent_arg"
 	agent_sum=$(sha256sum <"$agent")
-	key=$({ cat "$recipe_file" "$self"; echo "$agent_sum"; } | sha256sum | cut -c1-16)
+	key=$({ cat "$recipe_file" "$self"; echo "$agent_sum $arch"; } | sha256sum | cut -c1-16)
 	set_cache_dir
 	imgroot=$cache/images
+	[ "$arch" = x86_64 ] || imgroot=$cache/images-$arch
 	out=$imgroot/$r_name/$key
 
 	if [ "$mode" = path ]; then

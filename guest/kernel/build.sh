@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
-# Builds the kosa8 guest kernel (bzImage) from Debian's linux-source-6.1:
-# `make tinyconfig`, then config.fragment merged over it, then olddefconfig.
-# The build fails if olddefconfig dropped or changed any option the fragment
-# asks for, naming each one (Kconfig drops an option silently when one of its
-# dependencies is missing).
+# Builds the kosa8 guest kernel from Debian's linux-source-6.1: `make
+# tinyconfig`, then config.fragment (and for arm64 arm64.fragment) merged over
+# it, then olddefconfig.  The build fails if olddefconfig dropped or changed any
+# option the fragments ask for, naming each one (Kconfig drops an option
+# silently when one of its dependencies is missing); where the fragments
+# disagree the later one wins, for the check as for merge_config.
 #
-#   guest/kernel/build.sh          build if needed; last stdout line is the path
-#   guest/kernel/build.sh --path   print the path of the cached bzImage, or fail
+#   guest/kernel/build.sh [--arch A]          build if needed; last stdout line is the path
+#   guest/kernel/build.sh [--arch A] --path   print the path of the cached kernel, or fail
 #
-# Result: <cache>/kernel/<key>/{bzImage,config,System.map}, where <cache> is
-# ${KOSA8_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kosa8} and <key> hashes this
-# script, the fragment, patches/*.patch and the linux-source package version.
-# The unpacked source and the object tree stay in <cache>/kernel/work-<version>/
-# so that a change to the fragment rebuilds only what it touches (about 1.5 GB
-# on disk; delete the folder to reclaim it).  The patches are applied to that
-# shared source only for the length of a build, under the cache's lock, and
-# taken out again after it: a build of another key (another worktree, an
+# A is x86_64 (the default: bzImage) or arm64 (an uncompressed Image, built
+# with Debian's aarch64-linux-gnu- cross compiler).
+# Result: <cache>/kernel/<key>/{bzImage|Image,config,System.map}, where <cache>
+# is ${KOSA8_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kosa8} and <key> hashes
+# this script, the fragments, patches/*.patch, the architecture and the
+# linux-source package version.  The unpacked source and the object trees stay
+# in <cache>/kernel/work-<version>/ (obj/ for x86_64, obj-arm64/) so that a
+# change to a fragment rebuilds only what it touches (about 1.5 GB on disk per
+# architecture; delete the folder to reclaim it).  The patches are applied to
+# that shared source only for the length of a build, under the cache's lock,
+# and taken out again after it: a build of another key (another worktree, an
 # older build.sh) always starts from Debian's source.  Progress goes to stderr.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 fragment=$here/config.fragment
+arch=x86_64
 patches=$(find "$here/patches" -name '*.patch' 2>/dev/null | LC_ALL=C sort)
 tarball=/usr/src/linux-source-6.1.tar.xz
 pkg=linux-source-6.1
@@ -38,26 +43,42 @@ source_version() {
 	echo "$v"
 }
 
+mode=build
+while [ $# -gt 0 ]; do
+	case $1 in
+	--path) mode=path ;;
+	--arch) [ $# -ge 2 ] || die "usage: $0 [--arch x86_64|arm64] [--path]"; arch=$2; shift ;;
+	*) die "usage: $0 [--arch x86_64|arm64] [--path]" ;;
+	esac
+	shift
+done
+# Per architecture: make's ARCH, the compiler prefix, the target, the
+# fragments in merge order, the object folder.
+case $arch in
+x86_64) karch=x86 cross= target=bzImage fragments=("$fragment") objname=obj ;;
+arm64) karch=arm64 cross=aarch64-linux-gnu- target=Image fragments=("$fragment" "$here/arm64.fragment") objname=obj-arm64 ;;
+*) die "unknown architecture '$arch' (x86_64 or arm64)" ;;
+esac
+
 version=$(source_version)
 # shellcheck disable=SC2086 # one path a line, none with spaces
-key=$({ echo "$pkg $version"; cat "$fragment" "$0" $patches; } | sha256sum | cut -c1-16)
+key=$({ echo "$pkg $version $arch"; cat "${fragments[@]}" "$0" $patches; } | sha256sum | cut -c1-16)
 out=$kdir/$key
 
-if [ "${1:-}" = "--path" ]; then
-	[ -f "$out/bzImage" ] || die "not built yet for key $key (run: guest/kernel/build.sh or make kernel)"
-	echo "$out/bzImage"
+if [ "$mode" = path ]; then
+	[ -f "$out/$target" ] || die "not built yet for $arch, key $key (run: guest/kernel/build.sh --arch $arch)"
+	echo "$out/$target"
 	exit 0
 fi
-[ $# -eq 0 ] || die "usage: $0 [--path]"
 
-if [ -f "$out/bzImage" ]; then
-	echo "$out/bzImage"
+if [ -f "$out/$target" ]; then
+	echo "$out/$target"
 	exit 0
 fi
 
 check_tools() {
 	local t missing=
-	for t in make gcc ld flex bison bc perl lz4 xz tar flock sha256sum patch; do
+	for t in make gcc ld "${cross}gcc" "${cross}ld" flex bison bc perl lz4 xz tar flock sha256sum patch; do
 		command -v "$t" >/dev/null 2>&1 || missing="$missing $t"
 	done
 	[ -f /usr/include/gelf.h ] || missing="$missing libelf-dev(gelf.h)"
@@ -79,10 +100,19 @@ unpack_source() {
 	touch "$work/.unpacked"
 }
 
-# Every CONFIG_X=v line and "# CONFIG_X is not set" line of the fragment must
-# be in the final .config exactly; prints each one that is not.
+# The option lines of the fragments, the last one for each symbol (the one
+# merge_config.sh keeps), in the order they first appear.
+wanted_options() {
+	awk '/^CONFIG_[A-Za-z0-9_]+=/ { s = $0; sub(/=.*/, "", s) }
+	     /^# CONFIG_[A-Za-z0-9_]+ is not set$/ { s = $2 }
+	     /^CONFIG_|^# CONFIG_.* is not set$/ { if (!(s in v)) o[n++] = s; v[s] = $0 }
+	     END { for (i = 0; i < n; i++) print v[o[i]] }' "$@"
+}
+
+# Every CONFIG_X=v line and "# CONFIG_X is not set" line the fragments want
+# must be in the final .config exactly; prints each one that is not.
 check_config() {
-	local frag=$1 config=$2 line sym bad=0
+	local config=$1 line sym bad=0
 	while IFS= read -r line; do
 		case "$line" in
 		CONFIG_*=*)
@@ -97,34 +127,39 @@ check_config() {
 			say "  wanted $line, got: $(grep -E "^$sym=" "$config")"
 			bad=$((bad + 1)) ;;
 		esac
-	done <"$frag"
+	done < <(wanted_options "${fragments[@]}")
 	return $bad
 }
 
+# make for the chosen architecture.
+kmake() { make ARCH="$karch" CROSS_COMPILE="$cross" "$@"; }
+
 configure() {
-	local src=$1 obj=$2 bad=0
-	say "configuring: tinyconfig + $(basename "$fragment") + olddefconfig"
-	make -s -C "$src" O="$obj" tinyconfig >/dev/null
+	local src=$1 obj=$2 bad=0 names
+	names=$(for f in "${fragments[@]}"; do basename "$f"; done | paste -sd+)
+	say "configuring $arch: tinyconfig + $names + olddefconfig"
+	kmake -s -C "$src" O="$obj" tinyconfig >/dev/null
 	# merge_config warns about every choice the fragment overrides (compression,
 	# allocator...): expected, so its output is shown only if it fails.
-	(cd "$src" && scripts/kconfig/merge_config.sh -m -O "$obj" "$obj/.config" "$fragment") \
+	(cd "$src" && ARCH=$karch CROSS_COMPILE=$cross scripts/kconfig/merge_config.sh -m -O "$obj" "$obj/.config" "${fragments[@]}") \
 		>"$obj/merge.log" 2>&1 || { cat "$obj/merge.log" >&2; die "merge_config.sh failed"; }
-	make -s -C "$src" O="$obj" olddefconfig >>"$obj/merge.log" 2>&1 ||
+	kmake -s -C "$src" O="$obj" olddefconfig >>"$obj/merge.log" 2>&1 ||
 		{ cat "$obj/merge.log" >&2; die "make olddefconfig failed"; }
-	check_config "$fragment" "$obj/.config" || bad=$?
-	[ "$bad" -eq 0 ] || die "olddefconfig dropped or changed $bad option(s) of $fragment (listed above); fix their dependencies in the fragment"
+	check_config "$obj/.config" || bad=$?
+	[ "$bad" -eq 0 ] || die "olddefconfig dropped or changed $bad option(s) of $names (listed above); fix their dependencies in the fragment"
 }
 
 # Runs make in the background and prints one line every 30 s with the number
 # of objects compiled so far, against the count of the last full build.
 run_make() {
 	local src=$1 obj=$2 log=$3 total_file=$kdir/objects-total pid n total rc start full=0
+	[ "$arch" = x86_64 ] || total_file=$total_file-$arch
 	total=$(cat "$total_file" 2>/dev/null || echo "?")
 	[ -f "$obj/vmlinux" ] || full=1
 	start=$(date +%s)
-	say "building bzImage with make -j$(nproc), log in $log"
+	say "building $arch $target with make -j$(nproc), log in $log"
 	KBUILD_BUILD_USER=kosa8 KBUILD_BUILD_HOST=kosa8 KBUILD_BUILD_TIMESTAMP="kosa8 $version" \
-		make -C "$src" O="$obj" -j"$(nproc)" bzImage >"$log" 2>&1 &
+		kmake -C "$src" O="$obj" -j"$(nproc)" "$target" >"$log" 2>&1 &
 	pid=$!
 	while kill -0 "$pid" 2>/dev/null; do
 		for _ in $(seq 30); do
@@ -138,7 +173,7 @@ run_make() {
 	wait "$pid" || rc=$?
 	if [ "$rc" -ne 0 ]; then
 		tail -n 40 "$log" >&2
-		die "make bzImage failed (exit $rc); full log: $log"
+		die "make $target failed (exit $rc); full log: $log"
 	fi
 	n=$(grep -c '^  CC ' "$log" || true)
 	# Only a build from scratch gives a useful total for the next one.
@@ -171,20 +206,22 @@ build() {
 	local work=$kdir/work-$version tmp
 	check_tools
 	unpack_source "$work"
-	mkdir -p "$work/obj"
+	local obj=$work/$objname log=$work/build.log
+	[ "$arch" = x86_64 ] || log=$work/build-$arch.log
+	mkdir -p "$obj"
 	patch_in "$work/src"
 	trap 'unpatch "$work/src"' EXIT
-	configure "$work/src" "$work/obj"
-	run_make "$work/src" "$work/obj" "$work/build.log"
+	configure "$work/src" "$obj"
+	run_make "$work/src" "$obj" "$log"
 	unpatch "$work/src"
 	trap - EXIT
 	tmp=$(mktemp -d "$kdir/$key.XXXXXX")
-	cp "$work/obj/arch/x86/boot/bzImage" "$tmp/bzImage"
-	cp "$work/obj/.config" "$tmp/config"
-	cp "$work/obj/System.map" "$tmp/System.map"
+	cp "$obj/arch/$karch/boot/$target" "$tmp/$target"
+	cp "$obj/.config" "$tmp/config"
+	cp "$obj/System.map" "$tmp/System.map"
 	chmod 755 "$tmp"
 	mv -T "$tmp" "$out"
-	say "$out/bzImage ($(stat -c %s "$out/bzImage") bytes)"
+	say "$out/$target ($(stat -c %s "$out/$target") bytes)"
 }
 
 mkdir -p "$kdir"
@@ -194,5 +231,5 @@ if ! flock -n 9; then
 	say "another build holds $kdir/.lock; waiting"
 	flock 9
 fi
-[ -f "$out/bzImage" ] || build
-echo "$out/bzImage"
+[ -f "$out/$target" ] || build
+echo "$out/$target"

@@ -9,6 +9,9 @@
 #ifndef KOSA8_AGENTPROTO_WIRE_H
 #define KOSA8_AGENTPROTO_WIRE_H
 
+/* Before linux/vm_sockets.h: the uapi headers of Debian's arm64 cross
+ * toolchain (6.1.4) use struct sockaddr there without including it. */
+#include <sys/socket.h>
 #include <linux/vm_sockets.h>
 
 /* The host's vsock address as the guest sees it: the well-known host CID

@@ -145,6 +145,30 @@ static void test_agent_checks(void **state)
 	assert_non_null(strstr(out, "image 'default' is not built for key "));
 }
 
+/* --arch: the agent must be built for the guest's architecture, and a
+ * foreign architecture's images live in images-<arch>/, apart from x86_64's. */
+static void test_arch_checks(void **state)
+{
+	assert_int_equal(run("$B --arch sparc --path"), 1);
+	assert_non_null(strstr(out, "unknown architecture 'sparc'"));
+	/* busybox-static: a static x86_64 ELF, not an arm64 agent. */
+	assert_int_equal(run("$B --arch arm64 --agent /bin/busybox --path"), 1);
+	assert_non_null(strstr(out, "is not an arm64 binary (ELF machine 62, want 183)"));
+	/* A bare aarch64 ELF header (no program headers, so static). */
+	assert_int_equal(run("{ printf '\\177ELF\\2\\1\\1'; head -c 11 /dev/zero; printf '\\267\\0'; head -c 44 /dev/zero; }"
+			     " > \"$D/a64\" && $B --agent \"$D/a64\" --path"),
+			 1);
+	assert_non_null(strstr(out, "is not an x86_64 binary (ELF machine 183, want 62)"));
+	assert_int_equal(run("$B --arch arm64 --agent \"$D/a64\" --path"), 1);
+	assert_non_null(strstr(out, "image 'default' is not built for key "));
+	/* Laid out under the key it names, in images-arm64/: found there. */
+	assert_int_equal(run("k=$($B --arch arm64 --agent \"$D/a64\" --path 2>&1 | sed -n 's/.* for key \\([0-9a-f]*\\) .*/\\1/p') && "
+			     "mkdir -p \"$D/cache/images-arm64/default/$k\" && touch \"$D/cache/images-arm64/default/$k/rootfs.ext4\" && "
+			     "$B --arch arm64 --agent \"$D/a64\" --path && rm -r \"$D/cache/images-arm64\""),
+			 0);
+	assert_non_null(strstr(out, "/cache/images-arm64/default/"));
+}
+
 static void test_refuses_non_root(void **state)
 {
 	const char *as_user = geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
@@ -246,6 +270,7 @@ int main(void)
 		cmocka_unit_test(test_malformed_recipes),
 		cmocka_unit_test(test_recipe_lookup),
 		cmocka_unit_test(test_agent_checks),
+		cmocka_unit_test(test_arch_checks),
 		cmocka_unit_test(test_refuses_non_root),
 		cmocka_unit_test(test_ls),
 		cmocka_unit_test(test_path),
