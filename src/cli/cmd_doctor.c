@@ -266,19 +266,19 @@ static bool check_disk(struct check *c)
 	return c->v != DOC_FAIL;
 }
 
-static bool check_kernel(struct check *c)
+/* path: the kernel found, for the template check. */
+static bool check_kernel(struct check *c, char *path)
 {
-	char path[PATH_MAX];
 	const char *env = getenv("KOSA8_KERNEL");
 
 	if (env && *env) {
-		if (access(env, R_OK) == 0)
+		if (access(env, R_OK) == 0 && realpath(env, path))
 			return say(c, DOC_OK, "%s (from KOSA8_KERNEL)", env), true;
 		say(c, DOC_FAIL, "KOSA8_KERNEL=%s is not a readable file", env);
 		fix(c, "unset KOSA8_KERNEL, or point it at a bzImage");
 		return false;
 	}
-	if (kosa8_guest_kernel(path, sizeof(path)) == 0 && access(path, R_OK) == 0)
+	if (kosa8_guest_kernel(path, PATH_MAX) == 0 && access(path, R_OK) == 0)
 		return say(c, DOC_OK, "%s", path), true;
 	say(c, DOC_FAIL, "not built (no bzImage installed with kosa8, no build tree kernel)");
 	fix(c, "make kernel (in the build tree), or install a kosa8 release");
@@ -298,10 +298,11 @@ static bool check_vmm(struct check *c)
 	return false;
 }
 
-/* The default image, as kosa8 run finds it (guest/image/build.sh --path). */
-static bool check_image(struct check *c)
+/* The default image, as kosa8 run finds it (guest/image/build.sh --path);
+ * path: the image found, for the template check. */
+static bool check_image(struct check *c, char *path)
 {
-	char builder[PATH_MAX], path[PATH_MAX];
+	char builder[PATH_MAX];
 	const char *argv[4] = {builder, "--path", "default", NULL};
 
 	if (kosa8_data_path("guest/image/build.sh", builder, sizeof(builder)) < 0) {
@@ -310,11 +311,51 @@ static bool check_image(struct check *c)
 		return false;
 	}
 	kosa8_use_installed_agent();
-	if (run_for_last_line(argv, path, sizeof(path)) == 0 && path[0] == '/')
+	if (run_for_last_line(argv, path, PATH_MAX) == 0 && path[0] == '/')
 		return say(c, DOC_OK, "default: %s", path), true;
 	say(c, DOC_FAIL, "default: not built");
 	fix(c, "sudo kosa8 image build default (a few minutes; needs mmdebstrap)");
 	return false;
+}
+
+/* The template a plain `kosa8 run` starts from (supervisor/template.h):
+ * the default image with the default vCPUs and memory, this kosa8 and
+ * guest kernel.  Without it the first run or create makes it, once, so
+ * this only warns.  kernel or image is "" when its check failed. */
+static void check_template(struct check *c, const char *kernel, const char *image)
+{
+	char self[PATH_MAX] = "", root[PATH_MAX], key[TEMPLATE_KEY_LEN + 1], why[PATH_MAX + 256];
+	struct template_inputs in = {.kernel = kernel, .image = image, .exe = self,
+				     .mem = CLI_SANDBOX_MEM, .cpus = CLI_SANDBOX_CPUS};
+	const char *warm = "kosa8 image warm (boots the default image once, a minute or more; "
+			   "or let the first kosa8 run make it)";
+	int rc;
+
+	if (!kernel[0] || !image[0]) {
+		say(c, DOC_WARN, "none: no %s to make one from", !kernel[0] ? "guest kernel" : "default image");
+		fix(c, "fix the %s line, then %s", !kernel[0] ? "kernel" : "image", warm);
+		return;
+	}
+	if (!realpath("/proc/self/exe", self) || template_key(&in, key, why, sizeof(why)) < 0) {
+		say(c, DOC_WARN, "cannot tell: %.1000s", self[0] ? why : strerror(errno));
+		return;
+	}
+	if (template_root(root, sizeof(root), false, why, sizeof(why)) == 0 &&
+	    (rc = template_check(root, key, why, sizeof(why))) != -ENOENT) {
+		if (rc == 0) {
+			say(c, DOC_OK, "%.12s for the default image (%d vCPU, %llu MiB) and this kosa8: "
+				       "new sandboxes start from it", key, CLI_SANDBOX_CPUS,
+			    (unsigned long long)(CLI_SANDBOX_MEM / MiB));
+			return;
+		}
+		say(c, DOC_WARN, "%s", why);
+		fix(c, "kosa8 image prune, then %s", warm);
+		return;
+	}
+	say(c, DOC_WARN, "none yet for the default image (%d vCPU, %llu MiB) and this kosa8 (%.12s): "
+			 "the first sandbox boots one and checkpoints it", CLI_SANDBOX_CPUS,
+	    (unsigned long long)(CLI_SANDBOX_MEM / MiB), key);
+	fix(c, "%s", warm);
 }
 
 /* The audit signing key and its public half, as `kosa8 audit verify
@@ -395,10 +436,11 @@ int cmd_doctor(int argc, char **argv)
 {
 	struct check cs[] = {
 		{.name = "kvm"},  {.name = "emulation"}, {.name = "cgroup"}, {.name = "userns"},
-		{.name = "disk"}, {.name = "kernel"},	 {.name = "image"},  {.name = "audit-key"},
-		{.name = "vmm"},
+		{.name = "disk"}, {.name = "kernel"},	 {.name = "image"},  {.name = "template"},
+		{.name = "audit-key"}, {.name = "vmm"},
 	};
-	bool json = false, kvm, emu, ready;
+	char kernel[PATH_MAX] = "", image[PATH_MAX] = "";
+	bool json = false, kvm, emu, ready, k, img;
 
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--json")) {
@@ -415,8 +457,14 @@ int cmd_doctor(int argc, char **argv)
 	check_cgroup(&cs[2]);
 	check_userns(&cs[3]);
 	/* '&', not '&&': every check runs and prints its line. */
-	ready = (kvm || emu) & check_disk(&cs[4]) & check_kernel(&cs[5]) & check_image(&cs[6]) &
-		check_audit_key(&cs[7]) & check_vmm(&cs[8]);
+	k = check_kernel(&cs[5], kernel);
+	img = check_image(&cs[6], image);
+	if (!k)
+		kernel[0] = '\0';
+	if (!img)
+		image[0] = '\0';
+	check_template(&cs[7], kernel, image);
+	ready = (kvm || emu) & check_disk(&cs[4]) & k & img & check_audit_key(&cs[8]) & check_vmm(&cs[9]);
 	fflush(stdout);
 	if (json) {
 		if (print_json(cs, ARRAY_SIZE(cs), ready) < 0)

@@ -36,7 +36,7 @@
 #include "sandbox/sandbox.h"
 #include "supervisor/supervisor.h"
 
-#define DEFAULT_MEM (1024 * MiB)
+#define DEFAULT_MEM CLI_SANDBOX_MEM
 #define START_TIMEOUT_MS (SUPERVISOR_BOOT_TIMEOUT_MS + 60 * 1000)
 /* A supervisor asked to stop has its VMM power off, then at worst killed. */
 #define STOP_WAIT_MS (60 * 1000)
@@ -204,7 +204,7 @@ static int parse_create_opts(const char *cmd, int argc, char **argv, struct crea
 
 	memset(o, 0, sizeof(*o));
 	o->mem = DEFAULT_MEM;
-	o->cpus = 1;
+	o->cpus = CLI_SANDBOX_CPUS;
 	o->image = "default";
 	/* KOSA8_COLD=1: every new sandbox boots, as with --cold. */
 	o->cold = getenv("KOSA8_COLD") && strcmp(getenv("KOSA8_COLD"), "0");

@@ -66,6 +66,10 @@ void cli_child_stdio_to_log(const char *dir);
  * template (prune waits) until the caller closes it, once the sandbox's
  * pin is written; on failure it printed why and returns 1. */
 struct sandbox_cfg;
+/* A new sandbox's memory and vCPUs unless --mem and --cpus say otherwise
+ * (the template `kosa8 doctor` looks for). */
+#define CLI_SANDBOX_MEM (1024 * MiB)
+#define CLI_SANDBOX_CPUS 1
 struct cli_template {
 	char root[PATH_MAX], dir[PATH_MAX + TEMPLATE_KEY_LEN + 2];
 	char key[TEMPLATE_KEY_LEN + 1], name[TEMPLATE_NAME_LEN];

@@ -42,7 +42,9 @@ struct fwd {
 	int in_fd, out_fd, err_fd;
 	int lock_fd;        /* "client", locked for this process's life */
 	uint64_t out_read, err_read; /* punched up to here in out, err */
-	bool stdin_done, tty, started;
+	uint64_t in_written, in_punched; /* bytes appended to "in"; punched out of it */
+	uint64_t started_ms;
+	bool stdin_done, tty, started, in_unbounded;
 	struct termios saved;
 	bool raw;
 };
@@ -305,15 +307,70 @@ static bool copy_out(const struct fwd *f, const char *name, int *fd, uint64_t *p
 	return moved;
 }
 
-/* Copies what stdin has now into "in" (waiting up to ms for it); at its
- * end, makes in.eof. */
+/* in.pos: how many bytes of "in" the command took (machine.h); -ENOENT
+ * when the server has not written it, -EBADMSG when it is not a count of
+ * what was written. */
+static int64_t in_taken(const struct fwd *f)
+{
+	char path[PATH_MAX], buf[24], *end;
+	unsigned long long v;
+	ssize_t n;
+	int fd;
+
+	if (path_in(f, "in.pos", path, sizeof(path)) || (fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+		return -ENOENT;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -EBADMSG;
+	buf[n] = 0;
+	errno = 0;
+	v = strtoull(buf, &end, 10);
+	if (buf[0] < '0' || buf[0] > '9' || errno || (*end && strcmp(end, "\n")) || v > f->in_written)
+		return -EBADMSG;
+	return (int64_t)v;
+}
+
+/* Whether MACHINE_IN_MAX bytes of stdin wait in "in" for the command:
+ * then no more is read (the writer waits, as on a full pipe).  What the
+ * command took is punched out of "in", as copy_out does for output. */
+static bool in_full(struct fwd *f)
+{
+	int64_t taken;
+	off_t at;
+
+	if (f->in_unbounded || f->in_written < MACHINE_IN_MAX)
+		return false;
+	taken = in_taken(f);
+	if (taken == -ENOENT) {
+		/* A server older than this kosa8 never says: it reads "in" as
+		 * before, unbounded. */
+		if (f->started && mono_ms() - f->started_ms > 2000) {
+			fprintf(stderr, "kosa8: the helper machine was started by an older kosa8 and does not "
+					"bound this command's input; 'kosa8 machine stop' starts a new one next time\n");
+			f->in_unbounded = true;
+			return false;
+		}
+		return true;
+	}
+	if (taken < 0)
+		return true; /* a count that cannot be: wait for a good one */
+	at = (off_t)taken & ~(off_t)4095;
+	if (at > 0 && (uint64_t)at - f->in_punched >= MACHINE_OUT_PUNCH &&
+	    fallocate(f->in_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, at) == 0)
+		f->in_punched = (uint64_t)at;
+	return f->in_written - (uint64_t)taken >= MACHINE_IN_MAX;
+}
+
+/* Copies what stdin has now into "in" (waiting up to ms for it), while
+ * the command keeps up; at its end, makes in.eof. */
 static bool copy_in(struct fwd *f, int ms)
 {
 	struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
 	char buf[65536];
 	ssize_t n;
 
-	if (f->stdin_done) {
+	if (f->stdin_done || in_full(f)) {
 		poll(NULL, 0, ms);
 		return false;
 	}
@@ -322,8 +379,10 @@ static bool copy_in(struct fwd *f, int ms)
 	n = read(STDIN_FILENO, buf, sizeof(buf));
 	if (n < 0 && errno == EINTR)
 		return false;
-	if (n > 0 && write_all(f->in_fd, buf, (size_t)n) == 0)
+	if (n > 0 && write_all(f->in_fd, buf, (size_t)n) == 0) {
+		f->in_written += (uint64_t)n;
 		return true;
+	}
 	f->stdin_done = true;
 	close(f->in_fd);
 	f->in_fd = -1;
@@ -391,7 +450,9 @@ static int pump(struct fwd *f, const char *mdir)
 				fprintf(stderr, "kosa8: the helper machine gave no exit status\n");
 			return st < 0 ? FAILED : st;
 		}
-		if (!f->started && !(f->started = exists(f, "started")) && now - start > TAKE_TIMEOUT_MS) {
+		if (!f->started && (f->started = exists(f, "started")))
+			f->started_ms = now;
+		if (!f->started && now - start > TAKE_TIMEOUT_MS) {
 			fprintf(stderr, "kosa8: the helper machine did not take the command in %d s "
 					"(see 'kosa8 machine status')\n", TAKE_TIMEOUT_MS / 1000);
 			return FAILED;

@@ -22,7 +22,14 @@
  *   alive     made then too, touched by the host every second (serve.c
  *             ends a command whose host has gone quiet)
  *   started   made by the server (O_EXCL) when it takes the request
- *   in        the command's stdin, appended by the host; in.eof: no more
+ *   in        the command's stdin, appended by the host; in.eof: no more.
+ *             At most MACHINE_IN_MAX bytes the command has not taken yet:
+ *             the host reads no more of its stdin until the machine says
+ *             it took them (in.pos), as a full pipe would make it wait,
+ *             and punches out of "in" what was taken
+ *   in.pos    how many bytes of "in" the command has taken, in decimal,
+ *             written ("0") when the command starts and replaced (rename)
+ *             as it takes more; a server older than this never writes it
  *   out, err  the command's stdout and stderr, appended by the machine;
  *             the host punches out what it copied (MACHINE_OUT_PUNCH)
  *   winsize   "ROWS COLS", replaced (rename) by the host on SIGWINCH
@@ -50,6 +57,8 @@
 #define MACHINE_REQ_ORPHAN_S 60
 /* The host punches what it copied out of "out" and "err" in steps of this. */
 #define MACHINE_OUT_PUNCH (1024 * 1024)
+/* Bytes of stdin written to "in" that the command has not taken yet. */
+#define MACHINE_IN_MAX (1024 * 1024)
 
 struct machine_req {
 	const char *exe;
@@ -73,8 +82,8 @@ int machine_req_encode(const char *exe, const char *cwd, bool tty, unsigned rows
 /* Why this host's KVM cannot run kosa8's guests, or NULL if it can. */
 const char *machine_kvm_unusable(void);
 
-/* <state>/machine, made 0700 and checked to be the user's alone (create),
- * or just named.  0 or -errno with why. */
+/* <state>/machine ($KOSA8_MACHINE_DIR if set), made 0700 and checked to be
+ * the user's alone (create), or just named.  0 or -errno with why. */
 int machine_dir(char *buf, size_t len, bool create, char *why, size_t whylen);
 /* 1 running (QEMU holds the directory's owner.lock; *pid is QEMU's), 0
  * not, or -errno. */

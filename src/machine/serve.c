@@ -38,6 +38,7 @@ struct job {
 	bool tty;
 	char inbuf[65536];
 	size_t inlen, inoff;
+	uint64_t in_taken, in_told; /* bytes of "in" the command took; said in in.pos */
 };
 
 static int jpath(const struct job *j, const char *name, char *buf, size_t len)
@@ -68,21 +69,45 @@ static int jread(const struct job *j, const char *name, char *buf, size_t len)
 	return n > 0 ? 0 : -1;
 }
 
-static void put_status(const struct job *j, int st)
+/* Replaces the request's file name with text at once (rename): the host
+ * never reads half of it. */
+static void put_small(const struct job *j, const char *name, const char *text, bool sync)
 {
-	char tmp[PATH_MAX], path[PATH_MAX], num[16];
+	char tmp[PATH_MAX], path[PATH_MAX];
 	int fd;
 
-	snprintf(num, sizeof(num), "%d\n", st);
-	if (jpath(j, "status.tmp", tmp, sizeof(tmp)) || jpath(j, "status", path, sizeof(path)))
+	if (jpath(j, name, path, sizeof(path)) || snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
 		return;
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return;
-	write_all(fd, num, strlen(num));
-	fsync(fd);
+	write_all(fd, text, strlen(text));
+	if (sync)
+		fsync(fd);
 	close(fd);
 	rename(tmp, path);
+}
+
+static void put_status(const struct job *j, int st)
+{
+	char num[16];
+
+	snprintf(num, sizeof(num), "%d\n", st);
+	put_small(j, "status", num, true);
+}
+
+/* Tells the host how much of "in" the command took, so that it reads
+ * more of its stdin (it stops MACHINE_IN_MAX bytes ahead). */
+static void tell_taken(struct job *j, bool now)
+{
+	char num[24];
+
+	/* Every 256 KiB, or when the host has nothing more in "in" yet. */
+	if (j->in_taken == j->in_told || (!now && j->in_taken - j->in_told < MACHINE_IN_MAX / 4))
+		return;
+	snprintf(num, sizeof(num), "%llu\n", (unsigned long long)j->in_taken);
+	put_small(j, "in.pos", num, false);
+	j->in_told = j->in_taken;
 }
 
 /* The request's environment with this machine's run directory (sockets
@@ -341,6 +366,7 @@ static void feed(struct job *j)
 			j->wr_in = -1;
 			return;
 		} else {
+			tell_taken(j, true);
 			return;
 		}
 	}
@@ -349,6 +375,11 @@ static void feed(struct job *j)
 		j->inoff += (size_t)n;
 	else if (n < 0 && errno != EAGAIN && errno != EINTR)
 		j->inoff = j->inlen; /* the command closed its stdin: the rest is lost, as with a pipe */
+	if (j->inoff == j->inlen) {
+		j->in_taken += j->inlen;
+		j->inlen = j->inoff = 0;
+		tell_taken(j, false);
+	}
 }
 
 /* A new terminal size or a signal from the host. */
@@ -417,6 +448,7 @@ static int run_job(struct job *j, const char *rundir)
 	rows = r.rows;
 	cols = r.cols;
 	j->in_fd = jopen(j, "in", O_RDONLY);
+	put_small(j, "in.pos", "0\n", false); /* this server bounds "in" (machine.h) */
 	pid = start(j, &r, rundir);
 	if (pid < 0) {
 		dprintf(j->err_fd, "kosa8: the helper machine cannot start the command: %s\n", strerror(errno));

@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -677,6 +678,60 @@ static int adopt_top(const char *state_dir, struct ckpt_meta *cur, const char *t
 	snprintf(cur->top, sizeof(cur->top), "%s", top);
 	cur->next++;
 	return rc ? rc : ckpt_meta_save(state_dir, cur);
+}
+
+/* "c<digits>.tmp-<digits>": what vm_checkpoint.c builds a checkpoint in. */
+static bool tmp_name(const char *n)
+{
+	const char *p = n + 1;
+
+	if (n[0] != 'c' || !(*p >= '0' && *p <= '9'))
+		return false;
+	while (*p >= '0' && *p <= '9')
+		p++;
+	if (strncmp(p, ".tmp-", 5) || !(p[5] >= '0' && p[5] <= '9'))
+		return false;
+	for (p += 5; *p; p++)
+		if (*p < '0' || *p > '9')
+			return false;
+	return true;
+}
+
+int ckpt_sweep_tmp(const char *state_dir, uint64_t *freed)
+{
+	char path[PATH_MAX];
+	struct dirent *e, *f;
+	int fd, sub, n = 0;
+	struct stat st;
+	DIR *d, *in;
+
+	*freed = 0;
+	if (snprintf(path, sizeof(path), "%s/" CKPT_DIR, state_dir) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	if ((fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!(d = fdopendir(fd))) {
+		close(fd);
+		return -errno;
+	}
+	while ((e = readdir(d))) {
+		if (!tmp_name(e->d_name))
+			continue;
+		sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub < 0 || !(in = fdopendir(sub))) {
+			if (sub >= 0)
+				close(sub);
+			continue; /* not a directory (or a link): not the VMM's */
+		}
+		while ((f = readdir(in)))
+			if (fstatat(dirfd(in), f->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode) &&
+			    unlinkat(dirfd(in), f->d_name, 0) == 0)
+				*freed += (uint64_t)st.st_blocks * 512;
+		closedir(in);
+		n += unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR) == 0;
+	}
+	closedir(d);
+	return n;
 }
 
 int ckpt_recover_top(const char *state_dir, char *err, size_t errlen)

@@ -51,6 +51,13 @@ int ckpt_remove(const char *state_dir, const char *id, uint64_t *freed, char *er
  * else -errno (err). */
 int ckpt_recover_top(const char *state_dir, char *err, size_t errlen);
 
+/* A VMM killed while it wrote a checkpoint leaves checkpoints/cN.tmp-PID
+ * (vm_checkpoint.c builds it there and renames it whole).  Removes every
+ * such directory and its files (never following a link): only while no
+ * VMM runs for the sandbox, i.e. by a supervisor that holds its owner lock
+ * before it starts one.  How many went; *freed: bytes given back. */
+int ckpt_sweep_tmp(const char *state_dir, uint64_t *freed);
+
 /* ---- forks ----
  * A fork is a new sandbox that runs from another sandbox's checkpoint: its
  * own delta over the checkpoint's frozen disk chain, the checkpoint's memory

@@ -1338,6 +1338,20 @@ static int recover_checkpoint(struct supervisor *s)
 	return rc;
 }
 
+/* What a VMM killed mid-checkpoint left (ckpt_sweep_tmp): ours alone to
+ * remove, as we own the sandbox and start its VMM only after this. */
+static void sweep_tmp_checkpoints(struct supervisor *s)
+{
+	uint64_t freed;
+	int n = ckpt_sweep_tmp(s->state_dir, &freed);
+
+	if (n > 0)
+		log_info("removed %d unfinished checkpoint folder%s (cN.tmp-PID) of a VMM that was "
+			 "killed while writing, %.1f MiB", n, n == 1 ? "" : "s", (double)freed / MiB);
+	else if (n < 0)
+		log_warn("cannot sweep unfinished checkpoint folders: %s", strerror(-n));
+}
+
 /* Before anything of the sandbox is touched: one supervisor per sandbox. */
 static int own_sandbox(struct supervisor *s, const char *name)
 {
@@ -1436,6 +1450,7 @@ static int supervise(const char *self, const char *name, const char *template_di
 		why = "cannot start the supervisor's worker thread";
 		goto fail;
 	}
+	sweep_tmp_checkpoints(&s);
 	if (!restore && (err = recover_checkpoint(&s)) < 0) {
 		why = "the sandbox's disk cannot be recovered from an interrupted checkpoint";
 		goto fail;

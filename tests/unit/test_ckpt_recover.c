@@ -328,6 +328,37 @@ static void test_new_delta_over_an_unfrozen_top(void **state)
 	assert_int_equal(ckpt_recover_top(dir, err, sizeof(err)), 0);
 }
 
+/* What a VMM killed mid-checkpoint leaves (checkpoints/cN.tmp-PID with its
+ * files) goes; a whole checkpoint, other names, and a link named like
+ * one (and what it points to) stay. */
+static void test_sweep_unfinished_checkpoints(void **state)
+{
+	char cmd[PATH_MAX * 5], path[PATH_MAX + 64];
+	uint64_t freed;
+
+	make_sandbox("sweep");
+	snprintf(cmd, sizeof(cmd),
+		 "cd %s/checkpoints && mkdir c1 c3.tmp-4242 c4.tmp-1 c4.tmp-x keep && "
+		 "head -c 65536 /dev/urandom >c3.tmp-4242/memory && echo s >c3.tmp-4242/state && "
+		 "echo m >c1/memory && echo s >c4.tmp-1/state && mkdir %s/outside && echo o >%s/outside/memory && "
+		 "ln -s %s/outside c5.tmp-7",
+		 dir, dir, dir, dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(ckpt_sweep_tmp(dir, &freed), 2);
+	assert_true(freed >= 65536);
+	snprintf(path, sizeof(path), "%s/checkpoints/c3.tmp-4242", dir);
+	assert_int_equal(access(path, F_OK), -1);
+	snprintf(path, sizeof(path), "%s/checkpoints/c4.tmp-1", dir);
+	assert_int_equal(access(path, F_OK), -1);
+	snprintf(cmd, sizeof(cmd),
+		 "cd %s && test -f checkpoints/c1/memory && test -d checkpoints/c4.tmp-x && test -d checkpoints/keep && "
+		 "test -L checkpoints/c5.tmp-7 && test -f outside/memory",
+		 dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(ckpt_sweep_tmp(dir, &freed), 0);
+	assert_int_equal(freed, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -337,6 +368,7 @@ int main(void)
 		cmocka_unit_test(test_failed_checkpoint_after_the_disk_moved),
 		cmocka_unit_test(test_failed_record_after_the_vmm_wrote_it),
 		cmocka_unit_test(test_new_delta_over_an_unfrozen_top),
+		cmocka_unit_test(test_sweep_unfinished_checkpoints),
 	};
 	return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
 }

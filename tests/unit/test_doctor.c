@@ -152,6 +152,16 @@ static void test_image_of_installed_layout(void **state)
 			     key, key),
 			 1);
 	expect("image", "ok", key);
+	/* No kernel there: no template can be made. */
+	expect("template", "warn", "no guest kernel");
+	/* With one, the template for the default image, its vCPUs and memory
+	 * and this kosa8 is not made yet: warn, with the command that makes it. */
+	assert_int_equal(run("head -c 4096 /dev/urandom >$D/img/lib/kosa8/bzImage && "
+			     "cp $(dirname $K)/kosa8-vmm $D/img/lib/kosa8/ && "
+			     "KOSA8_CACHE_DIR=$D/cache $D/img/bin/kosa8 doctor"),
+			 1);
+	assert_non_null(strstr(out, "warn  template   none yet for the default image (1 vCPU, 1024 MiB)"));
+	assert_non_null(strstr(out, "fix: kosa8 image warm"));
 }
 
 static void test_key_never_created(void **state)

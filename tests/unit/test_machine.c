@@ -1,13 +1,17 @@
 /* The helper machine's request file (src/machine/req.c): what the host
  * writes, the machine reads back exactly; what it must not take, it
- * refuses with a reason. */
+ * refuses with a reason.  And where the machine's directory is
+ * (machine_dir: KOSA8_MACHINE_DIR or the state directory's). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "machine/machine.h"
@@ -104,6 +108,53 @@ static void test_bounds(void **state)
 	free(argv);
 }
 
+/* KOSA8_MACHINE_DIR names one machine for several state directories
+ * (tests/machine/sandboxes): taken only absolute, and checked as the
+ * default one is: the caller's own, 0700, not a link. */
+static void test_dir(void **state)
+{
+	char tmp[] = "/tmp/kosa8-mdir.XXXXXX", want[256], link[256], buf[256], why[256];
+	struct stat st;
+
+	(void)state;
+	assert_non_null(mkdtemp(tmp));
+	snprintf(want, sizeof(want), "%s/state", tmp);
+	setenv("KOSA8_STATE_DIR", want, 1);
+	unsetenv("KOSA8_MACHINE_DIR");
+	assert_int_equal(machine_dir(buf, sizeof(buf), false, why, sizeof(why)), 0);
+	snprintf(want, sizeof(want), "%s/state/machine", tmp);
+	assert_string_equal(buf, want);
+
+	setenv("KOSA8_MACHINE_DIR", "rel/machine", 1);
+	assert_int_equal(machine_dir(buf, sizeof(buf), true, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "not an absolute path"));
+
+	snprintf(want, sizeof(want), "%s/shared", tmp);
+	setenv("KOSA8_MACHINE_DIR", want, 1);
+	assert_int_equal(machine_dir(buf, sizeof(buf), true, why, sizeof(why)), 0);
+	assert_string_equal(buf, want);
+	assert_int_equal(stat(want, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0700);
+	assert_int_equal(st.st_uid, geteuid());
+	/* Not made under the state directory. */
+	snprintf(buf, sizeof(buf), "%s/state/machine", tmp);
+	assert_int_not_equal(access(buf, F_OK), 0);
+
+	assert_int_equal(chmod(want, 0755), 0);
+	assert_int_equal(machine_dir(buf, sizeof(buf), true, why, sizeof(why)), -EPERM);
+	assert_int_equal(chmod(want, 0700), 0);
+	snprintf(link, sizeof(link), "%s/link", tmp);
+	assert_int_equal(symlink(want, link), 0);
+	setenv("KOSA8_MACHINE_DIR", link, 1);
+	assert_int_equal(machine_dir(buf, sizeof(buf), true, why, sizeof(why)), -ELOOP);
+
+	unsetenv("KOSA8_MACHINE_DIR");
+	unsetenv("KOSA8_STATE_DIR");
+	unlink(link);
+	rmdir(want);
+	rmdir(tmp);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -111,6 +162,7 @@ int main(void)
 		cmocka_unit_test(test_no_tty),
 		cmocka_unit_test(test_rejects),
 		cmocka_unit_test(test_bounds),
+		cmocka_unit_test(test_dir),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

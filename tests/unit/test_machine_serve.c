@@ -45,6 +45,14 @@ static int job(const char *what)
 		printf("hello\n");
 		return 0;
 	}
+	if (!strcmp(what, "count")) {
+		unsigned long long total = 0;
+		ssize_t n;
+		while ((n = read(STDIN_FILENO, chunk, sizeof(chunk))) > 0)
+			total += (unsigned long long)n;
+		printf("%llu\n", total);
+		return 0;
+	}
 	if (!strcmp(what, "sleep")) {
 		printf("%d\n", (int)getpid());
 		fflush(stdout);
@@ -95,8 +103,9 @@ static int teardown(void **state)
 	return system(path) == 0 ? 0 : -1;
 }
 
-/* A client forwarding KOSA8_TEST_JOB=what, its stdout in outfile. */
-static pid_t client(const char *what)
+/* A client forwarding KOSA8_TEST_JOB=what, its stdout in outfile, its
+ * stdin in_fd (or this process's when -1). */
+static pid_t client_in(const char *what, int in_fd)
 {
 	pid_t pid;
 
@@ -107,10 +116,17 @@ static pid_t client(const char *what)
 		char *argv[] = {"job", NULL};
 		int fd = open(outfile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		dup2(fd, STDOUT_FILENO);
+		if (in_fd >= 0)
+			dup2(in_fd, STDIN_FILENO);
 		setenv("KOSA8_TEST_JOB", what, 1);
 		_exit(machine_forward(mdir, 1, argv));
 	}
 	return pid;
+}
+
+static pid_t client(const char *what)
+{
+	return client_in(what, -1);
 }
 
 static int client_status(pid_t pid)
@@ -242,6 +258,74 @@ static void test_output_space_bounded(void **state)
 	assert_int_equal(count_requests(NULL, 0), 0);
 }
 
+/* A child writing bytes of stdin for a client into a pipe: the read end
+ * in *rd; the writer's pid. */
+static pid_t writer(size_t bytes, int *rd)
+{
+	static char chunk[65536];
+	int p[2];
+	pid_t pid;
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(p[0]); /* a reader that goes leaves this writer EPIPE, not a wait */
+		memset(chunk, 'y', sizeof(chunk));
+		for (size_t done = 0; done < bytes; done += sizeof(chunk))
+			if (write_all(p[1], chunk, sizeof(chunk)))
+				_exit(1);
+		_exit(0);
+	}
+	close(p[1]);
+	*rd = p[0];
+	return pid;
+}
+
+/* A command that never reads its stdin while 32 MiB wait on the host:
+ * "in" holds no more than MACHINE_IN_MAX of them, and the writer waits as
+ * on a full pipe. */
+static void test_input_bounded(void **state)
+{
+	char req[256], in[300];
+	int rd, st;
+	pid_t w = writer(32u << 20, &rd), c = client_in("sleep", rd);
+	struct stat sb;
+
+	close(rd);
+	wait_output(2, 20000);
+	sleep(2);
+	assert_int_equal(count_requests(req, sizeof(req)), 1);
+	snprintf(in, sizeof(in), "%s/in", req);
+	assert_int_equal(stat(in, &sb), 0);
+	print_message("in: %lld bytes while the command reads nothing\n", (long long)sb.st_size);
+	assert_true(sb.st_size <= MACHINE_IN_MAX + 65536);
+	assert_int_equal(waitpid(w, &st, WNOHANG), 0); /* still waiting to write */
+	kill(c, SIGKILL);
+	client_status(c);
+	kill(w, SIGKILL);
+	waitpid(w, NULL, 0);
+	assert_int_equal(machine_sweep_requests(mdir), 0);
+}
+
+/* 24 MiB through a command that reads them all: every byte arrives, and
+ * what the command took is punched out of "in" on the host. */
+static void test_input_whole(void **state)
+{
+	int rd;
+	pid_t w = writer(24u << 20, &rd), c = client_in("count", rd);
+	char *out;
+	size_t len;
+
+	close(rd);
+	assert_int_equal(client_status(c), 0);
+	waitpid(w, NULL, 0);
+	assert_int_equal(read_file(outfile, 64, (uint8_t **)&out, &len), 0);
+	assert_int_equal(strtoull(out, NULL, 10), 24ull << 20);
+	free(out);
+	assert_int_equal(count_requests(NULL, 0), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -249,6 +333,8 @@ int main(void)
 		cmocka_unit_test(test_cleaned_after_the_client_is_killed),
 		cmocka_unit_test(test_count_bounded),
 		cmocka_unit_test(test_output_space_bounded),
+		cmocka_unit_test(test_input_bounded),
+		cmocka_unit_test(test_input_whole),
 	};
 	const char *what = getenv("KOSA8_TEST_JOB");
 
