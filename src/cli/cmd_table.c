@@ -457,6 +457,12 @@ const struct cli_cmd cli_commands[] = {
 	 "For bash: 'source <(kosa8 completion bash)' in ~/.bashrc, or save it as "
 	 "~/.local/share/bash-completion/completions/kosa8.",
 	 NULL, NULL, cmd_completion, -1, CLI_OPERAND_NONE, false},
+	{"oci", "an OCI runtime with runc's command line, for containerd and Docker",
+	 "[--root DIR] [--log FILE] [--log-format json|text] COMMAND ...",
+	 "Commands: create [--bundle DIR] [--pid-file FILE] [--console-socket SOCKET] ID, start ID, state ID, "
+	 "kill [--all] ID [SIGNAL], delete [--force] ID, features. Each container is one sandbox; a link named "
+	 "kosa8-runc to kosa8 takes the same words without 'oci'. See docs/kubernetes.md.",
+	 NULL, NULL, cmd_oci, 0, CLI_OPERAND_NONE, false},
 	{"__supervise", "the sandbox supervisor (started by kosa8 start)", "NAME FD [MEMFD]", NULL, NULL, NULL,
 	 cmd_supervise, -1, CLI_OPERAND_NONE, true},
 	{"__template", "a template's supervisor (started by kosa8 run, create, image warm)", "DIR FD", NULL,
