@@ -1,6 +1,6 @@
 /* libFuzzer target: an OCI bundle's config.json (oci/spec.h), which
  * `kosa8 oci create` reads from a bundle Docker, containerd or a pod's
- * author wrote.
+ * author wrote, and the process file `kosa8 oci exec --process` reads.
  *
  * Whatever parses must hold together: at least one argument and every
  * list NULL-terminated at its count, argv + env within their byte budget,
@@ -61,6 +61,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check(&s);
 	else if (!err[0])
 		abort();
+	oci_spec_free(&s);
+	/* The same bytes as exec's process file: a process that holds together. */
+	err[0] = 0;
+	if (oci_process_parse((const char *)data, size, &s, err, sizeof(err)) == 0) {
+		s.root[0] = '/';
+		check(&s);
+	} else if (!err[0]) {
+		abort();
+	}
 	oci_spec_free(&s);
 	return 0;
 }

@@ -14,7 +14,9 @@
  * the monitor's stdio (create's: as runc without a terminal) or a pty
  * whose master goes to --console-socket.  The monitor ends with the
  * process's status (a signal re-raised), after removing the sandbox.
- * `kill` asks the monitor to deliver a signal in the guest. */
+ * `kill` asks the monitor to deliver a signal in the guest; `exec` runs
+ * another process in the guest through a stand-in on the host (the pid
+ * the shim waits for and signals). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -178,6 +180,7 @@ struct monitor {
 	char dir[PATH_MAX], sandbox[64], rootfs[PATH_MAX], console[PATH_MAX];
 	struct oci_spec spec;
 	int log_fd;      /* the container's monitor.log */
+	int slave;       /* with process.terminal: the pty whose master went to the console socket */
 	int listen_fd;
 	int ctl_w;       /* agent_ctl_signal's pipe, once the process runs */
 	pthread_mutex_t lock;
@@ -404,6 +407,18 @@ static int console_pty(struct monitor *m, int *slave)
 	return rc;
 }
 
+/* The shim receives the console while create runs, as runc sends it. */
+static int console(struct monitor *m)
+{
+	int rc;
+
+	if (!m->spec.terminal)
+		return 0;
+	if ((rc = console_pty(m, &m->slave)))
+		snprintf(m->err, sizeof(m->err), "console socket %.300s: %s", m->console, strerror(-rc));
+	return rc;
+}
+
 static int run_process(struct monitor *m)
 {
 	struct agent_exec_opts o = AGENT_EXEC_OPTS_INIT;
@@ -448,10 +463,7 @@ static int run_process(struct monitor *m)
 	o.stdout_fd = 1;
 	o.stderr_fd = 2;
 	if (m->spec.terminal) {
-		if ((rc = console_pty(m, &slave))) {
-			snprintf(m->err, sizeof(m->err), "console socket %s: %s", m->console, strerror(-rc));
-			goto out;
-		}
+		slave = m->slave;
 		o.stdin_fd = o.stdout_fd = o.stderr_fd = slave;
 	}
 	if (pipe2(ctl, O_CLOEXEC) < 0) {
@@ -603,7 +615,8 @@ static _Noreturn void monitor_main(struct monitor *m, const char *id, const char
 	m->ctl_w = -1;
 	signal(SIGPIPE, SIG_IGN);
 	pthread_mutex_init(&m->lock, NULL);
-	if ((m->listen_fd = listen_on(m->dir)) < 0 || prepare(m, id, bundle) ||
+	m->slave = -1;
+	if ((m->listen_fd = listen_on(m->dir)) < 0 || prepare(m, id, bundle) || console(m) ||
 	    set_status(m, OCI_CREATED, 0)) {
 		dprintf(ready, "error %s\n", m->err[0] ? m->err : "could not prepare the container");
 		remove_sandbox(m->sandbox, m->log_fd);
@@ -868,6 +881,174 @@ static int oci_start(int argc, char **argv)
 	return rc ? FAIL("start %s: %s", argv[1], why) : 0;
 }
 
+/* ---- exec: another process in a running container ---- */
+
+/* The signals a shim sends an exec'd process (it signals the pid it was
+ * given, not through kill): passed on to the process in the guest. */
+static const int forwarded[] = { SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM };
+
+static void *forward_thread(void *arg)
+{
+	struct monitor *m = arg;
+	sigset_t set;
+	int sig;
+
+	sigemptyset(&set);
+	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+		sigaddset(&set, forwarded[i]);
+	for (;;) {
+		if (sigwait(&set, &sig))
+			continue;
+		pthread_mutex_lock(&m->lock);
+		if (m->ctl_w >= 0)
+			agent_ctl_signal(m->ctl_w, sig);
+		pthread_mutex_unlock(&m->lock);
+	}
+	return NULL;
+}
+
+/* The exec'd process's stand-in on the host: it runs the process in the
+ * guest with its own stdio, passes the signals it gets on, and ends as the
+ * process did.  ready (or -1) hears "ok" once the console went out. */
+static _Noreturn void exec_main(struct monitor *m, int ready)
+{
+	sigset_t set;
+	pthread_t t;
+
+	m->ctl_w = m->slave = -1;
+	signal(SIGPIPE, SIG_IGN);
+	pthread_mutex_init(&m->lock, NULL);
+	if (console(m)) {
+		if (ready >= 0)
+			dprintf(ready, "error %s\n", m->err);
+		else
+			say("error", "exec: %s", m->err);
+		_exit(1);
+	}
+	sigemptyset(&set);
+	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+		sigaddset(&set, forwarded[i]);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	pthread_create(&t, NULL, forward_thread, m);
+	if (ready >= 0) {
+		dprintf(ready, "ok\n");
+		close(ready);
+	}
+	if (run_process(m)) {
+		say("error", "exec: %s", m->err);
+		m->exit_code = 127;
+	}
+	exit_like(m->exit_code, m->exit_sig);
+}
+
+struct exec_args {
+	const char *process, *pid_file, *console;
+	bool detach;
+};
+
+static int parse_exec(int argc, char **argv, struct exec_args *a)
+{
+	static const struct option opts[] = {
+		{"process", required_argument, NULL, 'p'}, {"detach", no_argument, NULL, 'd'},
+		{"pid-file", required_argument, NULL, 'P'}, {"console-socket", required_argument, NULL, 'c'},
+		{NULL, 0, NULL, 0},
+	};
+	int c;
+
+	memset(a, 0, sizeof(*a));
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+p:d", opts, NULL)) != -1) {
+		switch (c) {
+		case 'p': a->process = optarg; break;
+		case 'd': a->detach = true; break;
+		case 'P': a->pid_file = optarg; break;
+		case 'c': a->console = optarg; break;
+		default: return FAIL("exec: unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind != argc - 1 || !a->process)
+		return FAIL("exec: usage: exec --process FILE [--detach] [--pid-file FILE] [--console-socket SOCK] ID");
+	return 0;
+}
+
+static void audit_exec(struct monitor *m, const char *id)
+{
+	cJSON *d = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(d, "argv");
+	char *text;
+
+	cJSON_AddStringToObject(d, "container", id);
+	for (int i = 0; i < m->spec.nargs; i++)
+		cJSON_AddItemToArray(a, cJSON_CreateString(m->spec.args[i]));
+	if ((text = cJSON_PrintUnformatted(d))) {
+		const char *argv[] = { "kosa8", "audit", "append", "--type", "oci.exec", "--sandbox", m->sandbox,
+				       "--actor", "oci", "--details", text, NULL };
+		run_kosa8(argv, -1);
+	}
+	free(text);
+	cJSON_Delete(d);
+}
+
+static int oci_exec(int argc, char **argv)
+{
+	static struct monitor m;
+	struct exec_args a;
+	struct oci_state st;
+	char dir[PATH_MAX], why[200], err[512], line[600] = "";
+	const char *id;
+	uint8_t *buf;
+	size_t len;
+	int p[2], rc;
+	pid_t pid;
+
+	if (parse_exec(argc, argv, &a))
+		return 1;
+	id = argv[argc - 1];
+	if (open_container("exec", id, dir, sizeof(dir), &st))
+		return 1;
+	rc = oci_check_op(st.status, OCI_OP_EXEC, why, sizeof(why));
+	snprintf(m.sandbox, sizeof(m.sandbox), "%s", st.sandbox);
+	oci_state_free(&st);
+	if (rc)
+		return FAIL("exec %s: %s", id, why);
+	if ((rc = read_file(a.process, OCI_SPEC_MAX, &buf, &len)))
+		return FAIL("exec: %s: %s", a.process, rc == -EFBIG ? "larger than 1 MiB" : strerror(-rc));
+	rc = oci_process_parse((const char *)buf, len, &m.spec, err, sizeof(err));
+	free(buf);
+	if (rc)
+		return FAIL("exec: %s: %s", a.process, err);
+	if (m.spec.terminal != !!a.console)
+		return FAIL("exec: %s", m.spec.terminal ? "process.terminal needs --console-socket" :
+			    "--console-socket given but process.terminal is false");
+	if (a.console && strlen(a.console) >= sizeof(m.console))
+		return FAIL("exec: console socket path too long");
+	snprintf(m.console, sizeof(m.console), "%s", a.console ? a.console : "");
+	audit_exec(&m, id);
+	if (!a.detach) {
+		if (a.pid_file && (rc = write_pid_file(a.pid_file, getpid())))
+			return FAIL("exec: --pid-file %s: %s", a.pid_file, strerror(-rc));
+		exec_main(&m, -1);
+	}
+	/* Detached: the stand-in is a child the shim (a subreaper) adopts. */
+	if (pipe2(p, O_CLOEXEC) < 0 || (pid = fork()) < 0)
+		return FAIL("exec: %s", strerror(errno));
+	if (pid == 0) {
+		close(p[0]);
+		exec_main(&m, p[1]);
+	}
+	close(p[1]);
+	rc = read_ready(p[0], line, sizeof(line));
+	close(p[0]);
+	if (rc || strcmp(line, "ok")) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return FAIL("exec %s: %s", id, !strncmp(line, "error ", 6) ? line + 6 : "the process did not start");
+	}
+	if (a.pid_file && (rc = write_pid_file(a.pid_file, pid)))
+		return FAIL("exec: --pid-file %s: %s", a.pid_file, strerror(-rc));
+	return 0;
+}
+
 static int oci_state_cmd(int argc, char **argv)
 {
 	struct oci_state st;
@@ -967,8 +1148,14 @@ static int oci_features(int argc, char **argv)
 	static const char *const mount_opts[] = { "ro", "rw", "nosuid", "nodev", "noexec", "relatime",
 						  "strictatime", "mode", "size", "gid", "uid", "newinstance",
 						  "ptmxmode" };
-	cJSON *o = cJSON_CreateObject(), *l = cJSON_CreateObject(), *a = cJSON_CreateObject(), *cg;
+	cJSON *o, *l, *a, *cg;
 	char *text;
+
+	if (argc != 1)
+		return FAIL("features: takes no arguments");
+	o = cJSON_CreateObject();
+	l = cJSON_CreateObject();
+	a = cJSON_CreateObject();
 
 	cJSON_AddStringToObject(o, "ociVersionMin", "1.0.0");
 	cJSON_AddStringToObject(o, "ociVersionMax", "1.1.0");
@@ -1003,7 +1190,7 @@ static const struct {
 	int (*run)(int argc, char **argv);
 } oci_cmds[] = {
 	{"create", oci_create}, {"start", oci_start}, {"state", oci_state_cmd},
-	{"kill", oci_kill}, {"delete", oci_delete}, {"features", oci_features},
+	{"kill", oci_kill}, {"delete", oci_delete}, {"features", oci_features}, {"exec", oci_exec},
 };
 
 static int parse_global(int argc, char **argv)
@@ -1048,7 +1235,7 @@ int cmd_oci(int argc, char **argv)
 		return 1;
 	if (i >= argc)
 		return FAIL("usage: kosa8 oci [--root DIR] [--log FILE] [--log-format json|text] "
-			    "create|start|state|kill|delete|features ...");
+			    "create|start|state|exec|kill|delete|features ...");
 	for (size_t k = 0; k < sizeof(oci_cmds) / sizeof(oci_cmds[0]); k++)
 		if (!strcmp(argv[i], oci_cmds[k].name))
 			return oci_cmds[k].run(argc - i, argv + i);

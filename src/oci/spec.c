@@ -433,7 +433,10 @@ static int parse_top(struct ctx *c, const cJSON *j)
 	return 0;
 }
 
-int oci_spec_parse(const char *buf, size_t len, struct oci_spec *s, char *err, size_t errsz)
+/* Both files are one JSON object from outside: the same bounds, then
+ * top() reads it. */
+static int parse_json(const char *buf, size_t len, struct oci_spec *s, char *err, size_t errsz,
+		      const char *what, int (*top)(struct ctx *c, const cJSON *j))
 {
 	struct ctx c = { .s = s, .err = err, .errsz = errsz };
 	cJSON *j;
@@ -446,14 +449,31 @@ int oci_spec_parse(const char *buf, size_t len, struct oci_spec *s, char *err, s
 	if (errsz)
 		err[0] = 0;
 	if (len > OCI_SPEC_MAX)
-		return fail(&c, -E2BIG, "config.json is over %d bytes", OCI_SPEC_MAX);
+		return fail(&c, -E2BIG, "%s is over %d bytes", what, OCI_SPEC_MAX);
 	if (memchr(buf, 0, len))
-		return fail(&c, -EINVAL, "config.json holds a NUL byte");
+		return fail(&c, -EINVAL, "%s holds a NUL byte", what);
 	if (!(j = cJSON_ParseWithLength(buf, len)))
-		return fail(&c, -EINVAL, "config.json is not valid JSON");
-	rc = parse_top(&c, j);
+		return fail(&c, -EINVAL, "%s is not valid JSON", what);
+	rc = top(&c, j);
 	cJSON_Delete(j);
 	return rc;
+}
+
+int oci_spec_parse(const char *buf, size_t len, struct oci_spec *s, char *err, size_t errsz)
+{
+	return parse_json(buf, len, s, err, errsz, "config.json", parse_top);
+}
+
+static int process_top(struct ctx *c, const cJSON *j)
+{
+	if (!cJSON_IsObject(j))
+		return fail(c, -EINVAL, "the process file must hold one JSON object");
+	return parse_process(c, j);
+}
+
+int oci_process_parse(const char *buf, size_t len, struct oci_spec *s, char *err, size_t errsz)
+{
+	return parse_json(buf, len, s, err, errsz, "the process file", process_top);
 }
 
 void oci_spec_free(struct oci_spec *s)

@@ -95,6 +95,10 @@ struct oci_spec {
  * guest kernel and agent live in it too), at most 64 GiB; 1 GiB without a
  * limit.  A larger request is refused rather than cut. */
 int oci_spec_parse(const char *buf, size_t len, struct oci_spec *s, char *err, size_t errsz);
+/* The process object alone (what `exec --process FILE` gets from the
+ * shim): args, env, cwd, user and terminal into *s, with the same bounds
+ * and errors ("process.args ..."); the rest of *s keeps its defaults. */
+int oci_process_parse(const char *buf, size_t len, struct oci_spec *s, char *err, size_t errsz);
 void oci_spec_free(struct oci_spec *s);
 /* The value of annotation key, or NULL. */
 const char *oci_spec_annotation(const struct oci_spec *s, const char *key);

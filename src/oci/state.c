@@ -49,12 +49,13 @@ const char *oci_status_name(enum oci_status s)
 }
 
 /* runc's rules: start only what is created; kill what has a process
- * (created or running); delete what is stopped, or anything with
+ * (created or running); exec only into a running container; delete what
+ * is stopped, or anything with
  * --force (created counts as stopped for delete, as in runc, since its
  * process never ran). */
 int oci_check_op(enum oci_status s, enum oci_op op, char *why, size_t len)
 {
-	static const char *const opname[] = { "start", "kill", "delete", "delete" };
+	static const char *const opname[] = { "start", "kill", "delete", "delete", "exec into" };
 	bool ok;
 
 	switch (op) {
@@ -62,6 +63,7 @@ int oci_check_op(enum oci_status s, enum oci_op op, char *why, size_t len)
 	case OCI_OP_KILL: ok = s == OCI_CREATED || s == OCI_RUNNING; break;
 	case OCI_OP_DELETE: ok = s == OCI_STOPPED || s == OCI_CREATED; break;
 	case OCI_OP_DELETE_FORCE: ok = true; break;
+	case OCI_OP_EXEC: ok = s == OCI_RUNNING; break;
 	default: ok = false;
 	}
 	if (ok)

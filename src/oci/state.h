@@ -25,7 +25,7 @@
 #define OCI_STATE_MAX (512 * 1024)
 
 enum oci_status { OCI_CREATING, OCI_CREATED, OCI_RUNNING, OCI_STOPPED };
-enum oci_op { OCI_OP_START, OCI_OP_KILL, OCI_OP_DELETE, OCI_OP_DELETE_FORCE };
+enum oci_op { OCI_OP_START, OCI_OP_KILL, OCI_OP_DELETE, OCI_OP_DELETE_FORCE, OCI_OP_EXEC };
 
 struct oci_state {
 	char id[OCI_ID_MAX + 1];

@@ -105,6 +105,10 @@ def host_checks(work, root):
     check("oci-refuses-bad-id", r.returncode == 1 and b"not a container id" in r.stderr, r.stderr)
     r = runtime(root, "state", "nosuch")
     check("oci-state-unknown", r.returncode == 1 and b"does not exist" in r.stderr, r.stderr)
+    r = runtime(root, "exec", "--detach", "nosuch")
+    check("oci-exec-needs-process", r.returncode == 1 and b"--process FILE" in r.stderr, r.stderr)
+    r = runtime(root, "exec", "--process", "/nonexistent", "nosuch")
+    check("oci-exec-unknown", r.returncode == 1 and b"does not exist" in r.stderr, r.stderr)
     r = runtime(root, "features")
     try:
         f = json.loads(r.stdout)
@@ -166,16 +170,67 @@ def run_to_exit(work, root):
     check("oci-delete", r.returncode == 0 and not os.path.exists(os.path.join(root, "one")), r.stderr)
 
 
+def exec_one(work, root, cid, name, args):
+    """exec as the shim calls it for `docker exec`: a process file, --detach, --pid-file; the
+    pid is a child of ours (a subreaper) that we wait for.  (pid, its output file) or None."""
+    proc = os.path.join(work, name + ".json")
+    json.dump({"args": args, "env": ["PATH=/bin", "FROM_EXEC=yes"], "cwd": "/tmp", "terminal": False,
+               "user": {"uid": 1000, "gid": 1000}}, open(proc, "w"))
+    out = open(os.path.join(work, name + ".out"), "w+b")
+    pidfile = os.path.join(work, name + ".pid")
+    r = runtime(root, "exec", "--process", proc, "--detach", "--pid-file", pidfile, cid, stdout=out, stderr=out)
+    if r.returncode:
+        out.seek(0)
+        not_ok("oci-" + name, "exec failed rc %d: %s" % (r.returncode, out.read()[-1000:]))
+        return None
+    return int(open(pidfile).read()), out
+
+
+def exec_into(work, root, cid):
+    """Two exec'd processes in a running container: output and status, and a signal sent to the
+    pid the shim got (the shim signals exec'd processes itself, not through kill)."""
+    step("exec into %s" % cid)
+    got = exec_one(work, root, cid, "exec-status", ["sh", "-c", "cat /etc/marker; echo $FROM_EXEC uid=$(id -u) "
+                                                     "cwd=$(pwd); exit 5"])
+    if got:
+        ws = wait_child(got[0], 300)
+        got[1].seek(0)
+        o = got[1].read().decode(errors="replace")
+        check("oci-exec-output", "from-the-bundle" in o and "yes uid=1000 cwd=/tmp" in o, repr(o))
+        check("oci-exec-exit-status", ws is not None and os.WIFEXITED(ws) and os.WEXITSTATUS(ws) == 5,
+              "wait status %r, out %r" % (ws, o))
+    got = exec_one(work, root, cid, "exec-signal", ["sh", "-c", "trap 'echo exec-term; exit 43' TERM; "
+                                                     "echo exec-up; while :; do sleep 1; done"])
+    if got:
+        o = ""
+        for _ in range(300):
+            got[1].seek(0)
+            o = got[1].read().decode(errors="replace")
+            if "exec-up" in o:
+                break
+            time.sleep(0.5)
+        os.kill(got[0], signal.SIGTERM)
+        ws = wait_child(got[0], 300)
+        got[1].seek(0)
+        o = got[1].read().decode(errors="replace")
+        check("oci-exec-signal", ws is not None and os.WIFEXITED(ws) and os.WEXITSTATUS(ws) == 43
+              and "exec-term" in o, "wait status %r, out %r" % (ws, o))
+    st = state(root, cid)
+    check("oci-exec-leaves-container-running", st["status"] == "running", str(st))
+
+
 def run_and_kill(work, root):
     """A long process: running, then SIGTERM reaches it in the guest."""
     b = make_bundle(work, "two", ["sh", "-c", "trap 'echo got-term; exit 42' TERM; echo up; "
                                                 "while :; do sleep 1; done"])
-    out = open(os.path.join(work, "two.out"), "w+b")
+    out, err = open(os.path.join(work, "two.out"), "w+b"), open(os.path.join(work, "two.err"), "w+b")
     pidfile = os.path.join(work, "two.pid")
     step("create two")
-    r = runtime(root, "create", "--bundle", b, "--pid-file", pidfile, "two", stdout=out)
+    # create's stdio stays the container's (the monitor holds it): files, never pipes read to the end
+    r = runtime(root, "create", "--bundle", b, "--pid-file", pidfile, "two", stdout=out, stderr=err)
     if r.returncode:
-        not_ok("oci-create-two", r.stderr.decode(errors="replace")[-2000:])
+        err.seek(0)
+        not_ok("oci-create-two", err.read().decode(errors="replace")[-2000:])
         return
     pid = int(open(pidfile).read())
     r = runtime(root, "start", "two")
@@ -191,6 +246,7 @@ def run_and_kill(work, root):
     check("oci-start-twice-refused", r.returncode == 1 and b"running" in r.stderr, r.stderr)
     r = runtime(root, "delete", "two")
     check("oci-delete-running-refused", r.returncode == 1 and b"--force" in r.stderr, r.stderr)
+    exec_into(work, root, "two")
     r = runtime(root, "kill", "two", "TERM")
     check("oci-kill-term", r.returncode == 0, r.stderr)
     ws = wait_child(pid, 300)
@@ -200,8 +256,89 @@ def run_and_kill(work, root):
           and "got-term" in o, "wait status %r, out %r" % (ws, o))
     r = runtime(root, "kill", "two", "KILL")
     check("oci-kill-stopped-refused", r.returncode == 1 and b"stopped" in r.stderr, r.stderr)
+    proc = os.path.join(work, "exec-late.json")
+    json.dump({"args": ["true"], "cwd": "/"}, open(proc, "w"))
+    r = runtime(root, "exec", "--process", proc, "--detach", "two")
+    check("oci-exec-stopped-refused", r.returncode == 1 and b"stopped" in r.stderr, r.stderr)
     r = runtime(root, "delete", "two")
     check("oci-delete-two", r.returncode == 0, r.stderr)
+
+
+def run_terminal(work, root):
+    """process.terminal: the pty master arrives on --console-socket."""
+    import socket
+    b = make_bundle(work, "three", ["sh", "-c", "tty; echo term-ok; exit 3"])
+    cfg = json.load(open(os.path.join(b, "config.json")))
+    cfg["process"]["terminal"] = True
+    json.dump(cfg, open(os.path.join(b, "config.json"), "w"))
+    sock_path = os.path.join(work, "console.sock")
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ls.bind(sock_path)
+    ls.listen(1)
+    null = open(os.devnull, "w+b")
+    pidfile = os.path.join(work, "three.pid")
+    step("create three (terminal)")
+    r = runtime(root, "create", "--bundle", b, "--pid-file", pidfile, "--console-socket", sock_path, "three",
+                stdout=null, stderr=null)
+    if r.returncode:
+        not_ok("oci-create-terminal", "rc %d (see the json log)" % r.returncode)
+        return
+    pid = int(open(pidfile).read())
+    ls.settimeout(5)  # as containerd's shim: the master must be there once create returned
+    try:
+        conn, _ = ls.accept()
+        msg, fds, _, _ = socket.recv_fds(conn, 64, 1)
+    except OSError as e:
+        not_ok("oci-console-socket", "no pty master: %s" % e)
+        return
+    ok("oci-console-socket") if fds else not_ok("oci-console-socket", "no descriptor with %r" % msg)
+    r = runtime(root, "start", "three")
+    data = b""
+    if fds:
+        os.set_blocking(fds[0], False)
+        end = time.time() + 300
+        while time.time() < end and b"term-ok" not in data:
+            try:
+                data += os.read(fds[0], 4096)
+            except BlockingIOError:
+                time.sleep(0.2)
+            except OSError:
+                break
+    ws = wait_child(pid, 300)
+    text = data.decode(errors="replace")
+    check("oci-terminal-output", "term-ok" in text and "/dev/pts/" in text, repr(text))
+    check("oci-terminal-exit-status", ws is not None and os.WIFEXITED(ws) and os.WEXITSTATUS(ws) == 3, repr(ws))
+    runtime(root, "delete", "three")
+
+
+def measure_big_rootfs(work, root, tree):
+    """How long create takes for a Debian tree of some size (a measurement, one check)."""
+    if not os.path.isdir(tree):
+        not_ok("oci-big-rootfs", "KOSA8_OCI_BIG_ROOTFS=%s is not a directory here" % tree)
+        return
+    b = os.path.join(work, "big")
+    os.makedirs(b)
+    cfg = {"ociVersion": "1.0.2", "root": {"path": tree},
+           "process": {"args": ["/bin/sh", "-c", "cat /etc/debian_version"], "env": ["PATH=/usr/bin:/bin"]}}
+    json.dump(cfg, open(os.path.join(b, "config.json"), "w"))
+    out = open(os.path.join(work, "big.out"), "w+b")
+    size = subprocess.run(["du", "-sm", tree], stdout=subprocess.PIPE).stdout.split()[0].decode()
+    step("create big (%s MB)" % size)
+    t0 = time.time()
+    r = runtime(root, "create", "--bundle", b, "--pid-file", os.path.join(work, "big.pid"), "big", stdout=out,
+                stderr=out)
+    took = time.time() - t0
+    step("create of a %s MB rootfs took %.1f s" % (size, took))
+    if r.returncode:
+        not_ok("oci-big-rootfs", "create failed")
+        return
+    pid = int(open(os.path.join(work, "big.pid")).read())
+    runtime(root, "start", "big")
+    ws = wait_child(pid, 300)
+    out.seek(0)
+    o = out.read().decode(errors="replace")
+    check("oci-big-rootfs", ws is not None and os.WIFEXITED(ws) and os.WEXITSTATUS(ws) == 0 and "12." in o, repr(o))
+    runtime(root, "delete", "big")
 
 
 def main():
@@ -214,6 +351,9 @@ def main():
         if "--host-only" not in sys.argv:
             run_to_exit(work, root)
             run_and_kill(work, root)
+            run_terminal(work, root)
+            if os.environ.get("KOSA8_OCI_BIG_ROOTFS"):
+                measure_big_rootfs(work, root, os.environ["KOSA8_OCI_BIG_ROOTFS"])
     finally:
         for cid in os.listdir(root) if os.path.isdir(root) else []:
             if os.path.isdir(os.path.join(root, cid)):

@@ -199,6 +199,45 @@ static void test_bounds(void **state)
 	free(buf);
 }
 
+/* exec's --process file: the process object alone, as the shim writes it
+ * for `docker exec`, with config.json's checks. */
+static void test_process_file(void **state)
+{
+	static const char shim[] =
+		"{\"user\":{\"uid\":0,\"gid\":0},\"args\":[\"cat\",\"/etc/marker\"],"
+		"\"env\":[\"PATH=/bin\"],\"cwd\":\"/\",\"terminal\":true,"
+		"\"capabilities\":{\"bounding\":[\"CAP_KILL\"]}}";
+	static const char *const bad[][2] = {
+		{"[]", "one JSON object"},
+		{"{\"args\":[]}", "process.args"},
+		{"{\"args\":[\"sh\"],\"cwd\":\"rel\"}", "process.cwd"},
+		{"{\"args\":[\"sh\"],\"env\":[\"NOEQUALS\"]}", "process.env"},
+		{"{\"args\":[\"sh\"],\"user\":{\"uid\":-1}}", "process.user.uid"},
+		{"{\"args\":\"sh\"}", "process.args"},
+	};
+	struct oci_spec s;
+	char err[512];
+
+	assert_int_equal(oci_process_parse(shim, strlen(shim), &s, err, sizeof(err)), 0);
+	assert_int_equal(s.nargs, 2);
+	assert_string_equal(s.args[1], "/etc/marker");
+	assert_null(s.args[2]);
+	assert_true(s.terminal);
+	assert_string_equal(s.cwd, "/");
+	oci_spec_free(&s);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = 0;
+		if (oci_process_parse(bad[i][0], strlen(bad[i][0]), &s, err, sizeof(err)) == 0)
+			fail_msg("accepted %s", bad[i][0]);
+		if (!strstr(err, bad[i][1]))
+			fail_msg("%s: '%s' does not name %s", bad[i][0], err, bad[i][1]);
+		oci_spec_free(&s);
+	}
+	assert_int_not_equal(oci_process_parse("{\"args\":[\"a\"]}\0", 15, &s, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "process file"));
+	oci_spec_free(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -207,6 +246,7 @@ int main(void)
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_whole_file),
 		cmocka_unit_test(test_bounds),
+		cmocka_unit_test(test_process_file),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,17 +43,17 @@ static void test_ids(void **state)
 
 static void test_transitions(void **state)
 {
-	/* rows: creating, created, running, stopped; columns: start, kill, delete, delete --force */
-	static const bool ok[4][4] = {
-		{ false, false, false, true },
-		{ true, true, true, true },
-		{ false, true, false, true },
-		{ false, false, true, true },
+	/* rows: creating, created, running, stopped; columns: start, kill, delete, delete --force, exec */
+	static const bool ok[4][5] = {
+		{ false, false, false, true, false },
+		{ true, true, true, true, false },
+		{ false, true, false, true, true },
+		{ false, false, true, true, false },
 	};
 	char why[200];
 
 	for (int s = 0; s < 4; s++)
-		for (int op = 0; op < 4; op++) {
+		for (int op = 0; op < 5; op++) {
 			why[0] = 0;
 			int rc = oci_check_op((enum oci_status)s, (enum oci_op)op, why, sizeof(why));
 			if ((rc == 0) != ok[s][op])
