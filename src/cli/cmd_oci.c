@@ -329,9 +329,9 @@ static int guest_mounts(struct monitor *m)
 		"for d in proc sys dev; do mkdir -p $r/$d; done\n"
 		"mount --rbind /dev $r/dev\n"
 		"while [ $# -ge 4 ]; do\n"
-		"  mkdir -p \"$r$1\"\n"
-		/* cgroup and mqueue depend on the guest kernel's options: best effort. */
-		"  mount -t \"$2\" -o \"${4:-defaults}\" \"${3:-$2}\" \"$r$1\" ||\n"
+		/* cgroup and mqueue depend on the guest kernel's options: best
+		 * effort (a read-only /sys may not have their folder either). */
+		"  { mkdir -p \"$r$1\" && mount -t \"$2\" -o \"${4:-defaults}\" \"${3:-$2}\" \"$r$1\"; } ||\n"
 		"    case \"$2\" in cgroup*|mqueue) ;; *) exit 1;; esac\n"
 		"  shift 4\n"
 		"done\n"
@@ -531,18 +531,23 @@ static void serve_one(struct monitor *m, int fd, bool *start)
 	write_all(fd, reply, strlen(reply));
 }
 
+/* Serves the next request; true when it was a start. */
+static bool serve_next(struct monitor *m)
+{
+	int fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	bool start = false;
+
+	if (fd < 0)
+		return false;
+	serve_one(m, fd, &start);
+	close(fd);
+	return start;
+}
+
 static void *serve_thread(void *arg)
 {
-	struct monitor *m = arg;
-
-	for (;;) {
-		int fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-		bool start = false;
-		if (fd < 0)
-			continue;
-		serve_one(m, fd, &start);
-		close(fd);
-	}
+	for (;;)
+		serve_next(arg);
 	return NULL;
 }
 
@@ -550,32 +555,42 @@ static void *serve_thread(void *arg)
 static bool wait_start(struct monitor *m)
 {
 	for (;;) {
-		int fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-		bool start = false;
-		if (fd < 0)
-			continue;
-		serve_one(m, fd, &start);
-		close(fd);
-		if (start)
+		if (serve_next(m))
 			return true;
 		if (m->ended)
 			return false;
 	}
 }
 
-static int listen_on(const char *dir)
+/* The monitor's socket, ROOT/ID/monitor.sock, named through an O_PATH
+ * descriptor of the folder: Docker's root and 64-hex ids make the full
+ * path longer than sun_path (108 bytes).  *dfd is closed by the caller. */
+static int monitor_addr(const char *dir, struct sockaddr_un *a, int *dfd)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int fd;
-
-	if (snprintf(a.sun_path, sizeof(a.sun_path), "%s/monitor.sock", dir) >= (int)sizeof(a.sun_path))
-		return -ENAMETOOLONG;
-	unlink(a.sun_path);
-	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+	if ((*dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 16) < 0) {
-		int err = -errno;
-		close(fd);
+	a->sun_family = AF_UNIX;
+	snprintf(a->sun_path, sizeof(a->sun_path), "/proc/self/fd/%d/monitor.sock", *dfd);
+	return 0;
+}
+
+static int listen_on(struct monitor *m)
+{
+	struct sockaddr_un a;
+	int fd = -1, dfd, err = 0;
+
+	if ((err = monitor_addr(m->dir, &a, &dfd)))
+		goto out;
+	unlink(a.sun_path);
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+	    bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 16) < 0)
+		err = -errno;
+	close(dfd);
+out:
+	if (err) {
+		snprintf(m->err, sizeof(m->err), "monitor socket in %.300s: %s", m->dir, strerror(-err));
+		if (fd >= 0)
+			close(fd);
 		return err;
 	}
 	return fd;
@@ -616,7 +631,7 @@ static _Noreturn void monitor_main(struct monitor *m, const char *id, const char
 	signal(SIGPIPE, SIG_IGN);
 	pthread_mutex_init(&m->lock, NULL);
 	m->slave = -1;
-	if ((m->listen_fd = listen_on(m->dir)) < 0 || prepare(m, id, bundle) || console(m) ||
+	if ((m->listen_fd = listen_on(m)) < 0 || prepare(m, id, bundle) || console(m) ||
 	    set_status(m, OCI_CREATED, 0)) {
 		dprintf(ready, "error %s\n", m->err[0] ? m->err : "could not prepare the container");
 		remove_sandbox(m->sandbox, m->log_fd);
@@ -822,15 +837,20 @@ static int oci_create(int argc, char **argv)
 /* One request to the container's monitor; 0 when it answered ok. */
 static int ask_monitor(const char *dir, const char *req, char *reply, size_t len)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int fd, err = 0;
+	struct sockaddr_un a;
+	int fd, dfd, err = 0;
 	ssize_t n;
 
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s/monitor.sock", dir);
-	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
-		return -errno;
+	if ((err = monitor_addr(dir, &a, &dfd)))
+		return err;
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
+		err = -errno;
+		close(dfd);
+		return err;
+	}
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || write_all(fd, req, strlen(req)) < 0)
 		err = -errno;
+	close(dfd);
 	shutdown(fd, SHUT_WR);
 	n = err ? 0 : read_full(fd, reply, len - 1);
 	close(fd);
