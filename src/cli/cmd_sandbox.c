@@ -868,6 +868,11 @@ static int agent_session_env(const char *cmd, const char *name, cJSON *what, str
 	return 0;
 }
 
+int cli_agent_session(const char *cmd, const char *name, cJSON *what, struct agent_client **c, char ***env)
+{
+	return agent_session_env(cmd, name, what, c, env);
+}
+
 static struct termios saved_tio;
 static bool tio_saved;
 static int ctl_wfd = -1;

@@ -201,6 +201,60 @@ static const struct cli_opt audit_append_opts[] = {
 	END,
 };
 
+static const struct cli_opt oci_opts[] = {
+	{"root", 0, "DIR", "the containers' state (default /run/kosa8-oci)"},
+	{"log", 0, "LOGFILE", "errors and warnings, one line each"},
+	{"log-format", 0, "FORMAT", "json or text (default)"},
+	{"debug", 0, NULL, "accepted for runc's callers; ignored"},
+	{"systemd-cgroup", 0, NULL, "accepted; ignored with a warning: a container's limits are its VM's size"},
+	{"rootless", 0, "VALUE", "accepted for runc's callers; ignored"},
+	{"criu", 0, "PATH", "accepted for runc's callers; ignored"},
+	END,
+};
+
+static const struct cli_opt oci_create_opts[] = {
+	{"bundle", 'b', "DIR", "the bundle (config.json and the rootfs; default .)"},
+	{"pid-file", 0, "FILE", "where the container's pid goes (its monitor)"},
+	{"console-socket", 0, "SOCKET", "with process.terminal: where the pty master is sent"},
+	{"no-pivot", 0, NULL, "accepted; the VM has its own root"},
+	{"no-new-keyring", 0, NULL, "accepted; the VM has its own keyrings"},
+	{"preserve-fds", 0, "N", "only 0: no descriptor reaches a VM"},
+	END,
+};
+
+static const struct cli_opt oci_exec_opts[] = {
+	{"process", 'p', "FILE", "the process (runtime-spec process object) to run (required)"},
+	{"detach", 'd', NULL, "return once it started; its pid goes to --pid-file"},
+	{"pid-file", 0, "FILE", "where the pid of the process's stand-in goes"},
+	{"console-socket", 0, "SOCKET", "with process.terminal: where the pty master is sent"},
+	END,
+};
+
+static const struct cli_opt oci_kill_opts[] = {
+	{"all", 'a', NULL, "every process of the container (its VM's: the same)"},
+	END,
+};
+
+static const struct cli_opt oci_delete_opts[] = {
+	{"force", 'f', NULL, "a running container too (its VM is stopped)"},
+	END,
+};
+
+static const struct cli_cmd oci_subs[] = {
+	{"create", "make the container's sandbox and root; the process waits for start", "[OPTIONS] ID", NULL,
+	 oci_create_opts, NULL, NULL, -1, CLI_OPERAND_NONE, false},
+	{"start", "run the container's process", "ID", NULL, NULL, NULL, NULL, -1, CLI_OPERAND_NONE, false},
+	{"state", "print runc's state object", "ID", NULL, NULL, NULL, NULL, -1, CLI_OPERAND_NONE, false},
+	{"exec", "run another process in a running container", "--process FILE [OPTIONS] ID", NULL,
+	 oci_exec_opts, NULL, NULL, -1, CLI_OPERAND_NONE, false},
+	{"kill", "send a signal to the container's process", "[--all] ID [SIGNAL]", NULL, oci_kill_opts, NULL,
+	 NULL, -1, CLI_OPERAND_NONE, false},
+	{"delete", "remove a stopped container", "[--force] ID", NULL, oci_delete_opts, NULL, NULL, -1,
+	 CLI_OPERAND_NONE, false},
+	{"features", "print runc's features object", "", NULL, NULL, NULL, NULL, -1, CLI_OPERAND_NONE, false},
+	{0},
+};
+
 static const struct cli_cmd audit_subs[] = {
 	{"show", "print records", "[OPTIONS]", NULL, audit_show_opts, NULL, NULL, -1, CLI_OPERAND_NONE, false},
 	{"verify", "recompute the chain and the Merkle tree and check every signed head",
@@ -457,6 +511,11 @@ const struct cli_cmd cli_commands[] = {
 	 "For bash: 'source <(kosa8 completion bash)' in ~/.bashrc, or save it as "
 	 "~/.local/share/bash-completion/completions/kosa8.",
 	 NULL, NULL, cmd_completion, -1, CLI_OPERAND_NONE, false},
+	{"oci", "an OCI runtime with runc's command line, for containerd and Docker",
+	 "[--root DIR] [--log LOGFILE] [--log-format json|text] COMMAND ...",
+	 "Each container is one sandbox; a link named kosa8-runc to kosa8 takes the same words without "
+	 "'oci'. See docs/kubernetes.md.",
+	 oci_opts, oci_subs, cmd_oci, -1, CLI_OPERAND_NONE, false},
 	{"__supervise", "the sandbox supervisor (started by kosa8 start)", "NAME FD [MEMFD]", NULL, NULL, NULL,
 	 cmd_supervise, -1, CLI_OPERAND_NONE, true},
 	{"__template", "a template's supervisor (started by kosa8 run, create, image warm)", "DIR FD", NULL,

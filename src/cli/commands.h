@@ -5,6 +5,8 @@
 
 #include <stdbool.h>
 
+#include <cjson/cJSON.h>
+
 #include "agentproto/tree.h"
 #include "supervisor/template.h"
 
@@ -84,6 +86,14 @@ int cli_image_warm(int argc, char **argv);
 /* The supervisor did not answer (err): says "busy" when it still owns the
  * sandbox, "not running" when nobody does.  Returns 1. */
 int cli_unanswered(const char *cmd, const char *name, int err);
+
+/* An agent session with running sandbox NAME through its supervisor
+ * (what: the request's audit details, taken), *env the secrets'
+ * placeholders (NULL-terminated, malloc'd) when env is not NULL; 0, or 1
+ * after printing why (cmd_sandbox.c). */
+struct agent_client;
+int cli_agent_session(const char *cmd, const char *name, cJSON *what, struct agent_client **c, char ***env);
+int cmd_oci(int argc, char **argv);
 
 /* Copying out of a guest (copy_out.c): the guarded writer's options for
  * this user (modes without special bits, under the umask; under sudo the

@@ -11,6 +11,11 @@ int main(int argc, char **argv)
 	const struct cli_cmd *cmd, *sub;
 	bool no_emulate = false;
 	int i = 1, status;
+	const char *base = strrchr(argv[0], '/');
+
+	/* containerd and Docker call a runtime by its path, with runc's words. */
+	if (!strcmp(base ? base + 1 : argv[0], "kosa8-runc"))
+		return cmd_oci(argc, argv);
 
 	for (; i < argc && argv[i][0] == '-'; i++) {
 		if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) {

@@ -209,6 +209,7 @@ static const struct {
 	{"policy", "policy show %s"},
 	{"approvals watch", "approvals watch Not_A_Name %s"},
 	{"secret add", "secret add NAME %s --zz-end"},
+	{"oci", "oci %s --zz-end"}, /* runc's global options stand before the command */
 };
 
 static const char *template_for(const char *key)
@@ -232,6 +233,8 @@ static const char *sample(const char *arg)
 		return "1000:1000";
 	if (!strcmp(arg, "NAME=VALUE"))
 		return "A=b";
+	if (!strcmp(arg, "LOGFILE"))
+		return "/dev/null"; /* written even by a refused command line */
 	return "x";
 }
 
