@@ -15,7 +15,12 @@ fi
 mkdir -p "$dir/debs"
 rm -rf "$dir/tree.new"
 # apt-get download writes into the current folder, as the calling user.
-(cd "$dir/debs" && apt-get download $pkgs)
+# A machine whose packages were all present may never have fetched apt's
+# lists (make deps updates them only to install): fetch them once then.
+(cd "$dir/debs" && apt-get download $pkgs) || {
+	apt-get update -q
+	(cd "$dir/debs" && apt-get download $pkgs)
+}
 for d in "$dir"/debs/*.deb; do dpkg-deb -x "$d" "$dir/tree.new"; done
 rm -rf "$dir/tree"
 mv "$dir/tree.new" "$dir/tree"
