@@ -740,19 +740,10 @@ static int read_ready(int fd, char *line, size_t len)
 
 static int write_pid_file(const char *path, pid_t pid)
 {
-	char tmp[PATH_MAX], text[32];
-	int fd, err = 0;
+	char text[32];
 
-	if (snprintf(tmp, sizeof(tmp), "%s.kosa8-tmp", path) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
 	snprintf(text, sizeof(text), "%d", (int)pid);
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644)) < 0)
-		return -errno;
-	err = write_all(fd, text, strlen(text));
-	close(fd);
-	if (!err && rename(tmp, path) < 0)
-		err = -errno;
-	return err;
+	return write_file_replace(path, text, 0644);
 }
 
 static int start_monitor(struct monitor *m, const char *id, const char *bundle, pid_t *pid)

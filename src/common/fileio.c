@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -102,6 +103,23 @@ int write_text_file(const char *path, const char *text)
 	if (write_all(fd, text, strlen(text)) < 0)
 		err = -errno;
 	close(fd);
+	return err;
+}
+
+int write_file_replace(const char *path, const char *text, mode_t mode)
+{
+	char tmp[PATH_MAX];
+	int fd, err;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+	if (fd < 0)
+		return -errno;
+	err = write_all(fd, text, strlen(text));
+	close(fd);
+	if (!err && rename(tmp, path) < 0)
+		err = -errno;
 	return err;
 }
 

@@ -30,6 +30,11 @@ ssize_t read_full(int fd, void *buf, size_t len);
  * open, write_all, close; 0 or -errno. */
 int write_text_file(const char *path, const char *text);
 
+/* Replaces path with text at once: written to "PATH.tmp" (a link there is
+ * not followed) and renamed over path, so a reader sees the old file or
+ * the whole new one, never half.  0 or -errno. */
+int write_file_replace(const char *path, const char *text, mode_t mode);
+
 /* mkdir -p with the given mode for each created component. */
 int mkdir_p(const char *path, mode_t mode);
 

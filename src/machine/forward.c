@@ -58,20 +58,11 @@ static int path_in(const struct fwd *f, const char *name, char *buf, size_t len)
  * machine never reads half of it. */
 static int put_file(const struct fwd *f, const char *name, const char *text)
 {
-	char tmp[PATH_MAX], path[PATH_MAX];
-	int fd, err;
+	char path[PATH_MAX];
 
-	if (path_in(f, name, path, sizeof(path)) ||
-	    snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+	if (path_in(f, name, path, sizeof(path)))
 		return -ENAMETOOLONG;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0)
-		return -errno;
-	err = write_all(fd, text, strlen(text));
-	close(fd);
-	if (!err && rename(tmp, path) < 0)
-		err = -errno;
-	return err;
+	return write_file_replace(path, text, 0600);
 }
 
 static bool exists(const struct fwd *f, const char *name)

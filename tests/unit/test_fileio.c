@@ -137,6 +137,44 @@ static void test_audit_files_refusals(void **state)
 	assert_int_equal(audit_verify_files(small, fifo, pub, &res, NULL), -EINVAL);
 }
 
+/* write_file_replace: the whole new text replaces the old, with the
+ * mode asked; a link planted at PATH.tmp is not followed (its target stays
+ * as it was) and the old file is kept. */
+static void test_replace(void **state)
+{
+	char path[160], tmp[168], target[160];
+	uint8_t *buf;
+	size_t len;
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/replaced", dir);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	snprintf(target, sizeof(target), "%s/target", dir);
+	assert_int_equal(write_file_replace(path, "old text", 0600), 0);
+	assert_int_equal(write_file_replace(path, "new", 0640), 0);
+	assert_int_equal(read_file(path, 64, &buf, &len), 0);
+	assert_int_equal(len, 3);
+	assert_memory_equal(buf, "new", 3);
+	free(buf);
+	assert_int_equal(stat(path, &st), 0);
+	{
+		mode_t mask = umask(0);
+
+		umask(mask);
+		assert_int_equal(st.st_mode & 0777, 0640 & ~mask);
+	}
+	assert_int_equal(access(tmp, F_OK), -1);
+
+	assert_int_equal(symlink(target, tmp), 0);
+	assert_int_equal(write_file_replace(path, "via link", 0600), -ELOOP);
+	assert_int_equal(access(target, F_OK), -1);
+	assert_int_equal(read_file(path, 64, &buf, &len), 0);
+	assert_int_equal(len, 3);
+	free(buf);
+	unlink(tmp);
+	unlink(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -145,6 +183,7 @@ int main(void)
 		cmocka_unit_test(test_read_file_refusals),
 		cmocka_unit_test(test_audit_snapshot_refusals),
 		cmocka_unit_test(test_audit_files_refusals),
+		cmocka_unit_test(test_replace),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
