@@ -31,7 +31,7 @@ TESTLIBS := -lcmocka
 
 # Parts linked into the kosa8 binary (and into unit tests).
 # src/cli is in the library too (minus main.c) so unit tests reach its parsers.
-LIB_DIRS := src/common src/hw src/vmm src/virtio src/devices src/disk src/audit src/sandbox src/supervisor src/proxy src/machine src/ui src/cli src/agentproto
+LIB_DIRS := src/common src/hw src/vmm src/vmm/x86 src/virtio src/devices src/disk src/audit src/sandbox src/supervisor src/proxy src/machine src/ui src/cli src/agentproto
 LIB_SRCS := $(filter-out src/cli/main.c src/cli/vmm_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
 CLI_SRCS := src/cli/main.c
 VMM_SRCS := src/cli/vmm_main.c

@@ -2,9 +2,11 @@
  *
  * The VMM core never calls an ioctl itself; it goes through these few
  * functions, so that a second backend (Apple's Hypervisor.framework) can sit
- * behind the same interface later.  accel_kvm.c is the Linux/KVM backend.
- * The x86 boot state is described in plain values computed by boot_x86.c, so
- * the backend only applies them. */
+ * behind the same interface later.  accel_kvm.c is the Linux/KVM backend's
+ * common part, vmm/x86/accel_kvm.c its x86-64 part.  The boot state is
+ * described in plain values computed by the machine (vmm/x86/boot.c), so the
+ * backend only applies them.  Functions marked x86 exist only in that
+ * architecture's build. */
 #ifndef KOSA8_ACCEL_H
 #define KOSA8_ACCEL_H
 
@@ -122,8 +124,9 @@ int accel_map_memory(struct accel_vm *vm, uint32_t slot, uint64_t gpa,
  * start, and starts a new interval.  bitmap holds (pages + 63) / 64 words. */
 int accel_dirty_log(struct accel_vm *vm, uint32_t slot, uint64_t *bitmap);
 
-/* Interrupt controller and timer in the hypervisor (x86: PIC, IOAPIC, PIT). */
+/* x86: interrupt controller and timer in the hypervisor (PIC, IOAPIC, PIT). */
 int accel_create_irqchip(struct accel_vm *vm);
+/* An interrupt line: on x86 a GSI of the IOAPIC. */
 int accel_irq_line(struct accel_vm *vm, uint32_t gsi, int level);
 
 /* A doorbell in the hypervisor: a guest write of `len` bytes equal to
@@ -133,7 +136,7 @@ int accel_irq_line(struct accel_vm *vm, uint32_t gsi, int level);
  * notification; writes of other values still exit as MMIO. */
 int accel_mmio_doorbell(struct accel_vm *vm, uint64_t gpa, uint32_t len, uint64_t value, int fd);
 
-/* CPUID leaves the hypervisor can offer (before filtering). */
+/* x86: CPUID leaves the hypervisor can offer (before filtering). */
 int accel_supported_cpuid(struct accel_vm *vm, struct cpuid_leaf *leaves,
 			  size_t max, size_t *count);
 
@@ -143,9 +146,9 @@ int accel_vcpu_set_cpuid(struct accel_vcpu *vcpu, const struct cpuid_leaf *leave
 			 size_t count);
 int accel_vcpu_set_msrs(struct accel_vcpu *vcpu, const struct x86_msr *msrs,
 			size_t count);
-/* Boot processor state; application processors wait for INIT/SIPI. */
+/* x86: boot processor state; application processors wait for INIT/SIPI. */
 int accel_vcpu_set_boot_state(struct accel_vcpu *vcpu, const struct x86_boot_cpu *st);
-/* Local APIC: LINT0 as ExtINT and LINT1 as NMI, as firmware would leave them. */
+/* x86: local APIC: LINT0 as ExtINT and LINT1 as NMI, as firmware would leave them. */
 int accel_vcpu_init_lapic(struct accel_vcpu *vcpu);
 /* Runs the vCPU until the next exit that needs the VMM. */
 int accel_vcpu_run(struct accel_vcpu *vcpu, struct vcpu_exit *exit);

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "devices/acpi_pm.h" /* the PM1 block the FADT describes */
+#include "vmm/x86/acpi_pm.h" /* the PM1 block the FADT describes */
 
 #define IOAPIC_ADDR 0xfec00000u
 #define LAPIC_ADDR  0xfee00000u
