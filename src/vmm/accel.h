@@ -3,10 +3,11 @@
  * The VMM core never calls an ioctl itself; it goes through these few
  * functions, so that a second backend (Apple's Hypervisor.framework) can sit
  * behind the same interface later.  accel_kvm.c is the Linux/KVM backend's
- * common part, vmm/x86/accel_kvm.c its x86-64 part.  The boot state is
- * described in plain values computed by the machine (vmm/x86/boot.c), so the
- * backend only applies them.  Functions marked x86 exist only in that
- * architecture's build. */
+ * common part, vmm/x86/accel_kvm.c and vmm/arm64/accel_kvm.c its
+ * architectures' (one is built).  The boot state is described in plain
+ * values computed by the machine (vmm/x86/boot.c, vmm/arm64/boot.c), so the
+ * backend only applies them.  Functions marked x86 or arm64 exist only in
+ * that architecture's build. */
 #ifndef KOSA8_ACCEL_H
 #define KOSA8_ACCEL_H
 
@@ -126,8 +127,23 @@ int accel_dirty_log(struct accel_vm *vm, uint32_t slot, uint64_t *bitmap);
 
 /* x86: interrupt controller and timer in the hypervisor (PIC, IOAPIC, PIT). */
 int accel_create_irqchip(struct accel_vm *vm);
-/* An interrupt line: on x86 a GSI of the IOAPIC. */
+/* An interrupt line: x86 a GSI of the IOAPIC, arm64 a GIC SPI (INTID - 32). */
 int accel_irq_line(struct accel_vm *vm, uint32_t gsi, int level);
+
+/* arm64: the GICv3 in the hypervisor, its distributor and redistributors
+ * (ARM64_GIC_REDIST_STRIDE each, one per vCPU) at these guest-physical
+ * addresses; created before the vCPUs, started after all of them exist. */
+#define ARM64_GIC_DIST_SIZE 0x10000ULL
+#define ARM64_GIC_REDIST_STRIDE 0x20000ULL
+int accel_arm64_create_gic(struct accel_vm *vm, uint64_t dist, uint64_t redist);
+int accel_arm64_start_gic(struct accel_vm *vm);
+/* arm64: a vCPU with PSCI 0.2 (CPU on/off, power-off and reset in the
+ * hypervisor); every one but the boot processor starts powered off and is
+ * started by the guest through PSCI CPU_ON. */
+int accel_vcpu_arm64_init(struct accel_vcpu *vcpu, bool powered_off);
+/* arm64: the boot processor at the kernel's entry (the Image protocol: x0
+ * the device tree's address, x1-x3 zero, EL1 with interrupts masked). */
+int accel_vcpu_arm64_boot(struct accel_vcpu *vcpu, uint64_t pc, uint64_t x0);
 
 /* A doorbell in the hypervisor: a guest write of `len` bytes equal to
  * `value` at the guest-physical MMIO address `gpa` signals the eventfd `fd`
