@@ -200,12 +200,17 @@ enum accel_rec_tag {
 	ACCEL_REC_LAPIC,
 	ACCEL_REC_MSRS,           /* every MSR the hypervisor can save, TSC included */
 	ACCEL_REC_EVENTS,         /* pending exceptions, interrupts, NMI, SIPI */
+	/* arm64, per vCPU (MP state as above: powered off or runnable) */
+	ACCEL_REC_ARM64_REGS = 16,  /* pairs: every register the one-reg list names */
+	ACCEL_REC_ARM64_GIC_CPU,    /* pairs: its redistributor and GIC CPU interface */
 	/* per VM */
 	ACCEL_REC_PIC_MASTER = 32,
 	ACCEL_REC_PIC_SLAVE,
 	ACCEL_REC_IOAPIC,
 	ACCEL_REC_PIT,
 	ACCEL_REC_CLOCK,          /* kvmclock */
+	/* arm64, per VM */
+	ACCEL_REC_ARM64_GIC_DIST = 48, /* pairs: the GIC distributor */
 };
 #define ACCEL_MAX_RECS 16
 
@@ -225,6 +230,27 @@ void accel_state_free(struct accel_state *s);
 const struct accel_rec *accel_state_find(const struct accel_state *s, uint32_t tag);
 /* Adds a copy of data; -ENOSPC when full, -ENOMEM. */
 int accel_state_add(struct accel_state *s, uint32_t tag, const void *data, size_t len);
+
+/* Records of (id, value) pairs, the form of register lists: each pair is
+ * the id (8 bytes, host order) and its value, whose size the id gives as
+ * the one-reg interface does (bits 52-55: log2 of the size in bytes, at
+ * most ACCEL_PAIR_MAX bytes).  A checkpoint file holds them: the reader is
+ * bounds-checked (fuzz/fuzz_accel_pairs.c). */
+#define ACCEL_PAIR_SIZE_SHIFT 52
+#define ACCEL_PAIR_MAX 256
+struct accel_pairs {
+	uint8_t *buf;
+	size_t len, cap;
+	int err;                  /* sticky: the first failure of add */
+};
+/* The size of id's value, 0 when the id names none this reader takes. */
+size_t accel_pair_size(uint64_t id);
+/* Appends a pair (value: accel_pair_size(id) bytes). */
+void accel_pairs_add(struct accel_pairs *p, uint64_t id, const void *val);
+/* The pair at *off of a record: 1 with *id and *val (pointing into data),
+ * 0 at the end, -EINVAL if what is there is not a whole pair. */
+int accel_pairs_next(const uint8_t *data, size_t len, size_t *off, uint64_t *id,
+		     const uint8_t **val);
 
 /* The vCPU must not be running (parked, after accel_vcpu_settle). */
 int accel_vcpu_save(struct accel_vcpu *vcpu, struct accel_state *out);
