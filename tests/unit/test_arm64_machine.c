@@ -242,6 +242,48 @@ static void test_pl011(void **state)
 	close(fds[1]);
 }
 
+/* A checkpoint's PL011: what the guest set up and the bytes still in the
+ * FIFO come back, the line's level with them; a state no UART can be in
+ * is refused. */
+static void test_pl011_state(void **state)
+{
+	struct pl011 u, v;
+	struct pl011_state st, bad;
+
+	pl011_init(&u, 0xc8000000, -1, record_irq, NULL);
+	wr(&u, 0x24, 13);
+	wr(&u, 0x2c, 0x70);
+	wr(&u, 0x38, (1u << 4) | (1u << 6));
+	rd(&u, 0x00);
+	assert_int_equal(pl011_receive(&u, (const uint8_t *)"abc", 3), 3);
+	assert_int_equal(rd(&u, 0x00), 'a'); /* the FIFO's head has moved */
+	pl011_save(&u, &st);
+	pl011_destroy(&u);
+
+	irq_level = -1;
+	pl011_init(&v, 0xc8000000, -1, record_irq, NULL);
+	assert_int_equal(pl011_restore(&v, &st), 0);
+	pl011_resync_irq(&v);
+	assert_int_equal(irq_level, 1);
+	assert_int_equal(rd(&v, 0x24), 13);
+	assert_int_equal(rd(&v, 0x2c), 0x70);
+	assert_int_equal(rd(&v, 0x38), (1u << 4) | (1u << 6));
+	assert_int_equal(rd(&v, 0x00), 'b');
+	assert_int_equal(rd(&v, 0x00), 'c');
+	assert_int_equal(irq_level, 0);
+	assert_int_equal(pl011_wait_space(&v, 0), PL011_FIFO_LEN);
+
+	bad = st, bad.version = 2;
+	assert_int_equal(pl011_restore(&v, &bad), -EINVAL);
+	bad = st, bad.rx_head = PL011_FIFO_LEN;
+	assert_int_equal(pl011_restore(&v, &bad), -EINVAL);
+	bad = st, bad.rx_count = PL011_FIFO_LEN + 1;
+	assert_int_equal(pl011_restore(&v, &bad), -EINVAL);
+	bad = st, bad.imsc = 1u << 11;
+	assert_int_equal(pl011_restore(&v, &bad), -EINVAL);
+	pl011_destroy(&v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -250,6 +292,7 @@ int main(void)
 		cmocka_unit_test(test_fdt),
 		cmocka_unit_test(test_fdt_bounds),
 		cmocka_unit_test(test_pl011),
+		cmocka_unit_test(test_pl011_state),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,7 +20,7 @@
 #define VIRTIO_MMIO(n) (VM_VIRTIO_MMIO_BASE + (n) * VM_VIRTIO_MMIO_STRIDE)
 
 const struct device_slot arch_devices[] = {
-	{&pl011_device, ARM64_PL011_BASE, ARM64_PL011_SPI, 0},
+	{&pl011_device, ARM64_PL011_BASE, ARM64_PL011_SPI, SNAP_SEC_PL011},
 	{&virtio_rng_device, VIRTIO_MMIO(0), VM_VIRTIO_RNG_SPI, SNAP_SEC_RNG},
 	{&virtio_blk_device, VIRTIO_MMIO(1), VM_VIRTIO_BLK_SPI, SNAP_SEC_BLK},
 	{&virtio_vsock_device, VIRTIO_MMIO(2), VM_VIRTIO_VSOCK_SPI, SNAP_SEC_VSOCK},
@@ -100,10 +100,6 @@ int arch_vcpus_create(struct vm *vm, bool restoring, const char **why)
 {
 	int err;
 
-	if (restoring) {
-		*why = "checkpoints of arm64 VMs are not supported yet";
-		return -EOPNOTSUPP;
-	}
 	*why = "KVM could not set up a vCPU";
 	for (int i = 0; i < vm->cfg.ncpus; i++) {
 		struct vm_vcpu *v = &vm->vcpus[i];
@@ -118,7 +114,8 @@ int arch_vcpus_create(struct vm *vm, bool restoring, const char **why)
 		*why = "KVM could not start the GICv3";
 		return err;
 	}
-	return accel_vcpu_arm64_boot(vm->vcpus[0].accel, vm->arch.entry, vm->arch.fdt);
+	/* A restore sets every vCPU's registers and power state next. */
+	return restoring ? 0 : accel_vcpu_arm64_boot(vm->vcpus[0].accel, vm->arch.entry, vm->arch.fdt);
 }
 
 void *arch_console(struct vm *vm)

@@ -30,6 +30,15 @@ struct pl011 {
 	int irq_level;
 };
 
+/* Everything the guest sees of the UART, as a checkpoint holds it. */
+#define PL011_STATE_VERSION 1
+struct pl011_state {
+	uint32_t version;
+	uint32_t ris, imsc, cr, lcr_h, ibrd, fbrd, ifls, dmacr;
+	uint32_t rx_head, rx_count;
+	uint8_t rx[PL011_FIFO_LEN];
+};
+
 void pl011_init(struct pl011 *u, uint64_t base, int out_fd,
 		void (*set_irq)(void *ctx, int level), void *irq_ctx);
 void pl011_destroy(struct pl011 *u);
@@ -40,6 +49,13 @@ size_t pl011_receive(struct pl011 *u, const uint8_t *buf, size_t len);
 bool pl011_rx_enabled(struct pl011 *u);
 /* Blocks until the FIFO has room or timeout_ms passes; returns free bytes. */
 size_t pl011_wait_space(struct pl011 *u, int timeout_ms);
+
+void pl011_save(struct pl011 *u, struct pl011_state *out);
+/* -EINVAL for a state this UART cannot hold (another version, a FIFO
+ * position out of range). */
+int pl011_restore(struct pl011 *u, const struct pl011_state *in);
+/* Tells the interrupt controller the line's level again. */
+void pl011_resync_irq(struct pl011 *u);
 
 /* In the arm64 machine's device table (vmm/arm64/machine.c). */
 extern const struct device_ops pl011_device;
