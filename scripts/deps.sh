@@ -30,7 +30,14 @@ PKGS="
   curl openssl python3 git
   man-db groff-base fish zsh
   dpkg-dev lintian
+  libfdt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-system-arm
 "
+# arm64 (make arm64, testbed/run-arm64): their arm64 packages are unpacked,
+# not installed (scripts/arm64-sysroot), but apt must know the architecture.
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+	$SUDO dpkg --add-architecture arm64
+	$SUDO apt-get update -q
+fi
 # Skip apt entirely when everything is there: keeps 'make check' fast and offline.
 missing=
 for p in $PKGS; do

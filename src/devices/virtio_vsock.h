@@ -17,6 +17,7 @@
 #ifndef KOSA8_VIRTIO_VSOCK_H
 #define KOSA8_VIRTIO_VSOCK_H
 
+#include <sys/socket.h> /* older linux/vm_sockets.h (6.1) use struct sockaddr without it */
 #include <linux/vm_sockets.h>
 #include <pthread.h>
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 /* VM Generation ID: 16 random bytes in guest memory that change whenever
  * the VM is started from a checkpoint (a template start, a fork, a rewind),
  * with an interrupt that says so.  The guest kernel's vmgenid driver finds
- * the bytes through ACPI (vmm/acpi.c describes them) and, on the interrupt,
+ * the bytes through ACPI (vmm/x86/acpi.c describes them) and, on the interrupt,
  * mixes the new ID into its RNG and reseeds its CRNG at once: copies of one
  * checkpoint stop drawing the same random numbers before any of their
  * processes asks for one.  kosa8's guest kernel also draws a new boot_id

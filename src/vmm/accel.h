@@ -2,9 +2,12 @@
  *
  * The VMM core never calls an ioctl itself; it goes through these few
  * functions, so that a second backend (Apple's Hypervisor.framework) can sit
- * behind the same interface later.  accel_kvm.c is the Linux/KVM backend.
- * The x86 boot state is described in plain values computed by boot_x86.c, so
- * the backend only applies them. */
+ * behind the same interface later.  accel_kvm.c is the Linux/KVM backend's
+ * common part, vmm/x86/accel_kvm.c and vmm/arm64/accel_kvm.c its
+ * architectures' (one is built).  The boot state is described in plain
+ * values computed by the machine (vmm/x86/boot.c, vmm/arm64/boot.c), so the
+ * backend only applies them.  Functions marked x86 or arm64 exist only in
+ * that architecture's build. */
 #ifndef KOSA8_ACCEL_H
 #define KOSA8_ACCEL_H
 
@@ -122,9 +125,25 @@ int accel_map_memory(struct accel_vm *vm, uint32_t slot, uint64_t gpa,
  * start, and starts a new interval.  bitmap holds (pages + 63) / 64 words. */
 int accel_dirty_log(struct accel_vm *vm, uint32_t slot, uint64_t *bitmap);
 
-/* Interrupt controller and timer in the hypervisor (x86: PIC, IOAPIC, PIT). */
+/* x86: interrupt controller and timer in the hypervisor (PIC, IOAPIC, PIT). */
 int accel_create_irqchip(struct accel_vm *vm);
+/* An interrupt line: x86 a GSI of the IOAPIC, arm64 a GIC SPI (INTID - 32). */
 int accel_irq_line(struct accel_vm *vm, uint32_t gsi, int level);
+
+/* arm64: the GICv3 in the hypervisor, its distributor and redistributors
+ * (ARM64_GIC_REDIST_STRIDE each, one per vCPU) at these guest-physical
+ * addresses; created before the vCPUs, started after all of them exist. */
+#define ARM64_GIC_DIST_SIZE 0x10000ULL
+#define ARM64_GIC_REDIST_STRIDE 0x20000ULL
+int accel_arm64_create_gic(struct accel_vm *vm, uint64_t dist, uint64_t redist);
+int accel_arm64_start_gic(struct accel_vm *vm);
+/* arm64: a vCPU with PSCI 0.2 (CPU on/off, power-off and reset in the
+ * hypervisor); every one but the boot processor starts powered off and is
+ * started by the guest through PSCI CPU_ON. */
+int accel_vcpu_arm64_init(struct accel_vcpu *vcpu, bool powered_off);
+/* arm64: the boot processor at the kernel's entry (the Image protocol: x0
+ * the device tree's address, x1-x3 zero, EL1 with interrupts masked). */
+int accel_vcpu_arm64_boot(struct accel_vcpu *vcpu, uint64_t pc, uint64_t x0);
 
 /* A doorbell in the hypervisor: a guest write of `len` bytes equal to
  * `value` at the guest-physical MMIO address `gpa` signals the eventfd `fd`
@@ -133,7 +152,7 @@ int accel_irq_line(struct accel_vm *vm, uint32_t gsi, int level);
  * notification; writes of other values still exit as MMIO. */
 int accel_mmio_doorbell(struct accel_vm *vm, uint64_t gpa, uint32_t len, uint64_t value, int fd);
 
-/* CPUID leaves the hypervisor can offer (before filtering). */
+/* x86: CPUID leaves the hypervisor can offer (before filtering). */
 int accel_supported_cpuid(struct accel_vm *vm, struct cpuid_leaf *leaves,
 			  size_t max, size_t *count);
 
@@ -143,9 +162,9 @@ int accel_vcpu_set_cpuid(struct accel_vcpu *vcpu, const struct cpuid_leaf *leave
 			 size_t count);
 int accel_vcpu_set_msrs(struct accel_vcpu *vcpu, const struct x86_msr *msrs,
 			size_t count);
-/* Boot processor state; application processors wait for INIT/SIPI. */
+/* x86: boot processor state; application processors wait for INIT/SIPI. */
 int accel_vcpu_set_boot_state(struct accel_vcpu *vcpu, const struct x86_boot_cpu *st);
-/* Local APIC: LINT0 as ExtINT and LINT1 as NMI, as firmware would leave them. */
+/* x86: local APIC: LINT0 as ExtINT and LINT1 as NMI, as firmware would leave them. */
 int accel_vcpu_init_lapic(struct accel_vcpu *vcpu);
 /* Runs the vCPU until the next exit that needs the VMM. */
 int accel_vcpu_run(struct accel_vcpu *vcpu, struct vcpu_exit *exit);
@@ -181,12 +200,17 @@ enum accel_rec_tag {
 	ACCEL_REC_LAPIC,
 	ACCEL_REC_MSRS,           /* every MSR the hypervisor can save, TSC included */
 	ACCEL_REC_EVENTS,         /* pending exceptions, interrupts, NMI, SIPI */
+	/* arm64, per vCPU (MP state as above: powered off or runnable) */
+	ACCEL_REC_ARM64_REGS = 16,  /* pairs: every register the one-reg list names */
+	ACCEL_REC_ARM64_GIC_CPU,    /* pairs: its redistributor and GIC CPU interface */
 	/* per VM */
 	ACCEL_REC_PIC_MASTER = 32,
 	ACCEL_REC_PIC_SLAVE,
 	ACCEL_REC_IOAPIC,
 	ACCEL_REC_PIT,
 	ACCEL_REC_CLOCK,          /* kvmclock */
+	/* arm64, per VM */
+	ACCEL_REC_ARM64_GIC_DIST = 48, /* pairs: the GIC distributor */
 };
 #define ACCEL_MAX_RECS 16
 
@@ -206,6 +230,27 @@ void accel_state_free(struct accel_state *s);
 const struct accel_rec *accel_state_find(const struct accel_state *s, uint32_t tag);
 /* Adds a copy of data; -ENOSPC when full, -ENOMEM. */
 int accel_state_add(struct accel_state *s, uint32_t tag, const void *data, size_t len);
+
+/* Records of (id, value) pairs, the form of register lists: each pair is
+ * the id (8 bytes, host order) and its value, whose size the id gives as
+ * the one-reg interface does (bits 52-55: log2 of the size in bytes, at
+ * most ACCEL_PAIR_MAX bytes).  A checkpoint file holds them: the reader is
+ * bounds-checked (fuzz/fuzz_accel_pairs.c). */
+#define ACCEL_PAIR_SIZE_SHIFT 52
+#define ACCEL_PAIR_MAX 256
+struct accel_pairs {
+	uint8_t *buf;
+	size_t len, cap;
+	int err;                  /* sticky: the first failure of add */
+};
+/* The size of id's value, 0 when the id names none this reader takes. */
+size_t accel_pair_size(uint64_t id);
+/* Appends a pair (value: accel_pair_size(id) bytes). */
+void accel_pairs_add(struct accel_pairs *p, uint64_t id, const void *val);
+/* The pair at *off of a record: 1 with *id and *val (pointing into data),
+ * 0 at the end, -EINVAL if what is there is not a whole pair. */
+int accel_pairs_next(const uint8_t *data, size_t len, size_t *off, uint64_t *id,
+		     const uint8_t **val);
 
 /* The vCPU must not be running (parked, after accel_vcpu_settle). */
 int accel_vcpu_save(struct accel_vcpu *vcpu, struct accel_state *out);

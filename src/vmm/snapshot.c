@@ -22,7 +22,7 @@
 #define H_NSECTIONS 20
 #define H_MEM_SIZE 24
 #define H_CPU_FP 32
-#define H_FLAGS 64
+#define H_ARCH 64
 #define H_CRC 68
 
 /* Fuzzing builds accept any checksum, so that the fuzzer gets past the
@@ -95,6 +95,7 @@ void snap_writer_init(struct snap_writer *w, const struct snap_header *h)
 	put_le32(w->buf + H_NCPUS, h->ncpus);
 	put_le64(w->buf + H_MEM_SIZE, h->mem_size);
 	memcpy(w->buf + H_CPU_FP, h->cpu_fp, SNAP_FP_LEN);
+	put_le32(w->buf + H_ARCH, h->arch);
 	w->len = SNAP_HEADER_LEN;
 }
 
@@ -167,9 +168,13 @@ static int parse_header(const uint8_t *buf, size_t len, struct snap_header *h,
 			    SNAP_VERSION);
 	if (CRC_BAD(get_le32(buf + H_CRC), disk_crc32c(0, buf, H_CRC)))
 		return snap_fail(err, errlen, -EBADMSG, "checkpoint header checksum mismatch (corrupt file)");
-	if (get_le32(buf + H_HEADER_LEN) != SNAP_HEADER_LEN || get_le32(buf + H_FLAGS) != 0)
+	if (get_le32(buf + H_HEADER_LEN) != SNAP_HEADER_LEN)
 		return snap_fail(err, errlen, -EINVAL, "checkpoint header has unknown fields");
 	h->version = version;
+	h->arch = get_le32(buf + H_ARCH);
+	if (h->arch != SNAP_ARCH_X86_64 && h->arch != SNAP_ARCH_ARM64)
+		return snap_fail(err, errlen, -EINVAL,
+			    "checkpoint is of an unknown architecture (%u)", h->arch);
 	h->ncpus = get_le32(buf + H_NCPUS);
 	h->mem_size = get_le64(buf + H_MEM_SIZE);
 	memcpy(h->cpu_fp, buf + H_CPU_FP, SNAP_FP_LEN);
@@ -215,23 +220,31 @@ static int parse_section(const uint8_t *buf, size_t len, size_t *off, struct sna
 	return 0;
 }
 
+static const uint32_t x86_vcpu_required[] = {ACCEL_REC_MP_STATE, ACCEL_REC_REGS,
+					     ACCEL_REC_SREGS, ACCEL_REC_LAPIC, 0};
+static const uint32_t x86_vm_required[] = {ACCEL_REC_PIC_MASTER, ACCEL_REC_PIC_SLAVE,
+					   ACCEL_REC_IOAPIC, ACCEL_REC_PIT, ACCEL_REC_CLOCK, 0};
+static const uint32_t arm64_vcpu_required[] = {ACCEL_REC_MP_STATE, ACCEL_REC_ARM64_REGS,
+					       ACCEL_REC_ARM64_GIC_CPU, 0};
+static const uint32_t arm64_vm_required[] = {ACCEL_REC_ARM64_GIC_DIST, 0};
+
 /* Sections every restore needs, checked here so that a loader never meets
- * a half checkpoint. */
+ * a half checkpoint.  The records are the checkpoint's architecture's,
+ * whichever this build is (a foreign one is refused by name later). */
 static int check_required(const struct snapshot *s, char *err, size_t errlen)
 {
-	static const uint32_t vcpu_required[] = {ACCEL_REC_MP_STATE, ACCEL_REC_REGS,
-						 ACCEL_REC_SREGS, ACCEL_REC_LAPIC};
-	static const uint32_t vm_required[] = {ACCEL_REC_PIC_MASTER, ACCEL_REC_PIC_SLAVE,
-					       ACCEL_REC_IOAPIC, ACCEL_REC_PIT, ACCEL_REC_CLOCK};
+	bool arm64 = s->h.arch == SNAP_ARCH_ARM64;
+	const uint32_t *vcpu_required = arm64 ? arm64_vcpu_required : x86_vcpu_required;
+	const uint32_t *vm_required = arm64 ? arm64_vm_required : x86_vm_required;
 	struct snap_memory_desc md;
 
 	for (uint32_t c = 0; c < s->h.ncpus; c++)
-		for (size_t i = 0; i < ARRAY_SIZE(vcpu_required); i++)
+		for (size_t i = 0; vcpu_required[i]; i++)
 			if (!snapshot_find(s, SNAP_SEC_VCPU | vcpu_required[i], c))
 				return snap_fail(err, errlen, -EINVAL,
 					    "checkpoint lacks vCPU %u's state (record %u)", c,
 					    vcpu_required[i]);
-	for (size_t i = 0; i < ARRAY_SIZE(vm_required); i++)
+	for (size_t i = 0; vm_required[i]; i++)
 		if (!snapshot_find(s, SNAP_SEC_VM | vm_required[i], 0))
 			return snap_fail(err, errlen, -EINVAL, "checkpoint lacks the VM's state (record %u)",
 				    vm_required[i]);
@@ -401,6 +414,27 @@ int snapshot_disk_chain(const struct snap_section *sec, char *storage, size_t st
 		paths[n++] = p;
 	}
 	return n;
+}
+
+const char *snapshot_arch_name(uint32_t arch)
+{
+	switch (arch) {
+	case SNAP_ARCH_X86_64: return "x86-64";
+	case SNAP_ARCH_ARM64: return "arm64";
+	default: return "unknown";
+	}
+}
+
+int snapshot_check_arch(const struct snap_header *h, char *err, size_t errlen)
+{
+	if (h->arch == SNAP_ARCH_HOST)
+		return 0;
+	/* Registers, interrupt controller and devices differ throughout:
+	 * nothing of the one can be loaded into the other. */
+	return snap_fail(err, errlen, -ENOEXEC,
+			 "checkpoint is of an %s VM; this kosa8 runs %s VMs: restore it on an %s host",
+			 snapshot_arch_name(h->arch), snapshot_arch_name(SNAP_ARCH_HOST),
+			 snapshot_arch_name(h->arch));
 }
 
 int snapshot_load(const char *dir, uint8_t **buf, struct snapshot *out, char *err, size_t errlen)

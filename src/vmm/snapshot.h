@@ -46,6 +46,7 @@ enum snap_tag {
 	SNAP_SEC_RNG = 0x3002,       /* struct virtio_mmio_state */
 	SNAP_SEC_BLK = 0x3003,       /* struct virtio_mmio_state */
 	SNAP_SEC_VSOCK = 0x3004,     /* struct virtio_vsock_state */
+	SNAP_SEC_PL011 = 0x3005,     /* arm64: struct pl011_state */
 	SNAP_SEC_DISK = 0x4001,      /* disk chain: layer paths, bottom first, '\n' after each */
 	SNAP_SEC_MEMORY = 0x4002,    /* struct snap_memory_desc */
 	SNAP_SEC_MEMORY_PARENT = 0x4003, /* layers: parent's memory id (16) + its directory's name */
@@ -53,8 +54,22 @@ enum snap_tag {
 	SNAP_SEC_END = 0xffff,       /* last, empty */
 };
 
+/* The architecture whose VM a checkpoint holds (header field at offset
+ * 64, 0 in every file written before arm64 existed).  Its records are that
+ * architecture's; a VMM built for another refuses the checkpoint. */
+enum snap_arch {
+	SNAP_ARCH_X86_64 = 0,
+	SNAP_ARCH_ARM64 = 1,
+};
+#if defined(__aarch64__)
+#define SNAP_ARCH_HOST SNAP_ARCH_ARM64
+#else
+#define SNAP_ARCH_HOST SNAP_ARCH_X86_64
+#endif
+
 struct snap_header {
 	uint32_t version;
+	uint32_t arch;           /* enum snap_arch */
 	uint32_t ncpus;
 	uint64_t mem_size;
 	uint8_t cpu_fp[SNAP_FP_LEN];
@@ -102,6 +117,12 @@ int snapshot_parse(const uint8_t *buf, size_t len, struct snapshot *out, char *e
 		   size_t errlen);
 void snapshot_free(struct snapshot *s);
 const struct snap_section *snapshot_find(const struct snapshot *s, uint32_t tag, uint32_t index);
+
+/* "x86-64", "arm64", or "unknown". */
+const char *snapshot_arch_name(uint32_t arch);
+/* Whether this build's VMM can restore a checkpoint of h's architecture;
+ * if not, err says whose it is and where it can run (-ENOEXEC). */
+int snapshot_check_arch(const struct snap_header *h, char *err, size_t errlen);
 
 /* Reads DIR/state and parses it (the buffer is returned for the sections). */
 int snapshot_load(const char *dir, uint8_t **buf, struct snapshot *out, char *err,

@@ -14,26 +14,13 @@
 #include "common/log.h"
 #include "common/thread.h"
 #include "common/util.h"
-#include "devices/serial8250.h"
-#include "vmm/acpi.h"
-#include "vmm/boot_x86.h"
-#include "vmm/cpuid.h"
-#include "vmm/mptable.h"
+#include "vmm/arch.h"
 #include "vmm/seccomp.h"
 
 #define MAX_KERNEL_BYTES (256 * MiB)
 #define MAX_INITRD_BYTES (2 * GiB)
 #define CONSOLE_ESCAPE 0x01 /* Ctrl-A, then 'x' */
-
-/* MSRs a firmware would have left in a known state (SDM vol. 4). */
-static const struct x86_msr boot_msrs[] = {
-	{0x174, 0}, {0x175, 0}, {0x176, 0},            /* SYSENTER_CS/ESP/EIP */
-	{0xc0000081, 0}, {0xc0000082, 0}, {0xc0000083, 0}, /* STAR, LSTAR, CSTAR */
-	{0xc0000084, 0}, {0xc0000102, 0},              /* SYSCALL_MASK, KERNEL_GS_BASE */
-	{0x10, 0},                                     /* TSC starts at zero */
-	{0x1a0, 1},                                    /* MISC_ENABLE: fast strings */
-	{0x2ff, (1u << 11) | 6},                       /* MTRRdefType: on, write-back */
-};
+#define CONSOLE_CHUNK 64    /* bytes read from the host at a time, at most */
 
 void vm_request_stop(struct vm *vm, enum vm_stop reason)
 {
@@ -77,38 +64,7 @@ static int setup_devices(struct vm *vm, const char **why)
 	int err = vm_devices_create(vm, why);
 
 	/* Console input goes to the UART, when the VM has one. */
-	vm->console = vm_device(vm, &serial8250_device);
-	return err;
-}
-
-static int setup_vcpu(struct vm *vm, int id, const struct cpuid_leaf *supported,
-		      size_t nleaves, const struct x86_boot_cpu *bsp)
-{
-	struct cpuid_leaf leaves[CPUID_MAX_LEAVES];
-	struct vm_vcpu *v = &vm->vcpus[id];
-	int err;
-
-	v->vm = vm;
-	v->id = id;
-	err = accel_vcpu_create(vm->accel, id, &v->accel);
-	if (err)
-		return err;
-	memcpy(leaves, supported, nleaves * sizeof(*leaves));
-	if ((err = cpuid_filter(leaves, nleaves, id, vm->cfg.ncpus)) ||
-	    (err = accel_vcpu_set_cpuid(v->accel, leaves, nleaves)))
-		return err;
-	if (id == 0)
-		vm_cpu_fingerprint(leaves, nleaves, vm->cpu_fp);
-	/* A restored vCPU gets all of its state from the checkpoint. */
-	if (!bsp)
-		return 0;
-	if (accel_vcpu_set_msrs(v->accel, boot_msrs, ARRAY_SIZE(boot_msrs)) < 0)
-		log_warn("vCPU %d: some boot MSRs were refused; continuing", id);
-	if ((err = accel_vcpu_init_lapic(v->accel)))
-		return err;
-	/* Only the boot processor starts running; the others wait for INIT/SIPI. */
-	if (id == 0)
-		err = accel_vcpu_set_boot_state(v->accel, bsp);
+	vm->console = arch_console(vm);
 	return err;
 }
 
@@ -126,7 +82,6 @@ static const char *file_error(int err, const char *what_missing)
  * once, before any KVM or emulation set-up. */
 static int check_kernel_file(const char *path, const char **why)
 {
-	struct bzimage bz;
 	uint8_t *k = NULL;
 	size_t len;
 	int err;
@@ -137,13 +92,12 @@ static int check_kernel_file(const char *path, const char **why)
 		*why = file_error(err, "kernel file not found; check --kernel");
 		return err;
 	}
-	err = bzimage_parse(k, len, &bz, why);
+	err = arch_check_kernel(k, len, why);
 	free(k);
 	return err;
 }
 
-static int load_images(struct vm *vm, struct x86_boot_cpu *bsp, uint64_t rsdp,
-		       const char **why)
+static int load_images(struct vm *vm, const char **why)
 {
 	uint8_t *kernel = NULL, *initrd = NULL;
 	size_t klen = 0, ilen = 0;
@@ -164,7 +118,8 @@ static int load_images(struct vm *vm, struct x86_boot_cpu *bsp, uint64_t rsdp,
 			goto out;
 		}
 	}
-	if ((err = vm_devices_cmdline(vm, devs, sizeof(devs)))) {
+	devs[0] = '\0';
+	if (arch_devices_on_cmdline && (err = vm_devices_cmdline(vm, devs, sizeof(devs)))) {
 		*why = "the devices' kernel command line is too long";
 		goto out;
 	}
@@ -175,11 +130,7 @@ static int load_images(struct vm *vm, struct x86_boot_cpu *bsp, uint64_t rsdp,
 		err = -E2BIG;
 		goto out;
 	}
-	err = x86_load_linux(&vm->mem,
-			     &(struct linux_boot){.kernel = kernel, .kernel_len = klen,
-						  .initrd = initrd, .initrd_len = ilen,
-						  .cmdline = cmdline, .rsdp_addr = rsdp},
-			     bsp, why);
+	err = arch_load(vm, kernel, klen, initrd, ilen, cmdline, why);
 out:
 	free(kernel);
 	free(initrd);
@@ -199,7 +150,7 @@ static int check_limits(const struct vm_config *cfg, const char **why)
 		*why = "too many vCPUs: kosa8 supports at most 254 (--cpus)";
 		return -EINVAL;
 	}
-	if (cfg->mem_size < BOOT_MIN_RAM) {
+	if (cfg->mem_size < arch_min_ram) {
 		*why = "guest memory must be at least 32M (--mem)";
 		return -EINVAL;
 	}
@@ -228,11 +179,7 @@ int vm_check_config(const struct vm_config *cfg, const char **why)
 
 int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 {
-	static struct cpuid_leaf supported[CPUID_MAX_LEAVES];
-	struct x86_boot_cpu bsp;
 	struct accel_caps caps;
-	size_t nleaves = 0;
-	uint64_t rsdp = 0;
 	int err;
 
 	memset(vm, 0, sizeof(*vm));
@@ -287,48 +234,21 @@ int vm_create(struct vm *vm, const struct vm_config *cfg, const char **why)
 			goto fail;
 		}
 	}
-	if ((err = accel_create_irqchip(vm->accel))) {
-		*why = "KVM could not create the interrupt controller and timer";
+	if ((err = arch_vm_init(vm, why)))
 		goto fail;
-	}
 	if ((err = setup_devices(vm, why)))
 		goto fail;
 	if (cfg->control_path && (err = vm_control_open(vm, cfg->control_path, why)))
 		goto fail;
-	if (cfg->restore_dir)
-		goto vcpus; /* ACPI tables, kernel and boot state are in the checkpoint */
-	/* The tables end before the VM generation ID's page. */
-	err = acpi_build(vm->mem.base + BOOT_BIOS_START, BOOT_BIOS_START,
-			 VMGENID_ADDR - BOOT_BIOS_START, cfg->ncpus, &rsdp);
-	if (err < 0) {
-		*why = "ACPI tables do not fit";
-		goto fail;
-	}
-	err = mptable_build(vm->mem.base, BOOT_EBDA_START,
-			    ALIGN_UP(BOOT_BIOS_START + (uint64_t)err, 16ULL), VMGENID_ADDR,
-			    cfg->ncpus);
-	if (err < 0) {
-		*why = "MP table does not fit";
-		goto fail;
-	}
 	/* The kernel and initrd buffers are copied into guest RAM and freed:
 	 * keep such big buffers out of the heap (glibc would otherwise raise its
 	 * mmap threshold after the first one and leave megabytes resident). */
 	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-	if ((err = load_images(vm, &bsp, rsdp, why)))
+	if (!cfg->restore_dir && (err = load_images(vm, why)))
 		goto fail;
 	malloc_trim(0);
-vcpus:
-	if ((err = accel_supported_cpuid(vm->accel, supported, CPUID_MAX_LEAVES, &nleaves))) {
-		*why = "KVM would not report its CPUID";
+	if ((err = arch_vcpus_create(vm, cfg->restore_dir != NULL, why)))
 		goto fail;
-	}
-	for (int i = 0; i < cfg->ncpus; i++) {
-		if ((err = setup_vcpu(vm, i, supported, nleaves, cfg->restore_dir ? NULL : &bsp))) {
-			*why = "KVM could not set up a vCPU";
-			goto fail;
-		}
-	}
 	if (cfg->restore_dir && (err = vm_restore_state(vm, why)))
 		goto fail;
 	return 0;
@@ -470,22 +390,22 @@ static void *vcpu_thread(void *arg)
 static void *input_thread(void *arg)
 {
 	struct vm *vm = arg;
-	uint8_t buf[SERIAL_FIFO_LEN];
+	uint8_t buf[CONSOLE_CHUNK];
 	bool escape = false;
 
 	while (!vm_stopping(vm)) {
 		struct pollfd pfd = {.fd = vm->cfg.console_in, .events = POLLIN};
-		size_t space = serial8250_wait_space(vm->console, 100);
+		size_t space = arch_console_wait_space(vm->console, 100);
 		ssize_t n;
 
 		/* Typed-ahead input waits in the host until the guest listens. */
-		if (!serial8250_rx_enabled(vm->console)) {
+		if (!arch_console_rx_enabled(vm->console)) {
 			usleep(50 * 1000);
 			continue;
 		}
 		if (space == 0 || poll(&pfd, 1, 100) <= 0)
 			continue;
-		n = read(vm->cfg.console_in, buf, space);
+		n = read(vm->cfg.console_in, buf, space < sizeof(buf) ? space : sizeof(buf));
 		if (n <= 0) {
 			if (n < 0 && (errno == EINTR || errno == EAGAIN))
 				continue;
@@ -502,8 +422,8 @@ static void *input_thread(void *arg)
 				escape = true;
 				continue;
 			}
-			while (!serial8250_receive(vm->console, &buf[i], 1) && !vm_stopping(vm))
-				serial8250_wait_space(vm->console, 100);
+			while (!arch_console_receive(vm->console, &buf[i], 1) && !vm_stopping(vm))
+				arch_console_wait_space(vm->console, 100);
 		}
 	}
 	return NULL;

@@ -1,6 +1,7 @@
-/* One microVM: guest memory, vCPUs, the legacy devices of a PC that Linux
- * needs to boot, and the run loop.  The CLI fills a vm_config, the VM boots,
- * and vm_run() returns why it stopped. */
+/* One microVM: guest memory, vCPUs, the devices of its machine (vmm/arch.h:
+ * a PC's legacy devices on x86-64, GIC and PL011 on arm64), and the run
+ * loop.  The CLI fills a vm_config, the VM boots, and vm_run() returns why
+ * it stopped. */
 #ifndef KOSA8_VM_H
 #define KOSA8_VM_H
 
@@ -18,21 +19,21 @@
 #include "vmm/seccomp.h"
 #include "vmm/snapshot.h"
 #include "vmm/vm_control.h"
-
-struct serial8250;
+#if defined(__aarch64__)
+#include "vmm/arm64/machine.h"
+#else
+#include "vmm/x86/machine.h"
+#endif
 
 #define VM_MAX_VCPUS 254 /* xAPIC ids 0..253, the IOAPIC takes the next one */
-#define VM_DEFAULT_CMDLINE "console=ttyS0 reboot=k panic=-1 pci=off nomodule"
 
-/* virtio-mmio devices: one page each from here, in the 32-bit MMIO hole,
- * with ISA interrupt lines that no legacy device of ours uses. */
+/* virtio-mmio devices: one page each from here, in the 32-bit MMIO hole
+ * (hw/guest_mem.h) on both machines; their interrupt lines are the
+ * machine's (vmm/ARCH/machine.h). */
 #define VM_VIRTIO_MMIO_BASE 0xd0000000ULL
 #define VM_VIRTIO_MMIO_STRIDE 0x1000ULL
-#define VM_VIRTIO_RNG_GSI 5
-#define VM_VIRTIO_BLK_GSI 6
-#define VM_VIRTIO_VSOCK_GSI 7
 #define VM_DEFAULT_VSOCK_CID 3
-#define VM_MAX_DEVICES 16 /* lines in vm_devices.c's table, at most */
+#define VM_MAX_DEVICES 16 /* lines in the machine's device table, at most */
 
 enum vm_stop {
 	VM_STOP_NONE = 0,
@@ -76,7 +77,7 @@ struct vm {
 	 * none of that kind), and what each was lent (hw/device.h). */
 	void *devs[VM_MAX_DEVICES];
 	struct device_env dev_env[VM_MAX_DEVICES];
-	struct serial8250 *console; /* the UART console input goes to, or NULL */
+	void *console;             /* the UART console input goes to (vmm/arch.h), or NULL */
 	char err_buf[512];         /* a dynamic "why" for vm_create's caller */
 	struct vm_vcpu vcpus[VM_MAX_VCPUS];
 	int stop_pipe[2];          /* any thread writes a byte to wake the main loop */
@@ -91,6 +92,7 @@ struct vm {
 	pthread_cond_t gate_cond;
 	int gate;                  /* 0 closed, 1 open, -1 abandoned */
 	uint8_t cpu_fp[SNAP_FP_LEN];  /* hash of the CPUID the guest sees */
+	struct arch_vm arch;       /* the architecture's own (vmm/ARCH/machine.h) */
 	/* Pausing: vCPU threads park while pause_req is set (vm_checkpoint.c). */
 	pthread_mutex_t pause_lock;
 	pthread_cond_t pause_cond;

@@ -388,7 +388,8 @@ static int write_checkpoint(struct vm *vm, const char *tmp, const char *dir, con
 			    bool live, struct snap_memory_desc *md, uint64_t **pages, char *msg,
 			    size_t msglen)
 {
-	struct snap_header h = {.version = SNAP_VERSION, .ncpus = (uint32_t)vm->cfg.ncpus,
+	struct snap_header h = {.version = SNAP_VERSION, .arch = SNAP_ARCH_HOST,
+				.ncpus = (uint32_t)vm->cfg.ncpus,
 				.mem_size = vm->mem.size};
 	struct snap_writer w;
 	char path[PATH_MAX + 16];
@@ -686,6 +687,8 @@ int vm_restore_load(struct vm *vm, const char **why)
 
 	rc = snapshot_load(vm->cfg.restore_dir, &vm->snap_buf, &vm->snap, err, sizeof(err));
 	restore_marks.load = now_us();
+	if (!rc)
+		rc = snapshot_check_arch(&vm->snap.h, err, sizeof(err));
 	if (rc) {
 		snprintf(vm->err_buf, sizeof(vm->err_buf), "%s", err);
 		*why = vm->err_buf;

@@ -1,9 +1,8 @@
-/* The VM's devices: one table, walked by vm.c and vm_checkpoint.c.  A
- * device's line says where it sits in this machine: its virtio-mmio page
- * (legacy PC devices claim their own fixed ports), its interrupt line and
- * its checkpoint section.  The table's order is the order devices are
- * created, paused, saved and restored in (and so the order of their
- * sections in a checkpoint); they are resumed and destroyed in reverse. */
+/* The VM's devices: the machine's table (vmm/arch.h, in vmm/ARCH/machine.c),
+ * walked by vm.c and vm_checkpoint.c.  The table's order is the order
+ * devices are created, paused, saved and restored in (and so the order of
+ * their sections in a checkpoint); they are resumed and destroyed in
+ * reverse. */
 #include "vmm/vm.h"
 
 #include <errno.h>
@@ -13,35 +12,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "devices/acpi_pm.h"
-#include "devices/i8042.h"
-#include "devices/serial8250.h"
-#include "devices/virtio_blk.h"
-#include "devices/virtio_rng.h"
-#include "devices/virtio_vsock.h"
-#include "devices/vmgenid.h"
-
-#define VIRTIO_MMIO(n) (VM_VIRTIO_MMIO_BASE + (n) * VM_VIRTIO_MMIO_STRIDE)
-
-struct device_slot {
-	const struct device_ops *ops;
-	uint64_t mmio_base;        /* 0: none */
-	uint32_t gsi;              /* 0: none */
-	uint32_t snap_tag;         /* enum snap_tag; 0: no state */
-};
-
-static const struct device_slot table[] = {
-	{&serial8250_device, 0, SERIAL_COM1_IRQ, SNAP_SEC_SERIAL},
-	{&i8042_device, 0, 0, 0},
-	{&acpi_pm_device, 0, 0, 0},
-	{&virtio_rng_device, VIRTIO_MMIO(0), VM_VIRTIO_RNG_GSI, SNAP_SEC_RNG},
-	{&virtio_blk_device, VIRTIO_MMIO(1), VM_VIRTIO_BLK_GSI, SNAP_SEC_BLK},
-	{&virtio_vsock_device, VIRTIO_MMIO(2), VM_VIRTIO_VSOCK_GSI, SNAP_SEC_VSOCK},
-	{&vmgenid_device, 0, VMGENID_GSI, 0}, /* its ID page: VMGENID_ADDR */
-};
-_Static_assert(ARRAY_SIZE(table) <= VM_MAX_DEVICES, "raise VM_MAX_DEVICES");
-
-#define N_DEVICES ((int)ARRAY_SIZE(table))
+#include "vmm/arch.h"
 
 static bool wanted(const struct device_slot *s, const struct vm_config *cfg)
 {
@@ -73,18 +44,18 @@ int vm_devices_create(struct vm *vm, const char **why)
 
 	vm->pio.name = "pio";
 	vm->mmio.name = "mmio";
-	for (int i = 0; i < N_DEVICES; i++) {
+	for (int i = 0; i < arch_ndevices; i++) {
 		struct device_env *env = &vm->dev_env[i];
-		if (!wanted(&table[i], &vm->cfg))
+		if (!wanted(&arch_devices[i], &vm->cfg))
 			continue;
 		*env = (struct device_env){
 			.cfg = &vm->cfg, .mem = &vm->mem, .pio = &vm->pio, .mmio = &vm->mmio,
-			.mmio_base = table[i].mmio_base, .gsi = table[i].gsi, .ctx = vm,
+			.mmio_base = arch_devices[i].mmio_base, .gsi = arch_devices[i].gsi, .ctx = vm,
 			.set_irq = dev_irq, .reset = dev_reset, .poweroff = dev_poweroff,
 			.doorbell = dev_doorbell, .err = vm->err_buf, .err_len = sizeof(vm->err_buf),
 		};
 		*why = "device set-up failed";
-		if ((err = table[i].ops->create(env, &vm->devs[i], why)))
+		if ((err = arch_devices[i].ops->create(env, &vm->devs[i], why)))
 			return err;
 	}
 	return 0;
@@ -92,39 +63,39 @@ int vm_devices_create(struct vm *vm, const char **why)
 
 void vm_devices_destroy(struct vm *vm)
 {
-	for (int i = N_DEVICES - 1; i >= 0; i--) {
+	for (int i = arch_ndevices - 1; i >= 0; i--) {
 		if (vm->devs[i])
-			table[i].ops->destroy(vm->devs[i]);
+			arch_devices[i].ops->destroy(vm->devs[i]);
 		vm->devs[i] = NULL;
 	}
 }
 
 void *vm_device(struct vm *vm, const struct device_ops *ops)
 {
-	for (int i = 0; i < N_DEVICES; i++)
-		if (table[i].ops == ops)
+	for (int i = 0; i < arch_ndevices; i++)
+		if (arch_devices[i].ops == ops)
 			return vm->devs[i];
 	return NULL;
 }
 
 void vm_devices_pause(struct vm *vm)
 {
-	for (int i = 0; i < N_DEVICES; i++)
-		if (vm->devs[i] && table[i].ops->pause)
-			table[i].ops->pause(vm->devs[i]);
+	for (int i = 0; i < arch_ndevices; i++)
+		if (vm->devs[i] && arch_devices[i].ops->pause)
+			arch_devices[i].ops->pause(vm->devs[i]);
 }
 
 void vm_devices_resume(struct vm *vm)
 {
-	for (int i = N_DEVICES - 1; i >= 0; i--)
-		if (vm->devs[i] && table[i].ops->resume)
-			table[i].ops->resume(vm->devs[i]);
+	for (int i = arch_ndevices - 1; i >= 0; i--)
+		if (vm->devs[i] && arch_devices[i].ops->resume)
+			arch_devices[i].ops->resume(vm->devs[i]);
 }
 
 void vm_devices_save(struct vm *vm, struct snap_writer *w)
 {
-	for (int i = 0; i < N_DEVICES; i++) {
-		const struct device_ops *ops = table[i].ops;
+	for (int i = 0; i < arch_ndevices; i++) {
+		const struct device_ops *ops = arch_devices[i].ops;
 		void *state;
 		if (!vm->devs[i] || !ops->save)
 			continue;
@@ -133,7 +104,7 @@ void vm_devices_save(struct vm *vm, struct snap_writer *w)
 			return;
 		}
 		ops->save(vm->devs[i], state);
-		snap_writer_add(w, table[i].snap_tag, 0, state, ops->state_len);
+		snap_writer_add(w, arch_devices[i].snap_tag, 0, state, ops->state_len);
 		free(state);
 	}
 }
@@ -141,8 +112,8 @@ void vm_devices_save(struct vm *vm, struct snap_writer *w)
 /* One device's record, copied out to an aligned buffer of exactly its size. */
 static int restore_one(struct vm *vm, int i, const struct snapshot *s)
 {
-	const struct snap_section *sec = snapshot_find(s, table[i].snap_tag, 0);
-	size_t len = table[i].ops->state_len;
+	const struct snap_section *sec = snapshot_find(s, arch_devices[i].snap_tag, 0);
+	size_t len = arch_devices[i].ops->state_len;
 	void *state;
 	int err;
 
@@ -151,20 +122,20 @@ static int restore_one(struct vm *vm, int i, const struct snapshot *s)
 	if (!(state = malloc(len)))
 		return -ENOMEM;
 	memcpy(state, sec->data, len);
-	err = table[i].ops->restore(vm->devs[i], state);
+	err = arch_devices[i].ops->restore(vm->devs[i], state);
 	free(state);
 	return err;
 }
 
 int vm_devices_restore(struct vm *vm, const struct snapshot *s, const char **why)
 {
-	for (int i = 0; i < N_DEVICES; i++) {
+	for (int i = 0; i < arch_ndevices; i++) {
 		int err;
-		if (!vm->devs[i] || !table[i].ops->restore)
+		if (!vm->devs[i] || !arch_devices[i].ops->restore)
 			continue;
 		if ((err = restore_one(vm, i, s))) {
 			snprintf(vm->err_buf, sizeof(vm->err_buf),
-				 "checkpoint's %s state is missing or invalid", table[i].ops->what);
+				 "checkpoint's %s state is missing or invalid", arch_devices[i].ops->what);
 			*why = vm->err_buf;
 			return err == -ENOMEM ? err : -EINVAL;
 		}
@@ -174,10 +145,10 @@ int vm_devices_restore(struct vm *vm, const struct snapshot *s, const char **why
 
 int vm_devices_check_restore(struct vm *vm, const struct snapshot *s, const char **why)
 {
-	for (int i = 0; i < N_DEVICES; i++) {
-		const struct device_ops *ops = table[i].ops;
-		bool has = table[i].snap_tag && snapshot_find(s, table[i].snap_tag, 0);
-		if (!ops->option || has == wanted(&table[i], &vm->cfg))
+	for (int i = 0; i < arch_ndevices; i++) {
+		const struct device_ops *ops = arch_devices[i].ops;
+		bool has = arch_devices[i].snap_tag && snapshot_find(s, arch_devices[i].snap_tag, 0);
+		if (!ops->option || has == wanted(&arch_devices[i], &vm->cfg))
 			continue;
 		if (has)
 			snprintf(vm->err_buf, sizeof(vm->err_buf),
@@ -194,9 +165,9 @@ int vm_devices_check_restore(struct vm *vm, const struct snapshot *s, const char
 
 void vm_devices_resync_irqs(struct vm *vm)
 {
-	for (int i = 0; i < N_DEVICES; i++)
-		if (vm->devs[i] && table[i].ops->resync_irq)
-			table[i].ops->resync_irq(vm->devs[i]);
+	for (int i = 0; i < arch_ndevices; i++)
+		if (vm->devs[i] && arch_devices[i].ops->resync_irq)
+			arch_devices[i].ops->resync_irq(vm->devs[i]);
 }
 
 int vm_devices_cmdline(struct vm *vm, char *buf, size_t len)
@@ -205,14 +176,14 @@ int vm_devices_cmdline(struct vm *vm, char *buf, size_t len)
 	int err;
 
 	buf[0] = '\0';
-	for (int i = 0; i < N_DEVICES; i++) {
-		if (!vm->devs[i] || !table[i].ops->cmdline)
+	for (int i = 0; i < arch_ndevices; i++) {
+		if (!vm->devs[i] || !arch_devices[i].ops->cmdline)
 			continue;
 		if (n && n + 1 < len)
 			buf[n++] = ' ';
 		if (n + 1 >= len)
 			return -ENAMETOOLONG;
-		if ((err = table[i].ops->cmdline(vm->devs[i], buf + n, len - n)))
+		if ((err = arch_devices[i].ops->cmdline(vm->devs[i], buf + n, len - n)))
 			return err;
 		n += strlen(buf + n);
 	}
@@ -221,8 +192,8 @@ int vm_devices_cmdline(struct vm *vm, char *buf, size_t len)
 
 struct disk *vm_disk(struct vm *vm)
 {
-	for (int i = 0; i < N_DEVICES; i++)
-		if (vm->devs[i] && table[i].ops->disk)
-			return table[i].ops->disk(vm->devs[i]);
+	for (int i = 0; i < arch_ndevices; i++)
+		if (vm->devs[i] && arch_devices[i].ops->disk)
+			return arch_devices[i].ops->disk(vm->devs[i]);
 	return NULL;
 }

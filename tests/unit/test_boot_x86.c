@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "hw/guest_mem.h"
-#include "vmm/boot_x86.h"
+#include "vmm/x86/boot.h"
 
 #define IMG_LEN (64 * 1024)
 

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "vmm/accel.h"
-#include "vmm/acpi.h"
-#include "vmm/cpuid.h"
+#include "vmm/x86/acpi.h"
+#include "vmm/x86/cpuid.h"
 
 static void test_cpuid_basic_and_topology(void **state)
 {

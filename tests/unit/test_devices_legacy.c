@@ -11,11 +11,11 @@
 #include <cmocka.h>
 
 #include "cli/cmd_vm.h"
-#include "devices/acpi_pm.h"
-#include "devices/i8042.h"
-#include "devices/serial8250.h"
 #include "hw/bus.h"
-#include "vmm/acpi.h"
+#include "vmm/x86/acpi.h"
+#include "vmm/x86/acpi_pm.h"
+#include "vmm/x86/i8042.h"
+#include "vmm/x86/serial8250.h"
 
 static int irq_level = -1, irq_changes;
 static void record_irq(void *ctx, int level) { irq_level = level; irq_changes++; }

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "vmm/acpi.h"
-#include "vmm/mptable.h"
+#include "vmm/x86/acpi.h"
+#include "vmm/x86/mptable.h"
 
 #define LOW_SIZE 0x100000
 #define MPF 0x9fc00ULL

@@ -166,6 +166,102 @@ static void test_other_version_and_bad_header(void **state)
 	snap_writer_free(&w);
 }
 
+/* A checkpoint names its architecture; each build refuses the other's by
+ * name, and an arm64 checkpoint needs arm64's records, not x86's. */
+static void build_arm64(struct snap_writer *w)
+{
+	struct snap_header h = {.arch = SNAP_ARCH_ARM64, .ncpus = 1, .mem_size = 1 << 20};
+	struct snap_memory_desc md = {.size = 1 << 20, .page_size = 4096};
+	uint8_t data[64] = {1}, mdb[SNAP_MEMORY_DESC_LEN];
+
+	snap_writer_init(w, &h);
+	snap_writer_add(w, SNAP_SEC_VCPU | ACCEL_REC_MP_STATE, 0, data, 4);
+	snap_writer_add(w, SNAP_SEC_VCPU | ACCEL_REC_ARM64_REGS, 0, data, 16);
+	snap_writer_add(w, SNAP_SEC_VCPU | ACCEL_REC_ARM64_GIC_CPU, 0, data, 16);
+	snap_writer_add(w, SNAP_SEC_VM | ACCEL_REC_ARM64_GIC_DIST, 0, data, 16);
+	snap_memory_desc_encode(&md, mdb);
+	snap_writer_add(w, SNAP_SEC_MEMORY, 0, mdb, sizeof(mdb));
+	assert_int_equal(snap_writer_finish(w), 0);
+}
+
+static void test_architecture(void **state)
+{
+	struct snap_writer w;
+	struct snapshot s;
+	char err[SNAP_ERR_LEN] = "";
+
+	/* x86-64 is 0: every file written before the field existed. */
+	build(&w, 64 << 20, true);
+	assert_int_equal(w.buf[64], 0);
+	assert_int_equal(snapshot_parse(w.buf, w.len, &s, err, sizeof(err)), 0);
+	assert_int_equal(s.h.arch, SNAP_ARCH_X86_64);
+	assert_int_equal(snapshot_check_arch(&s.h, err, sizeof(err)), 0);
+	snapshot_free(&s);
+	w.buf[64] = 7; /* an architecture no kosa8 knows */
+	reseal_header(w.buf);
+	assert_int_equal(snapshot_parse(w.buf, w.len, &s, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "unknown architecture (7)"));
+	/* x86's records under an arm64 header are a half checkpoint. */
+	w.buf[64] = SNAP_ARCH_ARM64;
+	reseal_header(w.buf);
+	assert_int_equal(snapshot_parse(w.buf, w.len, &s, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "lacks vCPU 0's state"));
+	snap_writer_free(&w);
+
+	build_arm64(&w);
+	assert_int_equal(snapshot_parse(w.buf, w.len, &s, err, sizeof(err)), 0);
+	assert_int_equal(s.h.arch, SNAP_ARCH_ARM64);
+	/* This build is x86-64's (the unit tests run there): refused, named. */
+	assert_int_equal(snapshot_check_arch(&s.h, err, sizeof(err)), -ENOEXEC);
+	assert_string_equal(err, "checkpoint is of an arm64 VM; this kosa8 runs x86-64 VMs: "
+				 "restore it on an arm64 host");
+	snapshot_free(&s);
+	snap_writer_free(&w);
+}
+
+/* The pair records arm64's registers and GIC state are kept in. */
+static void test_accel_pairs(void **state)
+{
+	struct accel_pairs p = {0};
+	uint64_t v64 = 0x1122334455667788ull, id;
+	uint8_t v16[16], v4[4] = {9, 8, 7, 6};
+	const uint8_t *val;
+	size_t off = 0;
+
+	for (int i = 0; i < 16; i++)
+		v16[i] = (uint8_t)(0xf0 + i);
+	accel_pairs_add(&p, (3ull << ACCEL_PAIR_SIZE_SHIFT) | 1, &v64);
+	accel_pairs_add(&p, (4ull << ACCEL_PAIR_SIZE_SHIFT) | 2, v16);
+	accel_pairs_add(&p, (2ull << ACCEL_PAIR_SIZE_SHIFT) | 3, v4);
+	assert_int_equal(p.err, 0);
+	assert_int_equal(p.len, 8 + 8 + 8 + 16 + 8 + 4);
+	assert_int_equal(accel_pairs_next(p.buf, p.len, &off, &id, &val), 1);
+	assert_int_equal(id & 0xff, 1);
+	assert_memory_equal(val, &v64, 8);
+	assert_int_equal(accel_pairs_next(p.buf, p.len, &off, &id, &val), 1);
+	assert_memory_equal(val, v16, 16);
+	assert_int_equal(accel_pairs_next(p.buf, p.len, &off, &id, &val), 1);
+	assert_memory_equal(val, v4, 4);
+	assert_int_equal(accel_pairs_next(p.buf, p.len, &off, &id, &val), 0);
+	/* Every cut short of the end is refused, never read past. */
+	for (size_t cut = 1; cut < p.len; cut++) {
+		int rc;
+		off = 0;
+		while ((rc = accel_pairs_next(p.buf, cut, &off, &id, &val)) == 1)
+			assert_true(val + accel_pair_size(id) <= p.buf + cut);
+		if (cut != 16 && cut != 40)
+			assert_int_equal(rc, -EINVAL);
+	}
+	/* A size beyond the largest register (2^9 bytes) is refused. */
+	off = 0;
+	v64 = 9ull << ACCEL_PAIR_SIZE_SHIFT;
+	memcpy(p.buf, &v64, 8);
+	assert_int_equal(accel_pairs_next(p.buf, p.len, &off, &id, &val), -EINVAL);
+	accel_pairs_add(&p, v64, v16);
+	assert_int_equal(p.err, -EINVAL);
+	free(p.buf);
+}
+
 static void test_trailing_and_missing(void **state)
 {
 	struct snap_writer w;
@@ -300,6 +396,8 @@ int main(void)
 		cmocka_unit_test(test_every_byte_flip_detected),
 		cmocka_unit_test(test_every_truncation_detected),
 		cmocka_unit_test(test_other_version_and_bad_header),
+		cmocka_unit_test(test_architecture),
+		cmocka_unit_test(test_accel_pairs),
 		cmocka_unit_test(test_trailing_and_missing),
 		cmocka_unit_test(test_disk_chain_bad),
 		cmocka_unit_test(test_memory_file),

@@ -14,13 +14,13 @@
 #include <cmocka.h>
 
 #include "common/util.h"
-#include "devices/acpi_pm.h"
-#include "devices/i8042.h"
-#include "devices/serial8250.h"
 #include "devices/virtio_rng.h"
 #include "devices/vmgenid.h"
 #include "virtio/mmio.h"
 #include "vmm/vm.h"
+#include "vmm/x86/acpi_pm.h"
+#include "vmm/x86/i8042.h"
+#include "vmm/x86/serial8250.h"
 
 static struct vm vm;
 static uint32_t irq_gsi;

@@ -1,4 +1,4 @@
-#include "devices/serial8250.h"
+#include "vmm/x86/serial8250.h"
 
 #include <errno.h>
 #include <stdlib.h>

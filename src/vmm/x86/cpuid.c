@@ -1,4 +1,4 @@
-#include "vmm/cpuid.h"
+#include "vmm/x86/cpuid.h"
 
 #include <errno.h>
 

@@ -1,4 +1,4 @@
-#include "vmm/acpi.h"
+#include "vmm/x86/acpi.h"
 
 #include <errno.h>
 #include <string.h>

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "devices/acpi_pm.h" /* the PM1 block the FADT describes */
+#include "vmm/x86/acpi_pm.h" /* the PM1 block the FADT describes */
 #include "devices/vmgenid.h" /* the ID and interrupt the DSDT describes */
 
 #define IOAPIC_ADDR 0xfec00000u

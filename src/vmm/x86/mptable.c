@@ -1,9 +1,9 @@
-#include "vmm/mptable.h"
+#include "vmm/x86/mptable.h"
 
 #include <errno.h>
 #include <string.h>
 
-#include "vmm/acpi.h"
+#include "vmm/x86/acpi.h"
 
 /* Sizes and entry types: MP specification 1.4, chapter 4. */
 #define MPC_HDR_LEN 44

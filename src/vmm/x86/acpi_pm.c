@@ -1,4 +1,4 @@
-#include "devices/acpi_pm.h"
+#include "vmm/x86/acpi_pm.h"
 
 #include <errno.h>
 #include <stdlib.h>

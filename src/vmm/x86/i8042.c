@@ -1,4 +1,4 @@
-#include "devices/i8042.h"
+#include "vmm/x86/i8042.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-#include "vmm/boot_x86.h"
+#include "vmm/x86/boot.h"
 
 #include <errno.h>
 #include <string.h>
