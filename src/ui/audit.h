@@ -16,5 +16,9 @@
  * the children cannot run; -EBUSY (NULL, *err) while another view is
  * being made. */
 cJSON *ui_audit_read(int *err);
+/* {"records":[...]} without the verify: what the page reads when the
+ * live state says the log changed (the egress timeline).  -EBUSY as
+ * above, one at a time. */
+cJSON *ui_audit_records(int *err);
 
 #endif

@@ -187,10 +187,10 @@ static enum MHD_Result events(struct ui *u, struct MHD_Connection *c)
 
 /* ---- routes ---- */
 
-static enum MHD_Result audit(struct MHD_Connection *c)
+static enum MHD_Result audit(struct MHD_Connection *c, bool verify)
 {
 	int err;
-	cJSON *j = ui_audit_read(&err);
+	cJSON *j = verify ? ui_audit_read(&err) : ui_audit_records(&err);
 
 	if (!j)
 		return refuse(c, err == -EBUSY ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_INTERNAL_SERVER_ERROR);
@@ -226,7 +226,9 @@ static enum MHD_Result get(struct ui *u, struct MHD_Connection *c, const char *u
 	if (!strcmp(url, "/api/events"))
 		return events(u, c);
 	if (!strcmp(url, "/api/audit"))
-		return audit(c);
+		return audit(c, true);
+	if (!strcmp(url, "/api/audit/records"))
+		return audit(c, false);
 	return refuse(c, MHD_HTTP_NOT_FOUND);
 }
 

@@ -9,10 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "audit/audit.h"
 #include "common/log.h"
 #include "common/regdomain.h"
 #include "common/util.h"
@@ -216,6 +218,23 @@ static void read_one(const char *name, void *arg)
 	cJSON_Delete(st);
 }
 
+/* The audit log's size and change time: a new record (the proxy's
+ * net.connect, the DNS's net.dns) changes them, so the snapshot changes
+ * and the pages learn of it through the event stream.  A stat, not a
+ * read: the log can be large and this runs every second. */
+static void add_audit_mark(cJSON *root)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	cJSON *o;
+
+	if (audit_default_path(path, sizeof(path)) || stat(path, &st))
+		return;
+	o = cJSON_AddObjectToObject(root, "audit_log");
+	cJSON_AddNumberToObject(o, "size", (double)st.st_size);
+	cJSON_AddNumberToObject(o, "mtime_ns", (double)st.st_mtim.tv_sec * 1e9 + (double)st.st_mtim.tv_nsec);
+}
+
 cJSON *ui_state_read(void)
 {
 	cJSON *root = cJSON_CreateObject();
@@ -223,6 +242,7 @@ cJSON *ui_state_read(void)
 			     cJSON_AddArrayToObject(root, "approvals")};
 
 	sandbox_list(read_one, &c);
+	add_audit_mark(root);
 	return root;
 }
 

@@ -12,10 +12,13 @@ must show the sandbox, show the first request with its registered domain
 "allow".  An attack page on another port of 127.0.0.1 (same site: the
 SameSite=Strict cookie goes along) posts an answer without the CSRF token
 and must change nothing; a fresh browser without the token, and one that
-reaches the console through a rebinding name, get 403 and no page.
+reaches the console through a rebinding name, get 403 and no page.  A
+page opened on the egress timeline shows a net.connect record written
+afterwards (UI_KOSA8 audit append) without a reload.
 Prints one "ok NAME" / "not ok NAME: why" line per check.
 """
 import os
+import subprocess
 import sys
 import time
 
@@ -86,6 +89,26 @@ try:
     if shots:
         d.execute_script("document.getElementById('egress').scrollIntoView()")
         d.save_screenshot(os.path.join(shots, "console-egress.png"))
+
+    # A page opened on the egress timeline follows it: a record written
+    # afterwards (as the proxy writes one) shows without a reload.
+    d.get("http://127.0.0.1:%s/#egress" % port)
+    wait.until(lambda x: x.execute_script(
+        "return document.body.dataset.loaded === '1' && document.getElementById('live').textContent === 'live'"))
+    wait.until(lambda x: x.execute_script("return document.querySelectorAll('#egress-rows tr').length") == 2)
+    wait.until(lambda x: x.execute_script("return document.getElementById('audit-verdict').textContent") == "verified")
+    d.execute_script("window.kosa8SamePage = 1")
+    subprocess.run([os.environ["UI_KOSA8"], "audit", "append", "--type", "net.connect", "--sandbox", "sb", "--details",
+                    '{"name":"late.example","port":443,"decision":"allow","protocol":"tls","bytes_up":10,'
+                    '"bytes_down":20,"duration_ms":5}'], check=True, stdout=subprocess.DEVNULL)
+    late = ""
+    end = time.time() + 15
+    while time.time() < end and "late.example:443" not in late:
+        time.sleep(0.2)
+        late = d.execute_script("return document.querySelector('#egress-rows tr')?.textContent || ''")
+    same = d.execute_script("return window.kosa8SamePage === 1")
+    check("egress-live", "late.example:443" in late and same, "newest row %r, same page %s" % (late, same))
+
     box = d.find_element(By.ID, "audit-filter")
     box.send_keys("test.note")
     rows = d.execute_script("return document.getElementById('audit-rows').textContent")

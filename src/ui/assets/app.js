@@ -219,6 +219,7 @@ function show(state) {
   showSandboxes(state.sandboxes || []);
   showApprovals(state.approvals || []);
   showCheckpoints(state.sandboxes || []);
+  followEgress(state.audit_log);
   document.body.dataset.loaded = "1";
 }
 
@@ -255,12 +256,45 @@ function showAuditRows() {
   }
 }
 
+// ---- egress timeline: live ----
+
+// The state says the audit log's size and change time: when they change,
+// new records are there, and the page reads them (records only, no
+// verify).  One read at a time; a failed one is tried again.
+let egressRecords = [];
+let egressWanted, egressShown, egressBusy = false;
+
+function followEgress(mark) {
+  egressWanted = JSON.stringify(mark ?? null);
+  refreshEgress();
+}
+
+async function refreshEgress() {
+  if (egressBusy || egressWanted === egressShown) return;
+  egressBusy = true;
+  const want = egressWanted;
+  let ok = false;
+  try {
+    const res = await fetch("/api/audit/records");
+    if (res.ok) {
+      egressRecords = (await res.json()).records || [];
+      showEgress();
+      egressShown = want;
+      ok = true;
+    }
+  } catch (e) {
+    // the console is away: the event stream says so, tried again below
+  }
+  egressBusy = false;
+  if (ok) refreshEgress(); else setTimeout(refreshEgress, 1000);
+}
+
 // The egress timeline: the audit's net.* records, newest first.
 function showEgress() {
   const body = document.getElementById("egress-rows");
   body.replaceChildren();
   let n = 0;
-  for (const r of auditRecords.slice().reverse()) {
+  for (const r of egressRecords.slice().reverse()) {
     if (r.type !== "net.connect" && r.type !== "net.dns") continue;
     const d = r.details || {};
     const decision = String(d.decision ?? "");
@@ -292,7 +326,6 @@ async function loadAudit() {
     document.getElementById("audit-text").textContent = j.verify.text;
     auditRecords = j.records || [];
     showAuditRows();
-    showEgress();
   } catch (e) {
     verdict.className = "verdict unknown";
     verdict.textContent = "could not verify: " + e.message;
