@@ -30,7 +30,7 @@ PKGS="
   curl openssl python3 git
   man-db groff-base fish zsh
   dpkg-dev lintian
-  libfdt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-system-arm
+  libfdt-dev
 "
 # arm64 (make arm64, testbed/run-arm64): their arm64 packages are unpacked,
 # not installed (scripts/arm64-sysroot), but apt must know the architecture.
