@@ -442,6 +442,10 @@ int cmd_image(int argc, char **argv)
 		return cli_image_warm(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "prune"))
 		return image_prune(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "export"))
+		return cli_image_export(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "import"))
+		return cli_image_import(argc - 1, argv + 1);
 	fprintf(stderr, "kosa8 image: unknown or incomplete subcommand '%s'\n", argv[1]);
 	return cli_usage_error("image", argv[1]);
 }
