@@ -192,7 +192,8 @@ static void restore_signals(const struct sigaction old[3])
 		sigaction(sigs[i], &old[i], NULL);
 }
 
-static int do_import(const char *cmd, struct image_import_opts *o, char *path, size_t len)
+/* hint: what to do about a URL without a checksum. */
+static int do_import(const char *cmd, struct image_import_opts *o, const char *hint, char *path, size_t len)
 {
 	static const char *const how[] = {"NOT verified (no checksum)", "verified (--sha256)",
 					  "verified (SOURCE.sha256)"};
@@ -210,6 +211,8 @@ static int do_import(const char *cmd, struct image_import_opts *o, char *path, s
 	restore_signals(old);
 	if (s.open)
 		fputc('\n', stderr);
+	if (rc == -EPERM)
+		return cli_fail(cmd, "%s: %s", err, hint);
 	if (rc)
 		return cli_fail(cmd, "%s", err);
 	fprintf(stderr, "[image] %s '%s' (key %s) from %s; archive sha256 %s, %s\n",
@@ -252,7 +255,8 @@ int cli_image_import(int argc, char **argv)
 	if (o.sha && o.no_verify)
 		return cli_fail("image import", "%s", "--sha256 and --no-verify contradict each other"), 2;
 	o.source = argv[optind];
-	if (do_import("image import", &o, path, sizeof(path)))
+	if (do_import("image import", &o, "give --sha256 HEX as its publisher lists it, or --no-verify to import it unchecked",
+		      path, sizeof(path)))
 		return 1;
 	printf("%s\n", path);
 	return 0;
@@ -335,5 +339,6 @@ int cli_image_from_source(const char *cmd, const char *name, char *path, size_t 
 		o.sha = sha;
 	o.source = src;
 	fprintf(stderr, "[image] the '%s' image is missing: importing it from KOSA8_IMAGE_SOURCE=%s\n", name, src);
-	return do_import(cmd, &o, path, len) ? -EIO : 0;
+	return do_import(cmd, &o, "set KOSA8_IMAGE_SHA256=HEX as its publisher lists it (or =none to import it unchecked)",
+			 path, len) ? -EIO : 0;
 }

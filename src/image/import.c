@@ -166,10 +166,9 @@ static int expected_sha(const struct image_import_opts *o, bool url, uint8_t sha
 		return rc;
 	if (url)
 		return image_err(err, errlen, -EPERM,
-			    "no checksum to verify %s against (no --sha256 and no %s.sha256): give --sha256 HEX "
-			    "as its publisher lists it, or --no-verify to import it unchecked",
+			    "no checksum to verify %s against (none given and no %s.sha256); nothing imported",
 			    o->source, o->source);
-	note(o, "warning: no checksum (no --sha256 and no %s.sha256): the archive is NOT verified", o->source);
+	note(o, "warning: no checksum (none given and no %s.sha256): the archive is NOT verified", o->source);
 	return 0;
 }
 
