@@ -4,7 +4,6 @@
  * default image imported on first use from $KOSA8_IMAGE_SOURCE
  * (docs/images.md). */
 #include <errno.h>
-#include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
@@ -18,7 +17,6 @@
 #include "cli/cmd_table.h"
 #include "cli/commands.h"
 #include "common/util.h"
-#include "image/fetch.h"
 #include "image/import.h"
 #include "sandbox/lookup.h"
 
@@ -221,47 +219,6 @@ static int do_import(const char *cmd, struct image_import_opts *o, const char *h
 	return 0;
 }
 
-int cli_image_import(int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{"name", required_argument, NULL, 'n'}, {"sha256", required_argument, NULL, 's'},
-		{"no-verify", no_argument, NULL, 'N'}, {"force", no_argument, NULL, 'f'},
-		{NULL, 0, NULL, 0},
-	};
-	struct image_import_opts o = {0};
-	char path[PATH_MAX];
-	uint8_t sha[32];
-	int c;
-
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (c) {
-		case 'n': o.name = optarg; break;
-		case 'N': o.no_verify = true; break;
-		case 'f': o.force = true; break;
-		case 's':
-			if (image_hex_sha(optarg, strlen(optarg), sha))
-				return cli_fail("image import", "--sha256 takes 64 hex digits (got '%s')", optarg), 2;
-			o.sha = sha;
-			break;
-		default:
-			return cli_fail("image import", "unknown option '%s' (see 'kosa8 image import --help')",
-					argv[optind - 1]), 2;
-		}
-	}
-	if (optind != argc - 1)
-		return cli_usage_error("image", "import");
-	if (o.sha && o.no_verify)
-		return cli_fail("image import", "%s", "--sha256 and --no-verify contradict each other"), 2;
-	o.source = argv[optind];
-	if (do_import("image import", &o, "give --sha256 HEX as its publisher lists it, or --no-verify to import it unchecked",
-		      path, sizeof(path)))
-		return 1;
-	printf("%s\n", path);
-	return 0;
-}
-
 /* NAME/KEY: that build; NAME: the one `kosa8 run --image NAME` boots. */
 static int export_dir(const char *arg, char *dir, size_t len)
 {
@@ -285,32 +242,20 @@ static int export_dir(const char *arg, char *dir, size_t len)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode) ? 0 : -ENOENT;
 }
 
-int cli_image_export(int argc, char **argv)
+int cli_image_export_run(const char *what, const char *file, bool sums)
 {
-	static const struct option opts[] = {{"sha256-file", no_argument, NULL, 's'}, {NULL, 0, NULL, 0}};
 	struct show s = {.tty = isatty(STDERR_FILENO)};
 	struct image_progress p = {.fn = show_progress, .ctx = &s, .cancel = &interrupted};
 	char dir[PATH_MAX], err[IMAGE_ERR_LEN + PATH_MAX], hex[65];
 	struct sigaction old[3];
-	bool sums = false;
 	uint8_t sha[32];
-	int c, rc;
+	int rc;
 
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (c != 's')
-			return cli_fail("image export", "unknown option '%s' (see 'kosa8 image export --help')",
-					argv[optind - 1]), 2;
-		sums = true;
-	}
-	if (optind != argc - 2)
-		return cli_usage_error("image", "export");
-	if (export_dir(argv[optind], dir, sizeof(dir)))
-		return cli_fail("image export", "no image '%s' (see 'kosa8 image ls'; NAME or NAME/KEY)", argv[optind]);
-	fprintf(stderr, "[image] exporting %s to %s\n", dir, argv[optind + 1]);
+	if (export_dir(what, dir, sizeof(dir)))
+		return cli_fail("image export", "no image '%s' (see 'kosa8 image ls'; NAME or NAME/KEY)", what);
+	fprintf(stderr, "[image] exporting %s to %s\n", dir, file);
 	catch_signals(old);
-	rc = image_export(dir, argv[optind + 1], sums, &p, sha, err, sizeof(err));
+	rc = image_export(dir, file, sums, &p, sha, err, sizeof(err));
 	restore_signals(old);
 	if (s.open)
 		fputc('\n', stderr);
@@ -318,8 +263,19 @@ int cli_image_export(int argc, char **argv)
 		return cli_fail("image export", "%s", err);
 	image_sha_hex(sha, hex);
 	if (sums)
-		fprintf(stderr, "[image] checksum written to %s.sha256\n", argv[optind + 1]);
-	printf("%s  %s\n", hex, argv[optind + 1]);
+		fprintf(stderr, "[image] checksum written to %s.sha256\n", file);
+	printf("%s  %s\n", hex, file);
+	return 0;
+}
+
+int cli_image_import_run(struct image_import_opts *o)
+{
+	char path[PATH_MAX];
+
+	if (do_import("image import", o, "give --sha256 HEX as its publisher lists it, or --no-verify to import it unchecked",
+		      path, sizeof(path)))
+		return 1;
+	printf("%s\n", path);
 	return 0;
 }
 

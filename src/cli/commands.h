@@ -83,9 +83,11 @@ int cli_template_ensure(const char *cmd, const struct sandbox_cfg *cfg, struct c
 int cli_template_prune(bool all);
 int cmd_template(int argc, char **argv);
 int cli_image_warm(int argc, char **argv);
-/* cmd_image_io.c: kosa8 image export and import. */
-int cli_image_export(int argc, char **argv);
-int cli_image_import(int argc, char **argv);
+/* cmd_image_io.c: kosa8 image export and import, their options parsed
+ * (cmd_image.c); print their result or error, return the exit status. */
+struct image_import_opts;
+int cli_image_export_run(const char *what, const char *file, bool sums);
+int cli_image_import_run(struct image_import_opts *o);
 /* The image `kosa8 run --image NAME` boots (cmd_sandbox.c): the build of
  * NAME's recipe for this agent (guest/image/build.sh --path), else the
  * newest imported image of NAME.  0 or -ENOENT. */
