@@ -206,6 +206,7 @@ struct job {
 	char root[PATH_MAX], tmp[PATH_MAX], out[PATH_MAX + 8], dest[PATH_MAX + 96];
 	int fd;               /* the archive */
 	uint64_t size;
+	struct stat st;       /* a local archive's, when it was hashed */
 	uint8_t want[32], got[32];
 	struct image_unpacked u;
 	char *err;
@@ -217,7 +218,6 @@ struct job {
 static int get_archive(struct job *j, bool url)
 {
 	char path[PATH_MAX + 16];
-	struct stat st;
 	int rc;
 
 	if (url) {
@@ -231,14 +231,29 @@ static int get_archive(struct job *j, bool url)
 	}
 	if ((j->fd = open(j->o->source, O_RDONLY | O_CLOEXEC)) < 0)
 		return image_err(j->err, j->errlen, -errno, "%s: %s", j->o->source, strerror(errno));
-	if (fstat(j->fd, &st) < 0 || !S_ISREG(st.st_mode))
+	if (fstat(j->fd, &j->st) < 0 || !S_ISREG(j->st.st_mode))
 		return image_err(j->err, j->errlen, -EINVAL, "%s: not a regular file", j->o->source);
-	j->size = (uint64_t)st.st_size;
+	j->size = (uint64_t)j->st.st_size;
 	if (j->r->verified == IMAGE_UNVERIFIED)
 		return 0;
 	rc = hash_file(j->fd, j->size, j->o->progress, j->got);
 	return rc ? image_err(j->err, j->errlen, rc, "%s: %s", j->o->source,
 			 rc == -ECANCELED ? "interrupted" : strerror(-rc)) : 0;
+}
+
+/* A local archive is read twice (hashed, then unpacked): one written to
+ * in between has a new ctime, which no one can set back, and is refused. */
+static int check_unchanged(struct job *j)
+{
+	struct stat now;
+
+	if (!j->st.st_ino)
+		return 0;
+	if (fstat(j->fd, &now) < 0 || now.st_size != j->st.st_size ||
+	    now.st_ctim.tv_sec != j->st.st_ctim.tv_sec || now.st_ctim.tv_nsec != j->st.st_ctim.tv_nsec)
+		return image_err(j->err, j->errlen, -ESTALE, "%s changed while it was imported; nothing imported",
+				 j->o->source);
+	return 0;
 }
 
 static int check_sha(struct job *j)
@@ -378,7 +393,7 @@ static int run_job(struct job *j)
 
 	if ((rc = expected_sha(j->o, url, j->want, &j->r->verified, j->err, j->errlen)))
 		return rc;
-	if ((rc = get_archive(j, url)) || (rc = check_sha(j)) || (rc = unpack(j)))
+	if ((rc = get_archive(j, url)) || (rc = check_sha(j)) || (rc = unpack(j)) || (rc = check_unchanged(j)))
 		return rc;
 	snprintf(j->r->name, sizeof(j->r->name), "%s", j->o->name ? j->o->name : j->u.m.name);
 	snprintf(j->r->key, sizeof(j->r->key), "%s", j->u.m.key);
