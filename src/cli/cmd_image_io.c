@@ -95,7 +95,7 @@ int cli_image_lookup(const char *name, char *out, size_t len)
 
 struct show {
 	bool tty, open;       /* a progress line is being redrawn */
-	char what[32];
+	char what[64];
 	uint64_t t0, last;
 };
 

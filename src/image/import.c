@@ -286,17 +286,25 @@ static int unpack(struct job *j)
 	return rc;
 }
 
+static int on_hash(void *ctx, uint64_t done, uint64_t total)
+{
+	const struct image_progress *p = ctx;
+
+	image_progress_report(p, "hashing the disk for its identity", done, total, done == total);
+	return image_cancelled(p);
+}
+
 /* The disk's identity for sandbox disks (disk.h), computed now so that the
  * first sandbox does not, and checked against what the archive claimed. */
 static int identify(struct job *j)
 {
+	struct disk_hash_progress hp = {.fn = on_hash, .ctx = (void *)j->o->progress};
 	char disk[PATH_MAX + 32], why[DISK_ERR_LEN];
 	uint8_t id[16];
 	int rc;
 
 	snprintf(disk, sizeof(disk), "%s/" IMAGE_DISK, j->out);
-	note(j->o, "identity for sandbox disks (a hash of the image, once per image)");
-	if ((rc = disk_base_id(disk, id, why, sizeof(why))))
+	if ((rc = disk_base_id_progress(disk, id, &hp, why, sizeof(why))))
 		return image_err(j->err, j->errlen, rc, "%s", why);
 	if (image_cancelled(j->o->progress))
 		return image_err(j->err, j->errlen, -ECANCELED, "interrupted");
