@@ -390,7 +390,8 @@ static int install(struct job *j)
 	if (rc)
 		return image_err(j->err, j->errlen, rc, "renaming into %s: %s", dest, strerror(-rc));
 	sync_dir_of(dest);
-	snprintf(j->r->path, sizeof(j->r->path), "%s/" IMAGE_DISK, dest);
+	if (snprintf(j->r->path, sizeof(j->r->path), "%s/" IMAGE_DISK, dest) >= (int)sizeof(j->r->path))
+		return image_err(j->err, j->errlen, -ENAMETOOLONG, "%s: path too long", dest);
 	return 0;
 }
 
