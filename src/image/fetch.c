@@ -144,7 +144,8 @@ int image_fetch(const char *url, int fd, uint64_t max, const struct image_progre
 	}
 	rc = perform(c, &d, url, errbuf, err, errlen);
 	curl_easy_cleanup(c);
-	image_progress_report(p, "downloading", d.got, d.total ? d.total : d.got, true);
+	if (!rc)
+		image_progress_report(p, "downloading", d.got, d.total ? d.total : d.got, true);
 	*got = d.got;
 	if (!rc)
 		sha256_final(&d.sha, sha);

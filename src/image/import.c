@@ -417,6 +417,9 @@ int image_import(const struct image_import_opts *o, struct image_import_result *
 	int lock, rc;
 
 	memset(r, 0, sizeof(*r));
+	if (strstr(o->source, "://") && !image_is_url(o->source))
+		return image_err(err, errlen, -EINVAL, "%s: only http://, https:// and file:// URLs are taken (or a path)",
+				 o->source);
 	if (o->name && !image_valid_name(o->name))
 		return image_err(err, errlen, -EINVAL, "'%s' is not an image name (a-z 0-9 . _ -, up to 64)", o->name);
 	if ((rc = image_root(NULL, j.root, sizeof(j.root))) || (rc = mkdir_p(j.root, 0755)))
@@ -459,7 +462,7 @@ static int export_to(int dfd, const char *file, const struct image_progress *p, 
 	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", file) >= (int)sizeof(tmp))
 		return image_err(err, errlen, -ENAMETOOLONG, "%s: too long", file);
 	if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
-		return image_err(err, errlen, -errno, "%s: %s", tmp, strerror(errno));
+		return image_err(err, errlen, -errno, "cannot write %s: %s", file, strerror(errno));
 	rc = image_archive_write(dfd, fd, p, sha, err, errlen);
 	if (!rc && (fchmod(fd, 0644) < 0 || fsync(fd) < 0))
 		rc = image_err(err, errlen, -errno, "%s: %s", tmp, strerror(errno));
