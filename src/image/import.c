@@ -192,10 +192,10 @@ static int hash_file(int fd, uint64_t size, const struct image_progress *p, uint
 		}
 		sha256_update(&c, buf, (size_t)n);
 		done += (uint64_t)n;
-		image_progress_report(p, "verifying", done, size, false);
+		image_progress_report(p, "hashing the archive", done, size, false);
 	}
 	free(buf);
-	image_progress_report(p, "verifying", done, size, true);
+	image_progress_report(p, "hashing the archive", done, size, true);
 	sha256_final(&c, sha);
 	return lseek(fd, 0, SEEK_SET) < 0 ? -errno : 0;
 }
@@ -214,7 +214,7 @@ struct job {
 };
 
 /* The archive open in j->fd: downloaded into the temporary folder, or the
- * local file itself; its SHA-256 in j->got when it is to be checked. */
+ * local file itself; its SHA-256 in j->got. */
 static int get_archive(struct job *j, bool url)
 {
 	char path[PATH_MAX + 16];
@@ -234,8 +234,7 @@ static int get_archive(struct job *j, bool url)
 	if (fstat(j->fd, &j->st) < 0 || !S_ISREG(j->st.st_mode))
 		return image_err(j->err, j->errlen, -EINVAL, "%s: not a regular file", j->o->source);
 	j->size = (uint64_t)j->st.st_size;
-	if (j->r->verified == IMAGE_UNVERIFIED)
-		return 0;
+	/* Hashed even unchecked: the user is shown what was imported. */
 	rc = hash_file(j->fd, j->size, j->o->progress, j->got);
 	return rc ? image_err(j->err, j->errlen, rc, "%s: %s", j->o->source,
 			 rc == -ECANCELED ? "interrupted" : strerror(-rc)) : 0;
@@ -325,7 +324,7 @@ static int write_info(struct job *j)
 
 	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
 	cJSON_AddStringToObject(o, "source", j->o->source);
-	cJSON_AddStringToObject(o, "sha256", j->r->verified ? j->r->sha_hex : "");
+	cJSON_AddStringToObject(o, "sha256", j->r->sha_hex);
 	cJSON_AddStringToObject(o, "verified", how[j->r->verified]);
 	cJSON_AddStringToObject(o, "name", j->r->name);
 	cJSON_AddStringToObject(o, "manifest_name", j->u.m.name);
