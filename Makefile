@@ -25,7 +25,7 @@ CSTD    := -std=gnu11
 WARN    := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wvla -Wno-unused-parameter \
            -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS_COMMON := $(CSTD) $(WARN) -Isrc -D_GNU_SOURCE -pthread -g
-LIBS    := -lcjson -lssl -lcrypto -lseccomp -lz -lmicrohttpd -lpsl -lpthread
+LIBS    := -lcjson -lssl -lcrypto -lseccomp -lz -lmicrohttpd -lpsl -larchive -lcurl -lpthread
 # The VMM (kosa8-vmm) links only these: every library it maps stays
 # resident in each sandbox's VMM (bench/results/memory.md).
 VMM_LIBS := -lcjson -lseccomp -lpthread
@@ -33,7 +33,7 @@ TESTLIBS := -lcmocka -lfdt
 
 # Parts linked into the kosa8 binary (and into unit tests).
 # src/cli is in the library too (minus main.c) so unit tests reach its parsers.
-LIB_DIRS := src/common src/oci src/hw src/vmm src/vmm/x86 src/virtio src/devices src/disk src/audit src/sandbox src/supervisor src/proxy src/machine src/ui src/cli src/agentproto
+LIB_DIRS := src/common src/oci src/hw src/vmm src/vmm/x86 src/virtio src/devices src/disk src/audit src/sandbox src/supervisor src/proxy src/machine src/ui src/image src/cli src/agentproto
 LIB_SRCS := $(filter-out src/cli/main.c src/cli/vmm_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
 CLI_SRCS := src/cli/main.c
 VMM_SRCS := src/cli/vmm_main.c

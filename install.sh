@@ -127,7 +127,7 @@ unpack() {
 		missing=$(ldd "$new/bin/kosa8" 2>/dev/null | awk '/not found/ { printf " %s", $1 }')
 		rm -rf "$new"
 		[ -z "$missing" ] || die "kosa8 needs these libraries, missing here:$missing
-  Debian/Ubuntu: sudo apt-get install libc6 libssl3 libcjson1 libseccomp2 zlib1g libmicrohttpd12 libpsl5
+  Debian/Ubuntu: sudo apt-get install libc6 libssl3 libcjson1 libseccomp2 zlib1g libmicrohttpd12 libpsl5 libarchive13 libcurl4
   then run this installer again (nothing was changed)"
 		die "the new kosa8 does not run here: $(cat "$tmp/run.err")"
 	fi

@@ -27,7 +27,7 @@ CC=${FUZZ_CC:-clang}
 CFLAGS="-std=gnu11 -g -O1 -fno-omit-frame-pointer -Isrc -D_GNU_SOURCE -pthread \
 -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -fsanitize=address,undefined \
 -fno-sanitize-recover=undefined"
-LIBS="-lcjson -lssl -lcrypto -lseccomp -lz -lmicrohttpd -lpsl -lpthread"
+LIBS="-lcjson -lssl -lcrypto -lseccomp -lz -lmicrohttpd -lpsl -larchive -lcurl -lpthread"
 
 if [ $# -eq 0 ]; then
 	set -- $(for f in fuzz/fuzz_*.c; do [ -e "$f" ] && basename "$f" .c | sed 's/^fuzz_//'; done)

@@ -18,6 +18,7 @@ PKGS="
   build-essential pkg-config clang libclang-rt-14-dev
   libssl-dev libcjson-dev libcmocka-dev libseccomp-dev zlib1g-dev
   libmicrohttpd-dev libpsl-dev
+  libarchive-dev libcurl4-openssl-dev
   chromium chromium-driver python3-selenium
   linux-source-6.1 patch bc flex bison libelf-dev cpio xz-utils kmod lz4
   busybox-static

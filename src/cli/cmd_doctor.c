@@ -27,6 +27,7 @@
 #include "cli/cmd_vm.h"
 #include "cli/commands.h"
 #include "common/util.h"
+#include "image/import.h"
 #include "supervisor/cgroup.h"
 
 enum verdict { DOC_OK, DOC_WARN, DOC_FAIL };
@@ -302,8 +303,8 @@ static bool check_vmm(struct check *c)
  * path: the image found, for the template check. */
 static bool check_image(struct check *c, char *path)
 {
-	char builder[PATH_MAX];
-	const char *argv[4] = {builder, "--path", "default", NULL};
+	char builder[PATH_MAX], root[PATH_MAX];
+	const char *argv[4] = {builder, "--path", "default", NULL}, *src = getenv("KOSA8_IMAGE_SOURCE");
 
 	if (kosa8_data_path("guest/image/build.sh", builder, sizeof(builder)) < 0) {
 		say(c, DOC_FAIL, "the image builder (guest/image/build.sh) is not installed with kosa8");
@@ -313,8 +314,15 @@ static bool check_image(struct check *c, char *path)
 	kosa8_use_installed_agent();
 	if (run_for_last_line(argv, path, PATH_MAX) == 0 && path[0] == '/')
 		return say(c, DOC_OK, "default: %s", path), true;
+	if (image_root(NULL, root, sizeof(root)) == 0 && image_find_imported(root, "default", path, PATH_MAX) == 0)
+		return say(c, DOC_OK, "default: %s (imported)", path), true;
+	path[0] = 0;
+	if (src && *src) {
+		say(c, DOC_WARN, "default: not there yet; run and create import it from KOSA8_IMAGE_SOURCE=%s", src);
+		return false;
+	}
 	say(c, DOC_FAIL, "default: not built");
-	fix(c, "sudo kosa8 image build default (a few minutes; needs mmdebstrap)");
+	fix(c, "sudo kosa8 image build default (a few minutes; needs mmdebstrap), or kosa8 image import PATH-or-URL");
 	return false;
 }
 

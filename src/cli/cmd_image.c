@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -23,6 +24,7 @@
 #include "cli/commands.h"
 #include "common/util.h"
 #include "disk/disk.h"
+#include "image/import.h"
 
 #define IMAGE_FILE "rootfs.ext4"
 #define MAX_IMAGES 4096
@@ -426,6 +428,63 @@ static int image_prune(int argc, char **argv)
 	return cli_template_prune(all);
 }
 
+/* The work is cmd_image_io.c's; the options are parsed here, with the
+ * rest of the command's. */
+static int image_import_cmd(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"name", required_argument, NULL, 'n'}, {"sha256", required_argument, NULL, 's'},
+		{"no-verify", no_argument, NULL, 'N'}, {"force", no_argument, NULL, 'f'},
+		{NULL, 0, NULL, 0},
+	};
+	struct image_import_opts o = {0};
+	uint8_t sha[32];
+	int c;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'n': o.name = optarg; break;
+		case 'N': o.no_verify = true; break;
+		case 'f': o.force = true; break;
+		case 's':
+			if (image_hex_sha(optarg, strlen(optarg), sha))
+				return cli_fail("image import", "--sha256 takes 64 hex digits (got '%s')", optarg), 2;
+			o.sha = sha;
+			break;
+		default:
+			return cli_fail("image import", "unknown option '%s' (see 'kosa8 image import --help')",
+					argv[optind - 1]), 2;
+		}
+	}
+	if (optind != argc - 1)
+		return cli_usage_error("image", "import");
+	if (o.sha && o.no_verify)
+		return cli_fail("image import", "%s", "--sha256 and --no-verify contradict each other"), 2;
+	o.source = argv[optind];
+	return cli_image_import_run(&o);
+}
+
+static int image_export_cmd(int argc, char **argv)
+{
+	static const struct option opts[] = {{"sha256-file", no_argument, NULL, 's'}, {NULL, 0, NULL, 0}};
+	bool sums = false;
+	int c;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (c != 's')
+			return cli_fail("image export", "unknown option '%s' (see 'kosa8 image export --help')",
+					argv[optind - 1]), 2;
+		sums = true;
+	}
+	if (optind != argc - 2)
+		return cli_usage_error("image", "export");
+	return cli_image_export_run(argv[optind], argv[optind + 1], sums);
+}
+
 int cmd_image(int argc, char **argv)
 {
 	if (argc < 2)
@@ -442,6 +501,10 @@ int cmd_image(int argc, char **argv)
 		return cli_image_warm(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "prune"))
 		return image_prune(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "export"))
+		return image_export_cmd(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "import"))
+		return image_import_cmd(argc - 1, argv + 1);
 	fprintf(stderr, "kosa8 image: unknown or incomplete subcommand '%s'\n", argv[1]);
 	return cli_usage_error("image", argv[1]);
 }

@@ -28,7 +28,6 @@
 #include "disk/disk.h"
 #include "proxy/policy.h"
 #include "proxy/secrets.h"
-#include "sandbox/lookup.h"
 #include "sandbox/owner.h"
 #include "supervisor/ckpt_ops.h"
 #include "supervisor/console_log.h"
@@ -115,69 +114,6 @@ static void owner_busy(const char *name, char *why, size_t len)
 			 ms->valuedouble / 1000);
 	cJSON_Delete(st);
 }
-
-/* The answer and what it depends on, from SCRIPT --path --inputs's output
- * (lines "file PATH", "env NAME", then the path); pointers into out. */
-static int split_inputs(char *out, struct lookup_deps *d, const char **answer)
-{
-	char *line = out, *nl;
-
-	memset(d, 0, sizeof(*d));
-	*answer = NULL;
-	for (; *line; line = nl + 1) {
-		if (!(nl = strchr(line, '\n')))
-			return -EIO; /* the answer ends with one too */
-		*nl = 0;
-		if (!strncmp(line, "file ", 5) && d->nfiles < LOOKUP_DEPS_MAX)
-			d->files[d->nfiles++] = line + 5;
-		else if (!strncmp(line, "env ", 4) && d->nenv < LOOKUP_DEPS_MAX)
-			d->env[d->nenv++] = line + 4;
-		else if (line[0] == '/' && !nl[1])
-			*answer = line;
-		else
-			return -EIO;
-	}
-	return *answer ? 0 : -EIO;
-}
-
-/* What `SCRIPT --path ARG` answers (guest/image/build.sh: the image a
- * name stands for), remembered while its inputs stay as they were
- * (sandbox/lookup.h): the script runs some fifty processes, which every
- * create would pay again. */
-static int script_path(const char *script, const char *arg, char *out, size_t len)
-{
-	char path[PATH_MAX], cache[PATH_MAX], cwd[PATH_MAX] = "", q[3 * PATH_MAX + 32], *text;
-	const char *argv[5] = {path, "--path", "--inputs", arg, NULL}, *answer;
-	struct lookup_deps d;
-	bool cached;
-	int err, n;
-
-	if ((err = kosa8_data_path(script, path, sizeof(path))))
-		return err;
-	kosa8_use_installed_agent();
-	/* A relative recipe name may be a file in the working directory. */
-	if (!getcwd(cwd, sizeof(cwd)))
-		cwd[0] = 0;
-	n = snprintf(q, sizeof(q), "script --path\n%s\n%s\n%s", path, arg, cwd);
-	cached = n > 0 && (size_t)n < sizeof(q) && lookup_path(q, (size_t)n, cache, sizeof(cache)) == 0;
-	if (cached && lookup_load(cache, out, len) == 0)
-		return 0;
-	if (!(text = malloc(LOOKUP_FILE_MAX)))
-		return -ENOMEM;
-	if (!(err = run_for_output(argv, text, LOOKUP_FILE_MAX)) &&
-	    !(err = split_inputs(text, &d, &answer))) {
-		if (strlen(answer) >= len)
-			err = -ENAMETOOLONG;
-		else
-			memcpy(out, answer, strlen(answer) + 1);
-	}
-	/* Not remembered (a file too new, a full disk): looked up next time. */
-	if (!err && cached)
-		lookup_store(cache, &d, answer);
-	free(text);
-	return err;
-}
-
 
 /* ---- create ---- */
 
@@ -324,8 +260,16 @@ static int guest_inputs(const char *cmd, const struct create_opts *o, struct san
 	if (strchr(o->image, '/') && stat(o->image, &st) == 0 && S_ISREG(st.st_mode)) {
 		if (!realpath(o->image, cfg->image))
 			return cli_fail(cmd, "image '%s' cannot be resolved", o->image);
-	} else if (script_path("guest/image/build.sh", o->image, cfg->image, sizeof(cfg->image)) < 0)
-		return cli_fail(cmd, "image '%s' is not built or unknown: see 'kosa8 image ls', build it with 'kosa8 image build'", o->image);
+	} else if (cli_image_lookup(o->image, cfg->image, sizeof(cfg->image)) < 0) {
+		int rc = strcmp(o->image, "default") ? -ENOENT :
+			 cli_image_from_source(cmd, o->image, cfg->image, sizeof(cfg->image));
+		if (rc == -ENOENT)
+			return cli_fail(cmd, "image '%s' is not built or unknown: see 'kosa8 image ls', build it with "
+				"'kosa8 image build' or import one with 'kosa8 image import' (or set KOSA8_IMAGE_SOURCE)",
+				o->image);
+		if (rc)
+			return 1;
+	}
 	cfg->mem = o->mem;
 	cfg->cpus = o->cpus;
 	return 0;

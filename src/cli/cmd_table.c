@@ -306,6 +306,19 @@ static const struct cli_opt prune_opts[] = {
 	END,
 };
 
+static const struct cli_opt image_export_opts[] = {
+	{"sha256-file", 0, NULL, "also write FILE.sha256 (sha256sum's format) for 'kosa8 image import'"},
+	END,
+};
+
+static const struct cli_opt image_import_opts[] = {
+	{"name", 0, "NAME", "the name to import it as (default: the one in its manifest)"},
+	{"sha256", 0, "HEX", "the archive's SHA-256 as its publisher lists it; a mismatch imports nothing"},
+	{"no-verify", 0, NULL, "import without any checksum (a URL is refused otherwise when it has none)"},
+	{"force", 0, NULL, "replace an image of the same name and key (sandboxes on it would not start again)"},
+	END,
+};
+
 static const struct cli_cmd image_subs[] = {
 	{"build", "build the image a recipe describes, once, into the cache (root: mmdebstrap)",
 	 "[--agent PATH] [RECIPE|NAME]",
@@ -321,6 +334,19 @@ static const struct cli_cmd image_subs[] = {
 	{"warm", "make the booted template new sandboxes of IMAGE restore, ahead of time", "[IMAGE] [--cpus N] [--mem SIZE]",
 	 "run and create make it on first use otherwise; one per image, kernel, kosa8, vCPUs and memory.",
 	 warm_opts, NULL, NULL, -1, CLI_OPERAND_NONE, false},
+	{"export", "write an image to one archive file (sparse, zstd) and print its SHA-256",
+	 "NAME[/KEY] FILE [--sha256-file]",
+	 "NAME is the image 'kosa8 run --image NAME' boots; NAME/KEY one build (see 'kosa8 image ls'). "
+	 "The archive holds the disk, its manifest, recipe and identity; FILE is written whole or not at all.",
+	 image_export_opts, NULL, NULL, -1, CLI_OPERAND_FILE, false},
+	{"import", "add an image from an archive file or URL (http, https, file) to the cache",
+	 "SOURCE [--name NAME] [--sha256 HEX | --no-verify] [--force]",
+	 "The archive's SHA-256 is checked against --sha256, else against SOURCE.sha256 when there is one; "
+	 "a URL with neither is refused unless --no-verify. The archive is checked as untrusted (only an "
+	 "image's files, no links or paths) and the image appears whole or not at all. "
+	 "KOSA8_IMAGE_SOURCE=PATH-or-URL (with KOSA8_IMAGE_SHA256=HEX, or none) makes run and create "
+	 "import the default image from there when it is missing.",
+	 image_import_opts, NULL, NULL, -1, CLI_OPERAND_FILE, false},
 	{"prune", "remove templates whose kernel, image or kosa8 changed or is gone", "[--all]",
 	 "A template a sandbox stands on (its disk lies over it) is kept and named.", prune_opts, NULL, NULL,
 	 -1, CLI_OPERAND_NONE, false},
@@ -474,7 +500,7 @@ const struct cli_cmd cli_commands[] = {
 	{"audit", "show, verify and prove the tamper-evident audit log", "[--log PATH] COMMAND [OPTIONS]",
 	 "Exit status: 0 ok, 1 verification failed, 2 usage or system error.", audit_opts, audit_subs,
 	 cmd_audit, -1, CLI_OPERAND_NONE, false},
-	{"image", "build, list and remove Debian root filesystem images", "COMMAND ...", NULL, NULL, image_subs,
+	{"image", "build, import, export, list and remove Debian root filesystem images", "COMMAND ...", NULL, NULL, image_subs,
 	 cmd_image, -1, CLI_OPERAND_NONE, false},
 	{"secret", "API keys the egress proxy adds for the guest (never in the VM)", "COMMAND ...",
 	 "A sandbox run with --secret NAME sees NAME=<placeholder>; the egress proxy puts the real value in "

@@ -83,6 +83,19 @@ int cli_template_ensure(const char *cmd, const struct sandbox_cfg *cfg, struct c
 int cli_template_prune(bool all);
 int cmd_template(int argc, char **argv);
 int cli_image_warm(int argc, char **argv);
+/* cmd_image_io.c: kosa8 image export and import, their options parsed
+ * (cmd_image.c); print their result or error, return the exit status. */
+struct image_import_opts;
+int cli_image_export_run(const char *what, const char *file, bool sums);
+int cli_image_import_run(struct image_import_opts *o);
+/* The image `kosa8 run --image NAME` boots (cmd_sandbox.c): the build of
+ * NAME's recipe for this agent (guest/image/build.sh --path), else the
+ * newest imported image of NAME.  0 or -ENOENT. */
+int cli_image_lookup(const char *name, char *out, size_t len);
+/* The image NAME imported from $KOSA8_IMAGE_SOURCE ($KOSA8_IMAGE_SHA256:
+ * its checksum, or "none"), with progress: 0 and its disk in path,
+ * -ENOENT when the variable is not set, else -errno (said on stderr). */
+int cli_image_from_source(const char *cmd, const char *name, char *path, size_t len);
 /* The supervisor did not answer (err): says "busy" when it still owns the
  * sandbox, "not running" when nobody does.  Returns 1. */
 int cli_unanswered(const char *cmd, const char *name, int err);

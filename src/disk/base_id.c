@@ -54,7 +54,7 @@ static void cache_from_stat(struct id_cache *c, const struct stat *st)
 	c->ctime_ns = st->st_ctim.tv_nsec;
 }
 
-static int hash_fd(int fd, uint64_t size, uint8_t sha[32])
+static int hash_fd(int fd, uint64_t size, uint8_t sha[32], const struct disk_hash_progress *p)
 {
 	uint8_t *buf = malloc(HASH_CHUNK);
 	uint64_t off = 0;
@@ -75,6 +75,10 @@ static int hash_fd(int fd, uint64_t size, uint8_t sha[32])
 		}
 		sha256_update(&c, buf, (size_t)n);
 		off += (uint64_t)n;
+		if (p && p->fn && p->fn(p->ctx, off, size)) {
+			rc = -ECANCELED;
+			break;
+		}
 	}
 	if (!rc)
 		sha256_final(&c, sha);
@@ -159,9 +163,8 @@ static void cache_store(const char *path, const struct id_cache *c)
 	close(fd);
 }
 
-/* fd is the open base; st its fstat. */
-int disk_base_id_fd(int fd, const char *path, const struct stat *st, uint8_t id[16],
-		    char *err, size_t errlen)
+static int base_id_fd(int fd, const char *path, const struct stat *st, uint8_t id[16],
+		      const struct disk_hash_progress *p, char *err, size_t errlen)
 {
 	char side[PATH_MAX];
 	struct id_cache c;
@@ -177,7 +180,11 @@ int disk_base_id_fd(int fd, const char *path, const struct stat *st, uint8_t id[
 		return 0;
 	}
 	log_info("hashing base image %s (%" PRIu64 " MiB) once to identify it", path, c.size >> 20);
-	rc = hash_fd(fd, c.size, c.sha);
+	rc = hash_fd(fd, c.size, c.sha, p);
+	if (rc == -ECANCELED) {
+		disk_seterr(err, errlen, "interrupted");
+		return rc;
+	}
 	if (rc) {
 		disk_seterr(err, errlen, "%s: cannot read base image: %s", path, strerror(-rc));
 		return rc;
@@ -187,7 +194,15 @@ int disk_base_id_fd(int fd, const char *path, const struct stat *st, uint8_t id[
 	return 0;
 }
 
-int disk_base_id(const char *path, uint8_t id[16], char *err, size_t errlen)
+/* fd is the open base; st its fstat. */
+int disk_base_id_fd(int fd, const char *path, const struct stat *st, uint8_t id[16],
+		    char *err, size_t errlen)
+{
+	return base_id_fd(fd, path, st, id, NULL, err, errlen);
+}
+
+int disk_base_id_progress(const char *path, uint8_t id[16], const struct disk_hash_progress *p,
+			  char *err, size_t errlen)
 {
 	struct stat st;
 	int fd, rc;
@@ -203,7 +218,12 @@ int disk_base_id(const char *path, uint8_t id[16], char *err, size_t errlen)
 		close(fd);
 		return -EINVAL;
 	}
-	rc = disk_base_id_fd(fd, path, &st, id, err, errlen);
+	rc = base_id_fd(fd, path, &st, id, p, err, errlen);
 	close(fd);
 	return rc;
+}
+
+int disk_base_id(const char *path, uint8_t id[16], char *err, size_t errlen)
+{
+	return disk_base_id_progress(path, id, NULL, err, errlen);
 }

@@ -103,6 +103,14 @@ int disk_snapshot(struct disk *d, const char *new_top, char *err, size_t errlen)
  * on every start). */
 #define DISK_BASE_ID_SUFFIX ".kosa8-id"
 int disk_base_id(const char *path, uint8_t id[16], char *err, size_t errlen);
+/* The same, calling p->fn with the bytes hashed so far (none when the
+ * sidecar is valid); a non-zero return stops it with -ECANCELED. */
+struct disk_hash_progress {
+	int (*fn)(void *ctx, uint64_t done, uint64_t total);
+	void *ctx;
+};
+int disk_base_id_progress(const char *path, uint8_t id[16], const struct disk_hash_progress *p,
+			  char *err, size_t errlen);
 
 /* Counters for tests and benchmarks (what the library asked of the kernel). */
 struct disk_stats {
