@@ -237,7 +237,8 @@ def setup_sandbox():
             f.write(text)
         os.chmod(f"{ws}/{name}", mode)
     k8("rm", "-f", SB)
-    r = k8("create", "--name", SB, "--workspace", ws, "--allow", NAME, "--cpus", "1", "--mem", "1G")
+    img = ["--image", A.image] if A.image else []
+    r = k8("create", "--name", SB, "--workspace", ws, "--allow", NAME, "--cpus", "1", "--mem", "1G", *img)
     if r.returncode == 0:
         r = k8("start", SB)
     if r.returncode != 0:
@@ -466,6 +467,7 @@ def main():
     ap.add_argument("--kosa8", required=True)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mib", type=int, default=128)
+    ap.add_argument("--image", help="the sandbox's image (default: the newest default)")
     A = ap.parse_args()
     WORK = tempfile.mkdtemp(prefix="k8egg-")
     n = A.mib << 20

@@ -18,6 +18,8 @@
 # and with one CPU the CPU times of the parts add up to the wall time.
 # Prints Markdown (bench/results/egress.md holds a run).  Needs build/kosa8
 # (make), the guest kernel and default image (make kernel image).
+# KOSA8_BENCH_BIN: another kosa8 binary (its kosa8-vmm next to it);
+# KOSA8_BENCH_IMAGE: an image file instead of the newest default build.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}
@@ -26,15 +28,16 @@ mib=${2:-128}
 bin=$(realpath "${KOSA8_BENCH_BIN:-build/kosa8}")
 KOSA8_KERNEL=${KOSA8_KERNEL:-$(guest/kernel/build.sh --path)}
 export KOSA8_KERNEL
-guest/image/build.sh --path default >/dev/null ||
+image=${KOSA8_BENCH_IMAGE:-$("$bin" image path default 2>/dev/null)} ||
 	{ echo "bench/egress/guest.sh: no default image (make image)" >&2; exit 1; }
 echo "## Guest-side run of $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo
 echo "- machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; kernel $(uname -r)"
 echo "- load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "- guest: kernel $(basename "$(dirname "$KOSA8_KERNEL")"), image $image"
 echo "- $(qemu-system-x86_64 --version 2>/dev/null | head -1)"
 echo "- kosa8 ${KOSA8_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")}; where: $(testbed/run --where)"
 TESTBED_SMP=${TESTBED_SMP:-1} TESTBED_QUIET=1 testbed/run python3 bench/egress/guest.py \
-	--kosa8 "$bin" --rounds "$rounds" --mib "$mib"
+	--kosa8 "$bin" --rounds "$rounds" --mib "$mib" ${KOSA8_BENCH_IMAGE:+--image "$KOSA8_BENCH_IMAGE"}
 echo
 echo "- load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
