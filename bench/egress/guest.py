@@ -48,11 +48,11 @@ from bench import VSOCK_GUEST, vsock_connect  # noqa: E402
 
 ADDR = "203.0.113.10"
 NAME = "bulk.test"
-SB = "egbench"
 HZ = os.sysconf("SC_CLK_TCK")
 KVM_STATS = ("exits", "io_exits", "mmio_exits", "halt_exits", "irq_injections", "irq_exits")
 A = None
 WORK = None
+SERVER_PID = None
 
 SERVER = r'''
 import http.server, socketserver, ssl, sys, threading
@@ -129,8 +129,17 @@ def log(msg):
     print("# " + msg, file=sys.stderr, flush=True)
 
 
-def k8(*args, **kw):
-    return subprocess.run([A.kosa8, *args], stdin=subprocess.DEVNULL, capture_output=True,
+class Build:
+    """A kosa8 under test (its kosa8-vmm beside it) and its sandbox."""
+    def __init__(self, i, spec):
+        path, _, self.label = spec.partition("=")
+        self.kosa8 = os.path.abspath(path)
+        self.sb = f"egbench{i}"
+        self.vmm = self.supervisor = self.vsock = None
+
+
+def k8(b, *args, **kw):
+    return subprocess.run([b.kosa8, *args], stdin=subprocess.DEVNULL, capture_output=True,
                           timeout=900, **kw)
 
 
@@ -228,19 +237,22 @@ def setup_host():
     return srv
 
 
-def setup_sandbox():
+def setup_sandbox(b):
     ws = f"{WORK}/ws"
-    os.makedirs(ws)
-    shutil.copy(f"{WORK}/srv.crt", ws)
-    for name, text, mode in (("dl.sh", DL, 0o755), ("vsink.py", VSOCK_GUEST, 0o644)):
-        with open(f"{ws}/{name}", "w") as f:
-            f.write(text)
-        os.chmod(f"{ws}/{name}", mode)
-    k8("rm", "-f", SB)
+    if not os.path.isdir(ws):
+        os.makedirs(ws)
+        shutil.copy(f"{WORK}/srv.crt", ws)
+        for name, text, mode in (("dl.sh", DL, 0o755), ("vsink.py", VSOCK_GUEST, 0o644)):
+            with open(f"{ws}/{name}", "w") as f:
+                f.write(text)
+            os.chmod(f"{ws}/{name}", mode)
+    sb = b.sb
+    k8(b, "rm", "-f", sb)
     img = ["--image", A.image] if A.image else []
-    r = k8("create", "--name", SB, "--workspace", ws, "--allow", NAME, "--cpus", "1", "--mem", "1G", *img)
+    r = k8(b, "create", "--name", sb, "--workspace", ws, "--allow", NAME, "--cpus", "1", "--mem", "1G",
+           *img)
     if r.returncode == 0:
-        r = k8("start", SB)
+        r = k8(b, "start", sb)
     if r.returncode != 0:
         raise RuntimeError(f"sandbox create/start failed: {r.stderr.decode()[-800:]}")
     vmm = supervisor = vsock = None
@@ -252,22 +264,22 @@ def setup_sandbox():
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if b"--jail" in argv and any(f"/sandboxes/{SB}/".encode() in a for a in argv):
+        if b"--jail" in argv and any(f"/sandboxes/{sb}/".encode() in a for a in argv):
             vmm = int(p)
             vsock = argv[argv.index(b"--vsock") + 1].decode() if b"--vsock" in argv else None
     if not vmm:
         raise RuntimeError("the sandbox's VMM was not found")
     if not vsock or not os.path.exists(vsock):  # a path inside the VMM's jail
         run = os.environ.get("XDG_RUNTIME_DIR")
-        vsock = os.path.join(f"{run}/kosa8" if run else f"/tmp/kosa8-{os.getuid()}", SB, "vm",
+        vsock = os.path.join(f"{run}/kosa8" if run else f"/tmp/kosa8-{os.getuid()}", sb, "vm",
                              "vsock.sock")
     with open(f"/proc/{vmm}/status") as f:
         supervisor = int(re.search(r"^PPid:\s+(\d+)", f.read(), re.M).group(1))
-    r = k8("exec", "-u", "root", SB, "--", "sh", "-c",
+    r = k8(b, "exec", "-u", "root", sb, "--", "sh", "-c",
            "setsid -f python3 /workspace/vsink.py 0 </dev/null >/dev/null 2>&1")
     if r.returncode != 0:
         raise RuntimeError(f"guest vsock sink: {r.stderr.decode()}")
-    return vmm, supervisor, vsock
+    b.vmm, b.supervisor, b.vsock = vmm, supervisor, vsock
 
 
 # ---------------------------------------------------------------- downloads
@@ -315,9 +327,9 @@ def guest_counters(lines, when):
     return g
 
 
-def dl_sandbox(pids, tls, n, queues=False):
+def dl_sandbox(b, pids, tls, n, queues=False):
     env = ["-e", "EG_QUEUES=1"] if queues else []
-    p = subprocess.Popen([A.kosa8, "exec", "-u", "root", *env, SB, "--", "bash", "/workspace/dl.sh",
+    p = subprocess.Popen([b.kosa8, "exec", "-u", "root", *env, b.sb, "--", "bash", "/workspace/dl.sh",
                           *curl_args(tls, "/workspace/srv.crt"), url(tls, n)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     lines = []
@@ -402,7 +414,7 @@ def report(results, rounds, n):
     for rnd in range(rounds):
         for key, label in PATHS:
             r = results[key][rnd]
-            base = results["direct, TLS" if "TLS" in key else "direct"][rnd]
+            base = results["direct, TLS" if key.endswith("TLS") else "direct"][rnd]
             ratio = "" if key.startswith("direct") else f"{mibs(r) / mibs(base):.3f}"
             print(f"| {rnd + 1} | {label} | {mibs(r):.1f} | {ratio} |")
     print("\nWhere the time went, per MiB (ms of CPU; medians over the rounds; one vCPU, so the"
@@ -456,41 +468,67 @@ def report_queues(q, n):
         print("      --")
 
 
-PATHS = (("direct", "direct (host curl)"), ("sandbox", "sandbox (guest curl via kosa8)"),
-         ("vsock only", "vsock only (host -> guest process)"),
-         ("direct, TLS", "direct, TLS"), ("sandbox, TLS", "sandbox, TLS"))
+PATHS = []  # (key, label), in the order of a round
+
+
+def make_paths(builds):
+    tag = (lambda b: f" [{b.label}]") if len(builds) > 1 else (lambda b: "")
+    PATHS.append(("direct", "direct (host curl)"))
+    for b in builds:
+        PATHS.append((f"sandbox{tag(b)}", f"sandbox{tag(b)} (guest curl via kosa8)"))
+        PATHS.append((f"vsock only{tag(b)}", f"vsock only{tag(b)} (host -> guest process)"))
+    PATHS.append(("direct, TLS", "direct, TLS"))
+    for b in builds:
+        PATHS.append((f"sandbox{tag(b)}, TLS", f"sandbox{tag(b)}, TLS"))
+
+
+def round_of(builds, n, results, queues=False):
+    """One download per path, in PATHS order."""
+    it = iter(k for k, _ in PATHS)
+    srv = {"server": SERVER_PID}
+    results[next(it)].append(dl_direct(srv, False, n))
+    for b in builds:
+        pids = {"vmm": b.vmm, "supervisor": b.supervisor, **srv}
+        results[next(it)].append(dl_sandbox(b, pids, False, n))
+        results[next(it)].append(push_vsock(pids, b.vsock, n))
+    results[next(it)].append(dl_direct(srv, True, n))
+    for b in builds:
+        pids = {"vmm": b.vmm, "supervisor": b.supervisor, **srv}
+        results[next(it)].append(dl_sandbox(b, pids, True, n))
 
 
 def main():
-    global A, WORK
+    global A, WORK, SERVER_PID
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kosa8", required=True)
+    ap.add_argument("--kosa8", action="append", required=True,
+                    help="PATH[=LABEL], repeatable: each build's sandbox in the same rounds")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mib", type=int, default=128)
     ap.add_argument("--image", help="the sandbox's image (default: the newest default)")
     A = ap.parse_args()
     WORK = tempfile.mkdtemp(prefix="k8egg-")
     n = A.mib << 20
+    builds = [Build(i, spec) for i, spec in enumerate(A.kosa8)]
+    make_paths(builds)
     srv = setup_host()
+    SERVER_PID = srv.pid
     try:
-        t0 = time.monotonic()
-        vmm, supervisor, vsock = setup_sandbox()
-        log(f"sandbox up in {time.monotonic() - t0:.0f} s: VMM {vmm}, supervisor {supervisor}")
-        pids = {"vmm": vmm, "supervisor": supervisor, "server": srv.pid}
+        for b in builds:
+            t0 = time.monotonic()
+            setup_sandbox(b)
+            log(f"sandbox {b.sb} ({b.label or b.kosa8}) up in {time.monotonic() - t0:.0f} s: "
+                f"VMM {b.vmm}, supervisor {b.supervisor}")
         # Warm-up: the name's DNS answer, the first connection, page cache.
-        dl_direct(pids, False, 1 << 20)
-        dl_sandbox(pids, False, 1 << 20)
-        dl_sandbox(pids, True, 1 << 20)
-        push_vsock(pids, vsock, 1 << 20)
+        round_of(builds, 1 << 20, {k: [] for k, _ in PATHS})
         results = {k: [] for k, _ in PATHS}
         for rnd in range(A.rounds):
-            results["direct"].append(dl_direct(pids, False, n))
-            results["sandbox"].append(dl_sandbox(pids, False, n))
-            results["vsock only"].append(push_vsock(pids, vsock, n))
-            results["direct, TLS"].append(dl_direct(pids, True, n))
-            results["sandbox, TLS"].append(dl_sandbox(pids, True, n))
+            round_of(builds, n, results)
             log(f"round {rnd + 1}: " + ", ".join(f"{k} {mibs(results[k][-1]):.1f}" for k, _ in PATHS))
-        q = dl_sandbox(pids, False, n, queues=True)
+        b = builds[-1]
+        q = dl_sandbox(b, {"vmm": b.vmm, "supervisor": b.supervisor, "server": SERVER_PID}, False, n,
+                       queues=True)
+        for b in builds:
+            print(f"- build{f' [{b.label}]' if b.label else ''}: {b.kosa8}")
         report(results, A.rounds, n)
         report_queues(q, n)
         print("\nRaw (per download: MiB/s; CPU s per part):\n")
@@ -500,7 +538,8 @@ def main():
                 print(f"    {k} r{i + 1}: {mibs(r):.1f} MiB/s; {parts}; kvm {r['cpu']['kvm']};"
                       f" guest {r.get('guest', {})}")
     finally:
-        k8("rm", "-f", SB)
+        for b in builds:
+            k8(b, "rm", "-f", b.sb)
         srv.send_signal(signal.SIGTERM)
         srv.wait()
         shutil.rmtree(WORK, ignore_errors=True)

@@ -18,14 +18,20 @@
 # and with one CPU the CPU times of the parts add up to the wall time.
 # Prints Markdown (bench/results/egress.md holds a run).  Needs build/kosa8
 # (make), the guest kernel and default image (make kernel image).
-# KOSA8_BENCH_BIN: another kosa8 binary (its kosa8-vmm next to it);
-# KOSA8_BENCH_IMAGE: an image file instead of the newest default build.
+# KOSA8_BENCH_BINS: the kosa8 binaries to compare, "PATH=LABEL ..." (each
+# with its kosa8-vmm beside it; default build/kosa8): a sandbox of each,
+# all in the same rounds.  KOSA8_BENCH_IMAGE: an image file instead of the
+# newest default build.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}
 mib=${2:-128}
-[ -n "${KOSA8_BENCH_BIN:-}" ] || make -s build/kosa8 >/dev/null
-bin=$(realpath "${KOSA8_BENCH_BIN:-build/kosa8}")
+[ -n "${KOSA8_BENCH_BINS:-}" ] || make -s build/kosa8 build/kosa8-vmm >/dev/null
+args=()
+for spec in ${KOSA8_BENCH_BINS:-build/kosa8}; do
+	args+=(--kosa8 "$(realpath "${spec%%=*}")${spec#"${spec%%=*}"}")
+done
+bin=${args[1]%%=*}
 KOSA8_KERNEL=${KOSA8_KERNEL:-$(guest/kernel/build.sh --path)}
 export KOSA8_KERNEL
 image=${KOSA8_BENCH_IMAGE:-$("$bin" image path default 2>/dev/null)} ||
@@ -38,6 +44,6 @@ echo "- guest: kernel $(basename "$(dirname "$KOSA8_KERNEL")"), image $image"
 echo "- $(qemu-system-x86_64 --version 2>/dev/null | head -1)"
 echo "- kosa8 ${KOSA8_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")}; where: $(testbed/run --where)"
 TESTBED_SMP=${TESTBED_SMP:-1} TESTBED_QUIET=1 testbed/run python3 bench/egress/guest.py \
-	--kosa8 "$bin" --rounds "$rounds" --mib "$mib" ${KOSA8_BENCH_IMAGE:+--image "$KOSA8_BENCH_IMAGE"}
+	"${args[@]}" --rounds "$rounds" --mib "$mib" ${KOSA8_BENCH_IMAGE:+--image "$KOSA8_BENCH_IMAGE"}
 echo
 echo "- load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
