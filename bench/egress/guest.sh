@@ -44,6 +44,6 @@ echo "- guest: kernel $(basename "$(dirname "$KOSA8_KERNEL")"), image $image"
 echo "- $(qemu-system-x86_64 --version 2>/dev/null | head -1)"
 echo "- kosa8 ${KOSA8_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")}; where: $(testbed/run --where)"
 TESTBED_SMP=${TESTBED_SMP:-1} TESTBED_QUIET=1 testbed/run python3 bench/egress/guest.py \
-	"${args[@]}" --rounds "$rounds" --mib "$mib" ${KOSA8_BENCH_IMAGE:+--image "$KOSA8_BENCH_IMAGE"}
+	"${args[@]}" --rounds "$rounds" --mib "$mib" --image "$image"
 echo
 echo "- load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
