@@ -19,6 +19,10 @@
 
 #include "common/util.h"
 
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#error "the filter's table knows the system calls of x86-64 and arm64 only"
+#endif
+
 /* Thread roles.  R_VCPU: vCPU threads.  R_HOST: every other thread (main,
  * console input, virtio-blk I/O, virtio-vsock), which the process filter
  * covers as one role because it is installed once for all of them. */
@@ -32,6 +36,7 @@ enum arg_check {
 	ARGS_NO_EXEC, /* arg 2 (prot) must not have PROT_EXEC */
 	ARGS_ARG0,    /* arg 0 must equal .request */
 	ARGS_OWN_PID, /* arg 0 must be this process's pid */
+	ARGS_ARG2,    /* arg 2 must equal .request */
 };
 
 struct rule {
@@ -50,7 +55,14 @@ struct rule {
 #define CK_SC(n) "checkpoint-files", SCMP_SYS(n), ARGS_ANY, 0, R_HOST
 
 /* Everything the VMM may do once the guest runs.  Set-up (opening KVM,
- * files, sockets, creating the VM) happens before the filter exists. */
+ * files, sockets, creating the VM, initializing the vCPUs, restoring a
+ * checkpoint) happens before the filter exists.
+ *
+ * One table for both architectures.  arm64 has no system calls the
+ * generic table left out (poll, epoll_wait, unlink, mkdir, readlink,
+ * rmdir): glibc makes them ppoll, epoll_pwait, mkdirat, readlinkat and
+ * unlinkat there, and the rows under `#if` name those.  ioctl requests
+ * are numbered alike on both (asm-generic). */
 static const struct rule rules[] = {
 	/* Running the guest. */
 	{IOC(KVM_RUN), R_VCPU, "enter the guest"},
@@ -74,11 +86,20 @@ static const struct rule rules[] = {
 	{SC(connect), ARGS_ANY, 0, R_HOST, "vsock: the guest connects to a host port (U_port)"},
 	{SC(shutdown), ARGS_ANY, 0, R_HOST, "vsock: half-close from the guest"},
 	{SC(close), ARGS_ANY, 0, R_HOST, "vsock connections ending; tear-down"},
+#if defined(__x86_64__)
 	{SC(unlink), ARGS_ANY, 0, R_HOST, "vsock: the device removes its listening socket when the VM ends"},
+#else /* unlink() is unlinkat(AT_FDCWD, path, 0); flags 0 keep rmdir out */
+	{SC(unlinkat), ARGS_ARG2, 0, R_HOST, "vsock: the device removes its listening socket when the VM ends"},
+#endif
 	/* Waiting. */
+#if defined(__x86_64__)
 	{SC(poll), ARGS_ANY, 0, R_HOST, "the main and console threads wait for work"},
 	{SC(ppoll), ARGS_ANY, 0, R_HOST, "the virtio-blk I/O thread waits for work, or a coalescing window's end"},
 	{SC(epoll_wait), ARGS_ANY, 0, R_HOST, "the vsock thread waits for host sockets"},
+#else
+	{SC(ppoll), ARGS_ANY, 0, R_HOST, "the main, console and virtio-blk I/O threads wait for work (poll())"},
+	{SC(epoll_pwait), ARGS_ANY, 0, R_HOST, "the vsock thread waits for host sockets (epoll_wait())"},
+#endif
 	{SC(epoll_ctl), ARGS_ANY, 0, R_HOST, "the vsock thread watches new and closed host sockets"},
 	{SC(futex), ARGS_ANY, 0, R_ALL, "mutexes and condition variables between threads"},
 	{SC(clock_gettime), ARGS_ANY, 0, R_ALL, "timeouts (the vDSO falls back to the system call under nested KVM)"},
@@ -106,7 +127,7 @@ static const struct rule rules[] = {
 	 * Two groups, each left out as a whole by KOSA8_SECCOMP_OMIT and shown
 	 * needed as a whole by tests/vm/seccomp-rules (a test per member would
 	 * cost a VM boot each). */
-#if defined(__x86_64__) /* arm64 checkpoints are not built yet (vmm/arm64/accel_kvm.c) */
+#if defined(__x86_64__)
 	{CK_IOC(KVM_GET_MP_STATE), R_HOST, "read a parked vCPU's state for a checkpoint"},
 	{CK_IOC(KVM_GET_REGS), R_HOST, "the same: general registers"},
 	{CK_IOC(KVM_GET_SREGS), R_HOST, "the same: segment and control registers"},
@@ -122,20 +143,38 @@ static const struct rule rules[] = {
 	{CK_IOC(KVM_GET_PIT2), R_HOST, "read the PIT for a checkpoint"},
 	{CK_IOC(KVM_GET_CLOCK), R_HOST, "read kvmclock for a checkpoint"},
 	{CK_IOC(KVM_GET_MSR_INDEX_LIST), R_HOST, "which MSRs to save (asked at the first checkpoint)"},
-#endif
 	{CK_IOC(KVM_CHECK_EXTENSION), R_HOST, "which optional vCPU records exist (XCRS, DEBUGREGS, XSAVE2)"},
+#else /* vmm/arm64/accel_kvm.c: one-reg registers, the vGIC's attributes */
+	{CK_IOC(KVM_GET_MP_STATE), R_HOST, "read a parked vCPU's state for a checkpoint (PSCI power state)"},
+	{CK_IOC(KVM_GET_REG_LIST), R_HOST, "the same: which one-reg registers the vCPU has"},
+	{CK_IOC(KVM_GET_ONE_REG), R_HOST, "the same: each register (core, FP/SIMD, system, timer, firmware)"},
+	{CK_IOC(KVM_GET_DEVICE_ATTR), R_HOST, "read the GIC: distributor, redistributors, CPU interfaces"},
+#endif
 	{CK_IOC(KVM_GET_DIRTY_LOG), R_HOST, "pages the guest wrote since the last checkpoint (incremental memory)"},
 	{CK_SC(openat), "create the checkpoint's files and the new disk delta; fsync the directory"},
+#if defined(__x86_64__)
 	{CK_SC(mkdir), "the checkpoint's temporary directory"},
+#else
+	{CK_SC(mkdirat), "the checkpoint's temporary directory (mkdir())"},
+#endif
 	{CK_SC(newfstatat), "the checkpoint directory must not exist; fstat of a new disk layer"},
+#if defined(__x86_64__)
 	{CK_SC(readlink), "realpath() of the new disk delta's path (the jail has no links)"},
+#else
+	{CK_SC(readlinkat), "realpath() of the new disk delta's path (the jail has no links)"},
+#endif
 	{CK_SC(ftruncate), "size the sparse memory file and the new delta"},
 	{CK_SC(lseek), "SEEK_DATA/SEEK_HOLE: write only the guest pages that hold data"},
 	{CK_SC(pread64), "read the new delta's header; /proc/self/pagemap (opened before the jail)"},
 	{CK_SC(fsync), "the checkpoint's files, the frozen delta and their directories are durable"},
 	{CK_SC(flock), "lock the new top delta, share the frozen one (other processes keep out)"},
 	{CK_SC(renameat2), "the complete checkpoint is renamed into place (RENAME_NOREPLACE)"},
+#if defined(__x86_64__)
 	{CK_SC(rmdir), "remove the temporary directory of a checkpoint that failed"},
+#else /* rmdir() is unlinkat(AT_FDCWD, path, AT_REMOVEDIR) */
+	{"checkpoint-files", SCMP_SYS(unlinkat), ARGS_ARG2, AT_REMOVEDIR, R_HOST,
+	 "remove the temporary directory of a checkpoint that failed (rmdir())"},
+#endif
 	{CK_SC(brk), "the state file is built in memory: malloc grows the heap"},
 	{CK_SC(fcntl), "a live fork seals the frozen guest memory against writes (F_ADD_SEALS)"},
 	{CK_SC(memfd_create), "a live fork of RAM restored from a file copies it into a memfd first"},
@@ -206,6 +245,9 @@ static int add_rule(scmp_filter_ctx ctx, const struct rule *r)
 	case ARGS_ARG0:
 		return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, r->nr, 1,
 					SCMP_A0(SCMP_CMP_EQ, r->request));
+	case ARGS_ARG2:
+		return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, r->nr, 1,
+					SCMP_A2(SCMP_CMP_MASKED_EQ, 0xffffffffu, r->request));
 	case ARGS_OWN_PID:
 		/* The jail has no PID namespace of its own: without this, a taken-over
 		 * device thread could signal any process of the jail's uid. */
