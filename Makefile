@@ -1,6 +1,7 @@
 # kosa8 build.  Plain GNU make: every rule is here, nothing generated.
 #
-#   make               release build        -> build/kosa8, build/kosa8-vmm (the VMM)
+#   make               release build        -> build/kosa8, build/kosa8-vmm (the VMM),
+#                                              build/kosa8-tools (ui, image import/export)
 #   make san           ASan+UBSan build     -> build-san/kosa8
 #   make check         unit tests (both builds) + VM tests (KVM or helper VM)
 #   make unit          unit tests only, both builds (and make layers)
@@ -34,8 +35,9 @@ TESTLIBS := -lcmocka -lfdt
 # Parts linked into the kosa8 binary (and into unit tests).
 # src/cli is in the library too (minus main.c) so unit tests reach its parsers.
 LIB_DIRS := src/common src/oci src/hw src/vmm src/vmm/x86 src/virtio src/devices src/disk src/audit src/sandbox src/supervisor src/proxy src/machine src/ui src/image src/cli src/agentproto
-LIB_SRCS := $(filter-out src/cli/main.c src/cli/vmm_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
+LIB_SRCS := $(filter-out src/cli/main.c src/cli/vmm_main.c src/cli/tools_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
 CLI_SRCS := src/cli/main.c
+TOOLS_SRCS := src/cli/tools_main.c src/cli/cmd_ui.c src/cli/cmd_image_io.c
 VMM_SRCS := src/cli/vmm_main.c
 AGENT_SRCS := $(wildcard src/agent/*.c)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
@@ -75,7 +77,15 @@ $(1)/libkosa8.a: $$(patsubst %.c,$(1)/obj/%.o,$$(LIB_SRCS))
 	@rm -f $$@
 	ar rcs $$@ $$^
 
-$(1)/kosa8: $$(patsubst %.c,$(1)/obj/%.o,$$(CLI_SRCS)) $(1)/libkosa8.a
+# kosa8 leaves out the commands that need libmicrohttpd, libcurl and
+# libarchive (weak in commands.h): --as-needed then drops those libraries,
+# and kosa8-tools, which names their objects, runs those commands
+# (src/cli/tools.c says why).
+# kosa8 is whole only with it: every target that builds kosa8 builds both.
+$(1)/kosa8: $$(patsubst %.c,$(1)/obj/%.o,$$(CLI_SRCS)) $(1)/libkosa8.a | $(1)/kosa8-tools
+	$$(CC) $(3) -Wl,--as-needed -o $$@ $$(filter-out $(1)/kosa8-tools,$$^) $$(LIBS)
+
+$(1)/kosa8-tools: $$(patsubst %.c,$(1)/obj/%.o,$$(TOOLS_SRCS)) $(1)/libkosa8.a
 	$$(CC) $(3) -o $$@ $$^ $$(LIBS)
 
 # The VMM: the same archive, of which the linker takes only what

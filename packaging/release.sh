@@ -33,7 +33,8 @@ TARNAME=kosa8-$VERSION-$ARCH
 # Debian's paths and documents.
 tree() {
 	local d=$1 kind=${2:-tar} kernel c
-	[ -x "$REL_DIR/kosa8" ] && [ -x "$REL_DIR/kosa8-vmm" ] && [ -x "$REL_DIR/kosa8-agent" ] ||
+	[ -x "$REL_DIR/kosa8" ] && [ -x "$REL_DIR/kosa8-tools" ] && [ -x "$REL_DIR/kosa8-vmm" ] &&
+		[ -x "$REL_DIR/kosa8-agent" ] ||
 		die "build first: make"
 	kernel=$(guest/kernel/build.sh --path) || die "no guest kernel: make kernel"
 	rm -rf "$d"
@@ -44,7 +45,10 @@ tree() {
 	# The VMM, which the supervisor finds at ../lib/kosa8 from bin/kosa8.
 	install -m 0755 "$REL_DIR/kosa8-vmm" "$d/lib/kosa8/kosa8-vmm"
 	install -m 0755 "$REL_DIR/kosa8-agent" "$d/lib/kosa8/kosa8-agent"
-	strip --strip-unneeded "$d/bin/kosa8" "$d/lib/kosa8/kosa8-vmm" "$d/lib/kosa8/kosa8-agent"
+	# The commands that need libcurl, libarchive, libmicrohttpd (src/cli/tools.c).
+	install -m 0755 "$REL_DIR/kosa8-tools" "$d/lib/kosa8/kosa8-tools"
+	strip --strip-unneeded "$d/bin/kosa8" "$d/lib/kosa8/kosa8-vmm" "$d/lib/kosa8/kosa8-agent" \
+		"$d/lib/kosa8/kosa8-tools"
 	install -m 0644 "$kernel" "$d/lib/kosa8/bzImage"
 	install -m 0755 guest/image/build.sh "$d/lib/kosa8/guest/image/build.sh"
 	install -m 0644 guest/image/default.recipe "$d/lib/kosa8/guest/image/default.recipe"
@@ -75,17 +79,18 @@ deb_date() {
 	date -R -d "@$(git log -1 --format=%ct 2>/dev/null || date +%s)"
 }
 
-# Depends from the libraries the binary links, as dpkg-shlibdeps reads
+# Depends from the libraries the binaries link, as dpkg-shlibdeps reads
 # them off the installed packages (it wants a debian/control to exist).
 shlib_depends() {
-	local bin=$1 tmp line
+	local tmp line bin args=()
+	for bin; do args+=(-e "$bin"); done
 	tmp=$(mktemp -d)
 	mkdir "$tmp/debian"
 	printf 'Source: kosa8\n\nPackage: kosa8\nArchitecture: amd64\n' >"$tmp/debian/control"
-	line=$(cd "$tmp" && dpkg-shlibdeps -O -e "$bin" 2>/dev/null) || { rm -rf "$tmp"; die "dpkg-shlibdeps failed on $bin"; }
+	line=$(cd "$tmp" && dpkg-shlibdeps -O "${args[@]}" 2>/dev/null) || { rm -rf "$tmp"; die "dpkg-shlibdeps failed on $*"; }
 	rm -rf "$tmp"
 	line=${line#shlibs:Depends=}
-	[ -n "$line" ] || die "no library dependencies found for $bin"
+	[ -n "$line" ] || die "no library dependencies found for $*"
 	echo "$line"
 }
 
@@ -99,7 +104,7 @@ deb() {
 	tree "$root/usr" deb
 	install -d "$root/DEBIAN" "$root/usr/share/lintian/overrides"
 	install -m 0644 packaging/deb/lintian-overrides "$root/usr/share/lintian/overrides/kosa8"
-	depends=$(shlib_depends "$root/usr/bin/kosa8")
+	depends=$(shlib_depends "$root/usr/bin/kosa8" "$root/usr/lib/kosa8/kosa8-tools")
 	size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 	sed -e "s/@VERSION@/$VERSION/" -e "s/@DEPENDS@/$depends/" -e "s/@SIZE@/$size/" \
 		packaging/deb/control >"$root/DEBIAN/control"

@@ -501,10 +501,11 @@ int cmd_image(int argc, char **argv)
 		return cli_image_warm(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "prune"))
 		return image_prune(argc - 1, argv + 1);
+	/* Their libraries are kosa8-tools' (tools.c). */
 	if (!strcmp(argv[1], "export"))
-		return image_export_cmd(argc - 1, argv + 1);
+		return cli_image_export_run ? image_export_cmd(argc - 1, argv + 1) : cli_exec_tools();
 	if (!strcmp(argv[1], "import"))
-		return image_import_cmd(argc - 1, argv + 1);
+		return cli_image_import_run ? image_import_cmd(argc - 1, argv + 1) : cli_exec_tools();
 	fprintf(stderr, "kosa8 image: unknown or incomplete subcommand '%s'\n", argv[1]);
 	return cli_usage_error("image", argv[1]);
 }

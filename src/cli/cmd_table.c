@@ -550,6 +550,8 @@ const struct cli_cmd cli_commands[] = {
 	 NULL, NULL, NULL, cmd_machine_serve, -1, CLI_OPERAND_NONE, true},
 	{"__ui-state", "the web console's view of the sandboxes, as JSON lines (kosa8 ui runs it)",
 	 "[SECONDS]", NULL, NULL, NULL, cmd_ui_state, -1, CLI_OPERAND_NONE, true},
+	{"__image-from-source", "the default image imported from $KOSA8_IMAGE_SOURCE (kosa8 run and create run it)",
+	 "CMD NAME", NULL, NULL, NULL, cmd_image_from_source, -1, CLI_OPERAND_NONE, true},
 	END,
 };
 

@@ -30,7 +30,10 @@ int cmd_image(int argc, char **argv);
 int cmd_secret(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
 int cmd_approvals(int argc, char **argv);
-int cmd_ui(int argc, char **argv);
+/* Weak: kosa8-tools links these, kosa8 leaves them out and execs it
+ * (tools.c). */
+#define CLI_TOOLS_ONLY __attribute__((weak))
+int cmd_ui(int argc, char **argv) CLI_TOOLS_ONLY;
 int cmd_ui_state(int argc, char **argv);
 int cmd_vmctl(int argc, char **argv);
 int cmd_checkpoint(int argc, char **argv);
@@ -86,15 +89,19 @@ int cli_image_warm(int argc, char **argv);
 /* cmd_image_io.c: kosa8 image export and import, their options parsed
  * (cmd_image.c); print their result or error, return the exit status. */
 struct image_import_opts;
-int cli_image_export_run(const char *what, const char *file, bool sums);
-int cli_image_import_run(struct image_import_opts *o);
+int cli_image_export_run(const char *what, const char *file, bool sums) CLI_TOOLS_ONLY;
+int cli_image_import_run(struct image_import_opts *o) CLI_TOOLS_ONLY;
+/* kosa8-tools __image-from-source CMD NAME: cli_image_from_source's
+ * import, the disk's path on stdout. */
+int cmd_image_from_source(int argc, char **argv) CLI_TOOLS_ONLY;
 /* The image `kosa8 run --image NAME` boots (cmd_sandbox.c): the build of
  * NAME's recipe for this agent (guest/image/build.sh --path), else the
  * newest imported image of NAME.  0 or -ENOENT. */
 int cli_image_lookup(const char *name, char *out, size_t len);
 /* The image NAME imported from $KOSA8_IMAGE_SOURCE ($KOSA8_IMAGE_SHA256:
- * its checksum, or "none"), with progress: 0 and its disk in path,
- * -ENOENT when the variable is not set, else -errno (said on stderr). */
+ * its checksum, or "none"), with progress, by kosa8-tools: 0 and its disk
+ * in path, -ENOENT when the variable is not set, else -errno (said on
+ * stderr). */
 int cli_image_from_source(const char *cmd, const char *name, char *path, size_t len);
 /* The supervisor did not answer (err): says "busy" when it still owns the
  * sandbox, "not running" when nobody does.  Returns 1. */
@@ -107,6 +114,14 @@ int cli_unanswered(const char *cmd, const char *name, int err);
 struct agent_client;
 int cli_agent_session(const char *cmd, const char *name, cJSON *what, struct agent_client **c, char ***env);
 int cmd_oci(int argc, char **argv);
+/* tools.c: the command line main was given (cli_main sets it), and the
+ * exec of kosa8-tools with it for a command this binary leaves out; returns
+ * only on failure (127, said on stderr). */
+extern char **cli_argv;
+int cli_exec_tools(void);
+/* main: the command table's dispatch (cli_main.c), for kosa8 and
+ * kosa8-tools alike. */
+int cli_main(int argc, char **argv);
 
 /* Copying out of a guest (copy_out.c): the guarded writer's options for
  * this user (modes without special bits, under the umask; under sudo the

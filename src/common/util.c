@@ -183,18 +183,22 @@ int kosa8_data_path(const char *rel, char *buf, size_t len)
 	return -ENOENT;
 }
 
-int kosa8_vmm_path(const char *exe, char *buf, size_t len)
+int kosa8_helper_path(const char *exe, const char *file, char *buf, size_t len)
 {
 	const char *slash = strrchr(exe, '/');
 	int dir = slash ? (int)(slash - exe) : 1;
 	const char *at = slash ? exe : ".";
 
-	if (snprintf(buf, len, "%.*s/" KOSA8_VMM_FILE, dir, at) < (int)len && access(buf, X_OK) == 0)
+	if (snprintf(buf, len, "%.*s/%s", dir, at, file) < (int)len && access(buf, X_OK) == 0)
 		return 0;
-	if (snprintf(buf, len, "%.*s/../lib/kosa8/" KOSA8_VMM_FILE, dir, at) < (int)len &&
-	    access(buf, X_OK) == 0)
+	if (snprintf(buf, len, "%.*s/../lib/kosa8/%s", dir, at, file) < (int)len && access(buf, X_OK) == 0)
 		return 0;
 	return -ENOENT;
+}
+
+int kosa8_vmm_path(const char *exe, char *buf, size_t len)
+{
+	return kosa8_helper_path(exe, KOSA8_VMM_FILE, buf, len);
 }
 
 int kosa8_guest_kernel(char *buf, size_t len)

@@ -56,10 +56,14 @@ int kosa8_data_path(const char *rel, char *buf, size_t len);
 #define KOSA8_KERNEL_FILE "bzImage"
 int kosa8_guest_kernel(char *buf, size_t len);
 
-/* The VMM executable that goes with the kosa8 binary exe: KOSA8_VMM_FILE
- * next to it (a build tree), else <exe's dir>/../lib/kosa8/KOSA8_VMM_FILE
- * (installed).  -ENOENT when neither is executable. */
+/* A program that goes with the kosa8 binary exe: file next to it (a build
+ * tree), else <exe's dir>/../lib/kosa8/file (installed).  -ENOENT when
+ * neither is executable.  kosa8_vmm_path: the VMM, KOSA8_VMM_FILE;
+ * KOSA8_TOOLS_FILE runs the commands that need heavy libraries
+ * (src/cli/tools.c). */
 #define KOSA8_VMM_FILE "kosa8-vmm"
+#define KOSA8_TOOLS_FILE "kosa8-tools"
+int kosa8_helper_path(const char *exe, const char *file, char *buf, size_t len);
 int kosa8_vmm_path(const char *exe, char *buf, size_t len);
 
 /* Sets $KOSA8_AGENT, unless it is set, to the guest agent installed with

@@ -38,20 +38,6 @@ static void note(const struct image_import_opts *o, const char *fmt, ...)
 	o->note(o->progress ? o->progress->ctx : NULL, line);
 }
 
-int image_root(const char *arch, char *buf, size_t len)
-{
-	char cache[PATH_MAX];
-	int rc = kosa8_cache_dir(cache, sizeof(cache)), n;
-
-	if (rc < 0)
-		return rc;
-	if (!arch || !strcmp(arch, "x86_64"))
-		n = snprintf(buf, len, "%s/images", cache);
-	else
-		n = snprintf(buf, len, "%s/images-%s", cache, arch);
-	return n >= 0 && (size_t)n < len ? 0 : -ENAMETOOLONG;
-}
-
 static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
 	return remove(path) < 0 && errno != ENOENT ? -1 : 0;
@@ -490,39 +476,5 @@ int image_export(const char *dir, const char *file, bool sums, const struct imag
 	close(dfd);
 	if (!rc && sums && (rc = write_sums(file, sha)))
 		image_err(err, errlen, rc, "%s.sha256: %s", file, strerror(-rc));
-	return rc;
-}
-
-/* ---- lookup ---- */
-
-int image_find_imported(const char *root, const char *name, char *out, size_t len)
-{
-	char dir[PATH_MAX], path[PATH_MAX + 320];
-	struct timespec best = {0};
-	struct dirent *e;
-	struct stat st;
-	DIR *d;
-	int rc = -ENOENT;
-
-	if (!image_valid_name(name) || snprintf(dir, sizeof(dir), "%s/%s", root, name) >= (int)sizeof(dir) ||
-	    !(d = opendir(dir)))
-		return -ENOENT;
-	while ((e = readdir(d))) {
-		if (!image_valid_key(e->d_name))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s/" IMAGE_IMPORT_INFO, dir, e->d_name);
-		if (access(path, F_OK))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s/" IMAGE_DISK, dir, e->d_name);
-		if (stat(path, &st) || !S_ISREG(st.st_mode) || strlen(path) >= len)
-			continue;
-		if (rc == 0 && (st.st_mtim.tv_sec < best.tv_sec ||
-				(st.st_mtim.tv_sec == best.tv_sec && st.st_mtim.tv_nsec <= best.tv_nsec)))
-			continue;
-		best = st.st_mtim;
-		memcpy(out, path, strlen(path) + 1);
-		rc = 0;
-	}
-	closedir(d);
 	return rc;
 }

@@ -200,7 +200,8 @@ static int copy_exe(const char *from, const char *to)
 }
 
 /* The kosa8 binary a request names, as a copy on this machine's own
- * tmpfs (out), with the VMM it runs (kosa8_vmm_path) next to it.
+ * tmpfs (out), with the VMM it runs (kosa8_vmm_path) and kosa8-tools
+ * (src/cli/tools.c) next to it.
  * Executing the host's file itself over 9p is not safe once it was
  * replaced: v9fs without a cache never looks a name up again while a
  * running process (a sandbox's supervisor) holds its inode, so a rebuilt
@@ -208,19 +209,21 @@ static int copy_exe(const char *from, const char *to)
  * new one's.  A copy per size and time of both is a new inode each time. */
 static int exe_copy(const char *exe, const char *rundir, char *out, size_t len)
 {
-	char dir[PATH_MAX], tmp[PATH_MAX], x[PATH_MAX * 2], vmm[PATH_MAX];
+	char dir[PATH_MAX], tmp[PATH_MAX], x[PATH_MAX * 2], vmm[PATH_MAX], tools[PATH_MAX];
 	const char *base = strrchr(exe, '/') + 1;
-	struct stat st, vst = {0};
-	bool has_vmm;
+	struct stat st, vst = {0}, tst = {0};
+	bool has_vmm, has_tools;
 	int err;
 
 	if (stat(exe, &st) < 0)
 		return -errno;
 	has_vmm = kosa8_vmm_path(exe, vmm, sizeof(vmm)) == 0 && stat(vmm, &vst) == 0;
-	if (snprintf(dir, sizeof(dir), "%s/exe/%llx-%llx-%lx-%llx-%llx-%lx", rundir,
+	has_tools = kosa8_helper_path(exe, KOSA8_TOOLS_FILE, tools, sizeof(tools)) == 0 && stat(tools, &tst) == 0;
+	if (snprintf(dir, sizeof(dir), "%s/exe/%llx-%llx-%lx-%llx-%llx-%lx-%llx-%lx", rundir,
 		     (unsigned long long)st.st_size, (unsigned long long)st.st_mtim.tv_sec,
 		     (long)st.st_mtim.tv_nsec, (unsigned long long)vst.st_size,
-		     (unsigned long long)vst.st_mtim.tv_sec, (long)vst.st_mtim.tv_nsec) >= (int)sizeof(dir) ||
+		     (unsigned long long)vst.st_mtim.tv_sec, (long)vst.st_mtim.tv_nsec,
+		     (unsigned long long)tst.st_size, (long)tst.st_mtim.tv_nsec) >= (int)sizeof(dir) ||
 	    snprintf(out, len, "%s/x/%s", dir, base) >= (int)len ||
 	    snprintf(tmp, sizeof(tmp), "%s/exe/.new-%d", rundir, (int)getpid()) >= (int)sizeof(tmp))
 		return -ENAMETOOLONG;
@@ -234,6 +237,10 @@ static int exe_copy(const char *exe, const char *rundir, char *out, size_t len)
 	if (!err && has_vmm) {
 		snprintf(x, sizeof(x), "%s/x/" KOSA8_VMM_FILE, tmp);
 		err = copy_exe(vmm, x);
+	}
+	if (!err && has_tools) {
+		snprintf(x, sizeof(x), "%s/x/" KOSA8_TOOLS_FILE, tmp);
+		err = copy_exe(tools, x);
 	}
 	if (!err)
 		err = link_data(exe, tmp);

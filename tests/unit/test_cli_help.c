@@ -531,6 +531,36 @@ static void test_fish_zsh_completion(void **state)
 }
 
 /* kosa8 --version and kosa8 version: the commit this tree is at. */
+/* kosa8 is linked without the libraries of the commands it hands to
+ * kosa8-tools (src/cli/tools.c: what every other command saves), and those
+ * commands still work through it, or fail clearly where it is missing. */
+static void test_tools_split(void **state)
+{
+	static const char *const heavy[] = {"libcurl", "libarchive", "libmicrohttpd"};
+
+	assert_int_equal(run("objdump -p \"$K\" | awk '/NEEDED/ { print $2 }'"), 0);
+	for (size_t i = 0; i < ARRAY_SIZE(heavy); i++)
+		if (strstr(out, heavy[i]))
+			fail_msg("kosa8 links %s:\n%s", heavy[i], out);
+	assert_int_equal(run("objdump -p \"$K\"-tools | awk '/NEEDED/ { print $2 }'"), 0);
+	for (size_t i = 0; i < ARRAY_SIZE(heavy); i++)
+		if (!strstr(out, heavy[i]))
+			fail_msg("kosa8-tools does not link %s:\n%s", heavy[i], out);
+	/* Through kosa8-tools: export's own answer. */
+	assert_int_equal(run("\"$K\" image export no-such \"$T/x.tar\""), 1);
+	assert_non_null(strstr(out, "no image 'no-such'"));
+	assert_int_equal(run("\"$K\" image import \"$T/none.tar\" --sha256 bad"), 2);
+	assert_non_null(strstr(out, "--sha256 takes 64 hex digits"));
+	/* A kosa8 without kosa8-tools beside it: help still, the command not. */
+	assert_int_equal(run("mkdir -p \"$T/lone\" && cp \"$K\" \"$T/lone/kosa8\""), 0);
+	assert_int_equal(run("\"$T/lone/kosa8\" ui --help"), 0);
+	assert_int_equal(run("\"$T/lone/kosa8\" ui"), 127);
+	assert_non_null(strstr(out, "kosa8-tools: not found"));
+	assert_int_equal(run("\"$T/lone/kosa8\" image export no-such \"$T/x.tar\""), 127);
+	assert_int_equal(run("KOSA8_KERNEL=\"$K\" KOSA8_IMAGE_SOURCE=\"$T/none.tar\" \"$T/lone/kosa8\" create --cold --name t1"), 1);
+	assert_non_null(strstr(out, "kosa8-tools: not found"));
+}
+
 static void test_version(void **state)
 {
 	char want[128], line[256];
@@ -564,6 +594,7 @@ int main(void)
 		cmocka_unit_test(test_man_pages),
 		cmocka_unit_test(test_bash_completion),
 		cmocka_unit_test(test_fish_zsh_completion),
+		cmocka_unit_test(test_tools_split),
 		cmocka_unit_test(test_version),
 	};
 

@@ -1,0 +1,119 @@
+/* kosa8-tools: the commands that need libmicrohttpd (`kosa8 ui`), libcurl
+ * and libarchive (`kosa8 image import|export`, the default image from
+ * $KOSA8_IMAGE_SOURCE).  Those libraries and what they pull in (GnuTLS,
+ * Kerberos, LDAP, libxml2, ICU: 35 of the 47 shared objects kosa8 used to
+ * map) cost every process that links them their loading: 27 ms of CPU
+ * against 18 ms for a program with the rest of kosa8's libraries and 3 ms
+ * with libc alone (perf stat, 2026-12-07), 0.3 s more per command in the
+ * emulated helper VM.  Every other command -- run, exec, ps, the supervisor
+ * of each sandbox -- needs none of them.  So, as git leaves libcurl to
+ * git-remote-http, the kosa8 binary is linked without them and hands those
+ * commands to kosa8-tools, installed beside it (or in ../lib/kosa8), which
+ * runs the same command table.  Their entry points are weak in commands.h:
+ * NULL in kosa8, linked in kosa8-tools (its Makefile rule names their
+ * objects). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "common/util.h"
+
+char **cli_argv;
+
+static int tools_path(char *buf, size_t len)
+{
+	char self[PATH_MAX];
+	const char *base;
+
+	if (!realpath("/proc/self/exe", self))
+		return -errno;
+	/* kosa8-tools without the command it was asked for: not a loop. */
+	base = strrchr(self, '/');
+	if (!strcmp(base ? base + 1 : self, KOSA8_TOOLS_FILE))
+		return -ENOSYS;
+	return kosa8_helper_path(self, KOSA8_TOOLS_FILE, buf, len);
+}
+
+static int no_tools(int err)
+{
+	fprintf(stderr, "kosa8: %s: %s (it runs 'kosa8 ui' and 'kosa8 image import|export'; "
+		"it is installed beside kosa8 or in ../lib/kosa8)\n", KOSA8_TOOLS_FILE,
+		err == -ENOSYS ? "does not have this command" : "not found");
+	return 127;
+}
+
+int cli_exec_tools(void)
+{
+	char path[PATH_MAX];
+	int err = tools_path(path, sizeof(path));
+
+	if (err || !cli_argv)
+		return no_tools(err ? err : -ENOENT);
+	execv(path, cli_argv);
+	fprintf(stderr, "kosa8: cannot run %s: %s\n", path, strerror(errno));
+	return 127;
+}
+
+/* The child's last line of stdout into path; its stderr (progress, the
+ * error) goes to ours. */
+static int read_last_line(int fd, char *path, size_t len)
+{
+	char buf[PATH_MAX + 2];
+	size_t have = 0;
+	ssize_t n;
+
+	while ((n = read(fd, buf + have, sizeof(buf) - 1 - have)) > 0) {
+		have += (size_t)n;
+		if (have == sizeof(buf) - 1) { /* keep the tail: the path is last */
+			memmove(buf, buf + have / 2, have - have / 2);
+			have -= have / 2;
+		}
+	}
+	buf[have] = '\0';
+	while (have && buf[have - 1] == '\n')
+		buf[--have] = '\0';
+	const char *nl = strrchr(buf, '\n'), *last = nl ? nl + 1 : buf;
+	if (!*last || strlen(last) >= len)
+		return -EIO;
+	memcpy(path, last, strlen(last) + 1);
+	return 0;
+}
+
+int cli_image_from_source(const char *cmd, const char *name, char *path, size_t len)
+{
+	const char *src = getenv("KOSA8_IMAGE_SOURCE");
+	char tools[PATH_MAX];
+	int p[2], status, err;
+	pid_t pid;
+
+	if (!src || !*src)
+		return -ENOENT;
+	if ((err = tools_path(tools, sizeof(tools))))
+		return no_tools(err), -ENOENT;
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	if ((pid = fork()) < 0) {
+		err = -errno;
+		close(p[0]);
+		close(p[1]);
+		return err;
+	}
+	if (pid == 0) {
+		if (dup2(p[1], STDOUT_FILENO) < 0)
+			_exit(127);
+		execl(tools, tools, "__image-from-source", cmd, name, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	err = read_last_line(p[0], path, len);
+	close(p[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? err : -EIO;
+}
