@@ -1,6 +1,10 @@
 #!/bin/sh
 # Installs the Debian packages kosa8 needs to build, to build its guest kernel
 # and images, and to run its tests.  Run as root (or through sudo).
+#   scripts/deps.sh            all of them
+#   scripts/deps.sh --kernel   only those guest/kernel/build.sh needs (x86-64):
+#                              .ci/run builds the kernel, the longest step,
+#                              while the rest installs
 set -eu
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -33,6 +37,12 @@ PKGS="
   dpkg-dev lintian
   libfdt-dev
 "
+KERNEL_PKGS="build-essential linux-source-6.1 patch bc flex bison libelf-dev xz-utils lz4"
+case ${1:-} in
+--kernel) PKGS=$KERNEL_PKGS ;;
+"") ;;
+*) echo "usage: scripts/deps.sh [--kernel]" >&2; exit 2 ;;
+esac
 # arm64 (make arm64, testbed/run-arm64): their arm64 packages are unpacked,
 # not installed (scripts/arm64-sysroot), but apt must know the architecture.
 if ! dpkg --print-foreign-architectures | grep -qx arm64; then
