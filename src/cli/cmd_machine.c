@@ -101,6 +101,10 @@ static int machine_start(const char *dir)
 	if (child < 0)
 		return cli_fail("machine", "fork: %s", strerror(errno));
 	if (child == 0) {
+		/* Its QEMU daemon lives as long as the machine: none of this
+		 * command's files (a caller's lock, a pipe it reads to its end)
+		 * may stay open with it. */
+		close_range(3, ~0U, 0);
 		execl(script, script, dir, exe, uid, gid, (char *)NULL);
 		fprintf(stderr, "kosa8 machine: cannot run %s: %s\n", script, strerror(errno));
 		_exit(1);
