@@ -24,7 +24,7 @@ tests/oci/docker_test.sh runs it in the helper VM, with containerd up:
       as in docker_test.sh
 One line per check, "ok NAME" or "not ok NAME: why"; status 1 on any failure.
 """
-import os, socket, subprocess, sys, time
+import json, os, socket, subprocess, sys, time
 
 import checks
 from checks import check, not_ok, ok, step
@@ -103,6 +103,22 @@ def read(path):
         return ""
 
 
+def bundle_annotations(work, cid):
+    """What containerd wrote into the container's config.json (to say why)."""
+    path = os.path.join(work, "containerd-state/io.containerd.runtime.v2.task/k8s.io", cid, "config.json")
+    try:
+        with open(path) as f:
+            return json.load(f).get("annotations")
+    except (OSError, ValueError) as e:
+        return repr(e)
+
+
+def audit_lines(word):
+    out = subprocess.run([K8, "audit", "show"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         timeout=120).stdout.decode(errors="replace")
+    return [line[-300:] for line in out.splitlines() if word in line][-4:]
+
+
 def main():
     checks.part = "cri"
     sock, work, image, sandbox_image = sys.argv[1:5]
@@ -175,15 +191,19 @@ def main():
         r = attempt("cri-exec-sync", lambda: cri("ExecSync", {"container_id": cid, "timeout": 300, "cmd": [
             "sh", "-c", get + 'cat /etc/marker /etc/hostname; echo "other: $(get other.test)"\n'
             'if get denied.test >/dev/null; then echo DENIED-REACHED; else echo denied-denied; fi\n'
-            'if touch /written 2>/dev/null; then echo ROOT-WRITTEN; else echo root-read-only; fi\n'
+            'if (echo x >/written) 2>/dev/null; then echo ROOT-WRITTEN; else echo root-read-only; fi\n'
+            'ls /dev/null /proc/self/stat >/dev/null && echo mounts-seen\n'
             'echo exec-err >&2; exit 5']}, timeout=SLOW))
         if r is not None:
             out, err = r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
             check("cri-exec-sync-exit-code", r.exit_code == 5, "exit code %d" % r.exit_code)
             check("cri-exec-sync-output", "from-the-image" in out and socket.gethostname() in out and "exec-err" in err,
                   "stdout %r stderr %r" % (out[-500:], err[-300:]))
-            check("cri-pod-annotation-allows-host", "other: hello from other.test" in out, repr(out[-500:]))
-            check("cri-readonly-rootfs", "root-read-only" in out and "ROOT-WRITTEN" not in out, repr(out[-500:]))
+            check("cri-pod-annotation-allows-host", "other: hello from other.test" in out,
+                  "%r; the bundle's annotations: %s; audit: %s" % (out[-300:], bundle_annotations(work, cid),
+                                                                    audit_lines("other.test")))
+            check("cri-readonly-rootfs", "root-read-only" in out and "ROOT-WRITTEN" not in out and
+                  "mounts-seen" in out, repr(out[-500:]))
             check("cri-denied-host", "denied-denied" in out and "DENIED-REACHED" not in out, repr(out[-500:]))
 
         step("StopContainer")

@@ -93,6 +93,9 @@ state = "$W/containerd-state"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$W/cni/bin"
     conf_dir = "$W/cni/conf"
+  # containerd 1.6 loads no CRI plugin whose runtimes lack the default one
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kosa8]
     runtime_type = "io.containerd.runc.v2"
     pod_annotations = ["io.kosa8.*"]
@@ -208,6 +211,7 @@ step "CRI took $(($(date +%s) - t0)) s"
 if [ "$failures" -gt 0 ]; then
 	step "dockerd log tail"; tail -8 "$W/dockerd.log" | sed 's/^/# /'
 	step "containerd log tail"; tail -8 "$W/containerd.log" | sed 's/^/# /'
+	step "containerd's errors"; grep -a 'level=error\|failed to load plugin' "$W/containerd.log" | tail -8 | sed 's/^/# /'
 	step "the test server: $(ip -br addr show dev lo 2>&1 | tr '\n' ' ')"
 	step "egress in the audit log"; "$K8" audit show 2>&1 | grep -E 'test|egress|dns' | tail -15 | sed 's/^/# /'
 fi
