@@ -18,6 +18,8 @@ binfmt() {
 		$SUDO update-binfmts --enable qemu-aarch64 || true
 	}
 }
+# python3-grpcio, python3-protobuf and protobuf-compiler: the CRI client of
+# tests/oci/cri_test.py (Debian has no crictl).
 PKGS="
   build-essential pkg-config clang libclang-rt-14-dev
   libssl-dev libcjson-dev libcmocka-dev libseccomp-dev zlib1g-dev
@@ -33,6 +35,7 @@ PKGS="
   hyperfine
   bind9-dnsutils
   curl openssl python3 git
+  python3-grpcio python3-protobuf protobuf-compiler
   man-db groff-base fish zsh
   dpkg-dev lintian
   libfdt-dev

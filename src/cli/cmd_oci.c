@@ -337,7 +337,8 @@ static int guest_mounts(struct monitor *m)
 		"done\n"
 		"mountpoint -q $r/proc || mount -t proc proc $r/proc\n"
 		"mountpoint -q $r/sys || mount -t sysfs sysfs $r/sys\n"
-		"if [ \"$ro\" = 1 ]; then mount --bind $r $r; mount -o remount,bind,ro $r; fi\n";
+		/* recursive: a plain bind of the root would hide the mounts above */
+		"if [ \"$ro\" = 1 ]; then mount --rbind $r $r; mount -o remount,bind,ro $r; fi\n";
 	const char *argv[8 + 4 * OCI_MOUNTS_MAX];
 	int n = 0;
 

@@ -225,6 +225,37 @@ static bool copied_file(const char *dest)
 	return !strcmp(dest, "/etc/hosts") || !strcmp(dest, "/etc/hostname");
 }
 
+/* One of the comma-joined options is exactly opt. */
+static bool has_option(const char *options, const char *opt)
+{
+	size_t n = strlen(opt);
+
+	for (const char *o = options;; o++) {
+		size_t len = strcspn(o, ",");
+
+		if (len == n && !strncmp(o, opt, n))
+			return true;
+		o += len;
+		if (!*o)
+			return false;
+	}
+}
+
+/* containerd's CRI binds the pod's /dev/shm (a tmpfs it mounts on the
+ * host for the pod, or the host's own) into the pod's every container.  A
+ * container is alone in its VM and shares no memory with another, so it
+ * gets a tmpfs of the guest's, of containerd's default size. */
+static void shm_in_guest(struct oci_mount *out)
+{
+	bool ro = has_option(out->options, "ro");
+
+	out->kind = OCI_MOUNT_GUEST;
+	snprintf(out->type, sizeof(out->type), "tmpfs");
+	snprintf(out->source, sizeof(out->source), "shm");
+	snprintf(out->options, sizeof(out->options), "nosuid,nodev,noexec,mode=1777,size=65536k%s",
+		 ro ? ",ro" : "");
+}
+
 static int mount_options(struct ctx *c, const cJSON *m, int i, struct oci_mount *out, bool *bind)
 {
 	const cJSON *o, *v;
@@ -267,6 +298,10 @@ static int parse_mount(struct ctx *c, const cJSON *m, int i, struct oci_mount *o
 		return fail(c, -EINVAL, "mounts[%d].destination must be an absolute path without '..'", i);
 	if (!strcmp(out->dest, "/etc/resolv.conf")) {
 		out->kind = OCI_MOUNT_DNS;
+		return 0;
+	}
+	if ((bind || !strcmp(out->type, "bind")) && !strcmp(out->dest, "/dev/shm")) {
+		shm_in_guest(out);
 		return 0;
 	}
 	if ((bind || !strcmp(out->type, "bind")) && copied_file(out->dest)) {

@@ -68,8 +68,12 @@ int oci_check_op(enum oci_status s, enum oci_op op, char *why, size_t len)
 	}
 	if (ok)
 		return 0;
+	/* runc's words for a stopped one: containerd's runc shim reads "container
+	 * not running" in a failed kill as "the process is gone", as when the
+	 * CRI kills what is left of every container that exited. */
 	snprintf(why, len, "cannot %s a container that is %s%s", opname[op], oci_status_name(s),
-		 op == OCI_OP_DELETE && s == OCI_RUNNING ? " (use delete --force)" : "");
+		 op == OCI_OP_DELETE && s == OCI_RUNNING ? " (use delete --force)" :
+		 s == OCI_STOPPED ? ": container not running" : "");
 	return s == OCI_STOPPED ? -ESRCH : -EBUSY;
 }
 

@@ -8,7 +8,9 @@
 #   network device), `docker exec`, `docker kill -s USR1` and `docker stop`
 #   reaching the process, the audit record naming Docker's container id;
 # - `ctr run --runtime io.containerd.runc.v2 --runc-binary kosa8-runc` with
-#   an io.kosa8.allow annotation opening one more host.
+#   an io.kosa8.allow annotation opening one more host;
+# - containerd's CRI with kosa8 as a pod's runtime handler
+#   (tests/oci/cri_test.py: a pod, a container, ExecSync, stop, removal).
 #
 # Run it where /dev/kvm works and the root is throwaway (it starts daemons,
 # adds an address to lo and names to /etc/hosts): the helper VM, through
@@ -76,13 +78,29 @@ http.server.ThreadingHTTPServer(("203.0.113.10", 80), H).serve_forever()' &
 pids+=($!)
 
 step "containerd and dockerd"
+# Its CRI plugin as docs/kubernetes.md wires it (runtime handler kosa8),
+# for tests/oci/cri_test.py; the pod's sandbox (pause) image is one
+# imported below, no registry, and no CNI: the test's pod is on the node's
+# network.
 cat >"$W/containerd.toml" <<EOF
 version = 2
 root = "$W/containerd"
 state = "$W/containerd-state"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [grpc]
   address = "$W/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "docker.io/kosa8-test/pause:1"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$W/cni/bin"
+    conf_dir = "$W/cni/conf"
+  # containerd 1.6 loads no CRI plugin whose runtimes lack the default one
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kosa8]
+    runtime_type = "io.containerd.runc.v2"
+    pod_annotations = ["io.kosa8.*"]
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kosa8.options]
+      BinaryName = "$W/bin/kosa8-runc"
 EOF
 containerd --config "$W/containerd.toml" >"$W/containerd.log" 2>&1 &
 pids+=($!)
@@ -179,9 +197,21 @@ has ctr-run-stdout "$out" from-the-image
 has ctr-annotation-allows-host "$out" "other: hello from other.test"
 has ctr-denied-host "$out" denied-denied DENIED-REACHED
 
+step "CRI"
+# The pod's sandbox image: the same tree, sleeping (a pause image's job).
+tar -C "$W/rootfs" -c . | D import --change 'CMD ["/bin/sleep", "2147483647"]' - kosa8-test/pause:1 >/dev/null &&
+	D save kosa8-test/busybox:1 kosa8-test/pause:1 -o "$W/cri-images.tar" &&
+	C -n k8s.io images import "$W/cri-images.tar" >/dev/null || not_ok cri-import "docker import, save or ctr import failed"
+t0=$(date +%s)
+KOSA8=$K8 KOSA8_CRI_GET=$GET tests/oci/cri_test.py "$W/containerd.sock" "$W" docker.io/kosa8-test/busybox:1 \
+	docker.io/kosa8-test/pause:1 ||
+	failures=$((failures + 1))
+step "CRI took $(($(date +%s) - t0)) s"
+
 if [ "$failures" -gt 0 ]; then
 	step "dockerd log tail"; tail -8 "$W/dockerd.log" | sed 's/^/# /'
 	step "containerd log tail"; tail -8 "$W/containerd.log" | sed 's/^/# /'
+	step "containerd's errors"; grep -a 'level=error\|failed to load plugin' "$W/containerd.log" | tail -8 | sed 's/^/# /'
 	step "the test server: $(ip -br addr show dev lo 2>&1 | tr '\n' ' ')"
 	step "egress in the audit log"; "$K8" audit show 2>&1 | grep -E 'test|egress|dns' | tail -15 | sed 's/^/# /'
 fi

@@ -11,26 +11,10 @@ busybox image is.  One line per check, "ok NAME" or "not ok NAME: why".
 """
 import ctypes, json, os, shutil, signal, subprocess, sys, tempfile, time
 
+import checks
+from checks import check, not_ok, ok, step
+
 K8 = os.path.abspath(os.environ.get("KOSA8", "build/kosa8"))
-failures = 0
-
-
-def ok(name):
-    print("ok " + name, flush=True)
-
-
-def not_ok(name, why):
-    global failures
-    failures += 1
-    print("not ok %s: %s" % (name, why), flush=True)
-
-
-def check(name, cond, why):
-    ok(name) if cond else not_ok(name, why)
-
-
-def step(msg):
-    print("# oci: %s %s" % (time.strftime("%T"), msg), flush=True)
 
 
 def runtime(root, *args, timeout=900, stdout=None, stderr=None, stdin=subprocess.DEVNULL):
@@ -358,7 +342,7 @@ def main():
             if os.path.isdir(os.path.join(root, cid)):
                 runtime(root, "delete", "--force", cid)
         shutil.rmtree(work, ignore_errors=True)
-    return 1 if failures else 0
+    return 1 if checks.failures else 0
 
 
 if __name__ == "__main__":

@@ -75,6 +75,39 @@ static void test_docker_like(void **state)
 	oci_spec_free(&s);
 }
 
+/* What containerd's CRI writes for a pod's sandbox (pause) container and
+ * its containers (trimmed): /dev/shm bound from the pod's host tmpfs (or
+ * the host's, for host IPC) becomes a tmpfs of the guest's, read-only
+ * where the bind was; the hostname, hosts and resolv.conf binds are
+ * taken as Docker's. */
+static void test_cri_like(void **state)
+{
+	static const char cri_like[] =
+		"{\"ociVersion\":\"1.0.2-dev\",\"process\":{\"args\":[\"/bin/sleep\",\"1d\"]},"
+		"\"root\":{\"path\":\"rootfs\",\"readonly\":true},\"mounts\":["
+		"{\"destination\":\"/dev/shm\",\"type\":\"bind\",\"source\":\"/run/containerd/io.containerd.grpc.v1.cri/sandboxes/ab/shm\",\"options\":[\"rbind\",\"ro\"]},"
+		"{\"destination\":\"/dev/shm\",\"type\":\"bind\",\"source\":\"/dev/shm\",\"options\":[\"rbind\",\"rprivate\",\"rw\"]},"
+		"{\"destination\":\"/etc/hostname\",\"type\":\"bind\",\"source\":\"/run/x/hostname\",\"options\":[\"rbind\",\"rprivate\",\"rw\"]},"
+		"{\"destination\":\"/etc/resolv.conf\",\"type\":\"bind\",\"source\":\"/run/x/resolv.conf\",\"options\":[\"rbind\",\"ro\"]}],"
+		"\"annotations\":{\"io.kubernetes.cri.container-type\":\"sandbox\"}}";
+	struct oci_spec s;
+	char err[512];
+
+	assert_int_equal(parse(cri_like, &s, err), 0);
+	assert_int_equal(s.nmounts, 4);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(s.mounts[i].kind, OCI_MOUNT_GUEST);
+		assert_string_equal(s.mounts[i].type, "tmpfs");
+		assert_string_equal(s.mounts[i].source, "shm");
+	}
+	assert_string_equal(s.mounts[0].options, "nosuid,nodev,noexec,mode=1777,size=65536k,ro");
+	assert_string_equal(s.mounts[1].options, "nosuid,nodev,noexec,mode=1777,size=65536k");
+	assert_int_equal(s.mounts[2].kind, OCI_MOUNT_FILE);
+	assert_int_equal(s.mounts[3].kind, OCI_MOUNT_DNS);
+	assert_true(s.root_readonly);
+	oci_spec_free(&s);
+}
+
 static void test_defaults_and_sizes(void **state)
 {
 	struct oci_spec s;
@@ -242,6 +275,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_docker_like),
+		cmocka_unit_test(test_cri_like),
 		cmocka_unit_test(test_defaults_and_sizes),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_whole_file),

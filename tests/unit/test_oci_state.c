@@ -64,6 +64,8 @@ static void test_transitions(void **state)
 	oci_check_op(OCI_RUNNING, OCI_OP_DELETE, why, sizeof(why));
 	assert_non_null(strstr(why, "--force"));
 	assert_int_equal(oci_check_op(OCI_STOPPED, OCI_OP_KILL, why, sizeof(why)), -ESRCH);
+	/* what containerd's shim matches to take the process as gone */
+	assert_non_null(strstr(why, "container not running"));
 }
 
 static void test_round_trip(void **state)
