@@ -12,7 +12,9 @@
 #
 # squid comes from Debian (package squid): installed with apt-get when it is
 # missing and this runs as root; otherwise the run stops and says so.  Not
-# part of CI.  REL_DIR picks the build folder (default build).
+# part of CI.  REL_DIR picks the build folder (default build).  KOSA8_LIB
+# links another build's libkosa8.a instead (e.g. main's, for a before and
+# after with the same bench), KOSA8_REV names it in the report.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REL_DIR=${REL_DIR:-build}
@@ -22,17 +24,18 @@ if ! command -v squid >/dev/null; then
 	[ "$(id -u)" = 0 ] || { echo "bench/egress: squid is not installed (apt-get install squid)" >&2; exit 1; }
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends squid >/dev/null
 fi
-make -s REL_DIR="$REL_DIR" "$REL_DIR/libkosa8.a" >/dev/null
+lib=${KOSA8_LIB:-$REL_DIR/libkosa8.a}
+[ -n "${KOSA8_LIB:-}" ] || make -s REL_DIR="$REL_DIR" "$REL_DIR/libkosa8.a" >/dev/null
 mkdir -p "$REL_DIR/bench"
-bin=$REL_DIR/bench/bench_egress
+bin=$(mktemp "$REL_DIR/bench/bench_egress.XXXXXX")
 cc -O2 -std=gnu11 -Wall -Wextra -Werror -Isrc -D_GNU_SOURCE -pthread bench/egress/bench_egress.c \
-	"$REL_DIR/libkosa8.a" -lcjson -lssl -lcrypto -lz -lpthread -o "$bin"
+	"$lib" -lcjson -lssl -lcrypto -lz -lpthread -o "$bin"
 
 work=$(mktemp -d /tmp/kosa8-egress-bench.XXXXXX)
 squid_pid=
 cleanup() {
 	[ -z "$squid_pid" ] || { kill "$squid_pid" 2>/dev/null; wait "$squid_pid" 2>/dev/null || true; }
-	rm -rf "$work"
+	rm -rf "$work" "$bin"
 }
 trap cleanup EXIT
 
@@ -80,7 +83,8 @@ echo
 echo "- CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; kernel $(uname -r)"
 echo "- load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "- $(squid -v | head -1); kosa8 ${KOSA8_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")}"
-echo "- rounds: $1; keep-alive requests per round: $2; new connections per round: $3; download: $4 MiB"
+echo "- rounds: $1; keep-alive requests per round: $2; new connections per round: $3; download: $4 MiB, 5 per path and round"
+echo "- upstream server: ${BENCH_UPSTREAM:-pool} (threads that accept for themselves; spawn: a thread per connection)"
 echo
 "$bin" "$@" "$port"
 echo

@@ -57,15 +57,15 @@ static const char *rcode_name(int rcode)
 	return rcode >= 0 && rcode < (int)ARRAY_SIZE(names) ? names[rcode] : "DROPPED";
 }
 
-static void audit_query(const struct egress_ctx *ctx, const struct dns_query *q, bool parsed,
-			const char *decision, const char *rule, int rcode,
-			const uint8_t *addr)
+/* The query's audit record, or NULL when nobody listens (or no memory). */
+static cJSON *query_record(const struct egress_ctx *ctx, const struct dns_query *q, bool parsed,
+			   const char *decision, const char *rule, int rcode, const uint8_t *addr)
 {
 	char tbuf[16], abuf[INET_ADDRSTRLEN];
 	cJSON *d;
 
 	if (!ctx->audit || !(d = cJSON_CreateObject()))
-		return; /* nothing built when nobody listens */
+		return NULL;
 	if (parsed) {
 		cJSON_AddStringToObject(d, "name", q->name);
 		cJSON_AddStringToObject(d, "qtype", qtype_name(q->qtype, tbuf, sizeof(tbuf)));
@@ -76,21 +76,23 @@ static void audit_query(const struct egress_ctx *ctx, const struct dns_query *q,
 	cJSON_AddStringToObject(d, "rcode", rcode_name(rcode));
 	if (addr && inet_ntop(AF_INET, addr, abuf, sizeof(abuf)))
 		cJSON_AddStringToObject(d, "address", abuf);
-	egress_audit(ctx, "net.dns", d);
+	return d;
 }
 
 /* The answer to a message that did not parse (or is to be dropped). */
 static int answer_malformed(const struct egress_ctx *ctx, const uint8_t *msg, size_t len, int rcode,
-			    uint8_t *out, size_t outlen)
+			   uint8_t *out, size_t outlen, cJSON **rec)
 {
-	audit_query(ctx, NULL, false, rcode < 0 ? "dropped" : "malformed", NULL, rcode, NULL);
+	*rec = query_record(ctx, NULL, false, rcode < 0 ? "dropped" : "malformed", NULL, rcode, NULL);
 	if (rcode < 0)
 		return -EBADMSG;
 	return dns_build_error(msg, len, rcode, out, outlen);
 }
 
-int egress_dns_answer(const struct egress_ctx *ctx, const uint8_t *msg, size_t len,
-		      uint8_t *out, size_t outlen)
+/* egress_dns_answer, with the audit record handed back (*rec, maybe NULL)
+ * for the caller to send once the answer is out. */
+static int answer(const struct egress_ctx *ctx, const uint8_t *msg, size_t len, uint8_t *out,
+		  size_t outlen, cJSON **rec)
 {
 	struct dns_query q;
 	char rule[POLICY_NAME_MAX + 300];
@@ -100,7 +102,7 @@ int egress_dns_answer(const struct egress_ctx *ctx, const uint8_t *msg, size_t l
 	int rcode, err;
 
 	if (dns_parse_query(msg, len, &q, &rcode))
-		return answer_malformed(ctx, msg, len, rcode, out, outlen);
+		return answer_malformed(ctx, msg, len, rcode, out, outlen, rec);
 	/* An `ask` name is answered at once, like an allowed one, and the
 	 * person is asked when the guest connects (the proxy holds that
 	 * connection): a resolver gives up after 5-10 s, long before a person
@@ -122,8 +124,18 @@ int egress_dns_answer(const struct egress_ctx *ctx, const uint8_t *msg, size_t l
 		}
 	}
 	err = dns_build_answer(&q, rcode, ans, EGRESS_DNS_TTL, out, outlen);
-	audit_query(ctx, &q, true, policy_action_name(a), rule, rcode, ans);
+	*rec = query_record(ctx, &q, true, policy_action_name(a), rule, rcode, ans);
 	return err;
+}
+
+int egress_dns_answer(const struct egress_ctx *ctx, const uint8_t *msg, size_t len,
+		      uint8_t *out, size_t outlen)
+{
+	cJSON *rec;
+	int n = answer(ctx, msg, len, out, outlen, &rec);
+
+	egress_audit(ctx, "net.dns", rec);
+	return n;
 }
 
 /* Reads exactly len bytes by deadline (mono_ms; 0: none): 1 when done, 0
@@ -165,6 +177,7 @@ static int send_all(int fd, const uint8_t *buf, size_t len)
 static int serve_one(const struct egress_ctx *ctx, int fd, uint8_t *in)
 {
 	uint8_t out[2 + DNS_MSG_MAX];
+	cJSON *rec;
 	size_t len;
 	int r, n;
 
@@ -180,12 +193,19 @@ static int serve_one(const struct egress_ctx *ctx, int fd, uint8_t *in)
 	len = (size_t)in[0] << 8 | in[1];
 	if (len && (r = read_until(fd, in, len, deadline)) <= 0)
 		return r ? r : -ECONNRESET;
-	n = egress_dns_answer(ctx, in, len, out + 2, sizeof(out) - 2);
-	if (n < 0)
+	n = answer(ctx, in, len, out + 2, sizeof(out) - 2, &rec);
+	if (n < 0) {
+		egress_audit(ctx, "net.dns", rec);
 		return 1; /* dropped: nothing to say to it */
+	}
 	out[0] = (uint8_t)(n >> 8);
 	out[1] = (uint8_t)n;
-	return (r = send_all(fd, out, (size_t)n + 2)) ? r : 1;
+	r = send_all(fd, out, (size_t)n + 2);
+	/* Recorded once the guest has its answer: the supervisor writes the
+	 * first record of a kind with an fdatasync (3-14 ms here), which a
+	 * new name's first lookup would otherwise wait for. */
+	egress_audit(ctx, "net.dns", rec);
+	return r ? r : 1;
 }
 
 int egress_dns_serve(const struct egress_ctx *ctx, int fd)

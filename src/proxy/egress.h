@@ -72,7 +72,8 @@ struct egress_ctx {
  * errno when the message is to be dropped.  src/proxy/dns_server.c */
 int egress_dns_answer(const struct egress_ctx *ctx, const uint8_t *q, size_t qlen,
 		      uint8_t *out, size_t outlen);
-/* Serves one DNS stream (framing above) until EOF or error; closes fd. */
+/* Serves one DNS stream (framing above) until EOF or error; closes fd.
+ * Each query's record goes to ctx->audit after its answer is sent. */
 int egress_dns_serve(const struct egress_ctx *ctx, int fd);
 
 /* Parses the connection header.  Returns its length, 0 if more bytes are

@@ -159,6 +159,8 @@ static int teardown(void **state)
 	return 0;
 }
 
+static int wait_serve_rc(void);
+
 /* ---- asking with dig ---- */
 
 struct dig {
@@ -288,6 +290,9 @@ static void test_refused(void **state)
 	assert_non_null(strstr(last_audit(), "\"rule\":\"not a host name\""));
 	run_dig("evil.example A +tcp", &d);
 	assert_string_equal(d.status, "REFUSED");
+	/* The stream's records follow its answers: the serve ends (dig
+	 * hung up) only after the last one. */
+	assert_int_equal(wait_serve_rc(), 0);
 	assert_non_null(strstr(last_audit(), "\"rule\":\"deny evil.example (test:4)\""));
 }
 
@@ -540,6 +545,57 @@ static void test_stream(void **state)
 	assert_int_equal(wait_serve_rc(), 0);
 }
 
+/* The guest has its answer before the record is made: the supervisor
+ * writes the first record of a kind with an fdatasync (milliseconds), which
+ * a new name's first lookup would otherwise wait for.  Here the audit hook
+ * looks at the guest's end of the stream: the answer must be there. */
+static int peek_fd = -1;
+static int peeked = -2;
+
+static void peek_audit(void *arg, const char *type, cJSON *d)
+{
+	uint8_t b[64];
+
+	peeked = (int)recv(peek_fd, b, sizeof(b), MSG_PEEK | MSG_DONTWAIT);
+	record_audit(arg, type, d);
+}
+
+static struct egress_ctx peek_ctx;
+
+static void *serve_pair(void *arg)
+{
+	int rc = egress_dns_serve(&peek_ctx, (int)(intptr_t)arg);
+
+	__atomic_store_n(&last_serve_rc, rc, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static void test_stream_answer_before_audit(void **state)
+{
+	static const uint8_t q[] = {
+		0, 32, 0x00, 0x07, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0,
+		3, 'a', 'p', 'i', 6, 'g', 'i', 't', 'h', 'u', 'b', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1,
+	};
+	uint8_t r[128];
+	int sp[2];
+	pthread_t t;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+	peek_fd = sp[0];
+	peek_ctx = ctx;
+	peek_ctx.audit = peek_audit;
+	assert_int_equal(pthread_create(&t, NULL, serve_pair, (void *)(intptr_t)sp[1]), 0);
+	assert_int_equal(write(sp[0], q, sizeof(q)), (ssize_t)sizeof(q));
+	assert_int_equal(read_some(sp[0], r, 2 + 48, 3000), 2 + 48);
+	assert_int_equal(r[2] << 8 | r[3], 7);
+	shutdown(sp[0], SHUT_WR);
+	pthread_join(t, NULL);
+	close(sp[0]);
+	assert_int_equal(__atomic_load_n(&last_serve_rc, __ATOMIC_SEQ_CST), 0);
+	assert_true(peeked > 0);
+	assert_non_null(strstr(last_audit(), "\"name\":\"api.github.com\""));
+}
+
 static void test_stream_idle_and_oversized(void **state)
 {
 	uint8_t r[64], big[2 + 1000];
@@ -647,6 +703,7 @@ int main(void)
 		cmocka_unit_test(test_ask),
 		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_stream),
+		cmocka_unit_test(test_stream_answer_before_audit),
 		cmocka_unit_test(test_stream_idle_and_oversized),
 		cmocka_unit_test(test_build_refuses_to_overflow),
 		cmocka_unit_test(test_names_both_ways),
