@@ -12,7 +12,9 @@
 
 #include "common/sha256.h"
 
-/* The padded message prefix || data || 0x80 || zeros || bit length, in
+#if defined(__x86_64__)
+/* For the SHA extensions' rounds (below), which read the message in blocks:
+ * the padded message prefix || data || 0x80 || zeros || bit length, in
  * 64-byte blocks.  Whole blocks of data are read in place; the first block
  * (it holds the prefix) and the last one or two (padding) are assembled in
  * a small buffer. */
@@ -63,6 +65,7 @@ static inline __attribute__((always_inline)) const uint8_t *msg_block(const stru
 			buf[63 - i] = (uint8_t)(bits >> (8 * i));
 	return buf;
 }
+#endif
 
 static void pre_openssl(uint8_t prefix, const uint8_t *data, size_t len, uint8_t *out)
 {

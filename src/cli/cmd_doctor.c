@@ -304,7 +304,8 @@ static bool check_vmm(struct check *c)
 static bool check_image(struct check *c, char *path)
 {
 	char builder[PATH_MAX], root[PATH_MAX];
-	const char *argv[4] = {builder, "--path", "default", NULL}, *src = getenv("KOSA8_IMAGE_SOURCE");
+	const char *argv[6] = {builder, "--arch", KOSA8_ARCH, "--path", "default", NULL};
+	const char *src = getenv("KOSA8_IMAGE_SOURCE");
 
 	if (kosa8_data_path("guest/image/build.sh", builder, sizeof(builder)) < 0) {
 		say(c, DOC_FAIL, "the image builder (guest/image/build.sh) is not installed with kosa8");
@@ -314,7 +315,7 @@ static bool check_image(struct check *c, char *path)
 	kosa8_use_installed_agent();
 	if (run_for_last_line(argv, path, PATH_MAX) == 0 && path[0] == '/')
 		return say(c, DOC_OK, "default: %s", path), true;
-	if (image_root(NULL, root, sizeof(root)) == 0 && image_find_imported(root, "default", path, PATH_MAX) == 0)
+	if (image_root(KOSA8_ARCH, root, sizeof(root)) == 0 && image_find_imported(root, "default", path, PATH_MAX) == 0)
 		return say(c, DOC_OK, "default: %s (imported)", path), true;
 	path[0] = 0;
 	if (src && *src) {

@@ -58,14 +58,10 @@ static bool valid_key(const char *s)
 	return n == 16 && s[n] == '\0';
 }
 
+/* This architecture's images: build.sh keeps another's apart. */
 static int images_dir(char *buf, size_t len)
 {
-	char cache[PATH_MAX];
-	int rc = kosa8_cache_dir(cache, sizeof(cache));
-
-	if (rc < 0)
-		return rc;
-	return snprintf(buf, len, "%s/images", cache) < (int)len ? 0 : -ENAMETOOLONG;
+	return image_root(KOSA8_ARCH, buf, len);
 }
 
 /* build.sh next to this binary: <bindir>/../guest/image in a checkout,
@@ -161,7 +157,7 @@ static void identify(const char *path)
 static int image_build(int argc, char **argv)
 {
 	char builder[PATH_MAX], bindir[PATH_MAX], agent[PATH_MAX + 16], path[PATH_MAX] = "";
-	const char *args[8];
+	const char *args[10];
 	int n = 0, rc;
 
 	if (find_builder(builder, sizeof(builder), bindir, sizeof(bindir)) < 0) {
@@ -169,11 +165,13 @@ static int image_build(int argc, char **argv)
 		return 1;
 	}
 	args[n++] = builder;
+	args[n++] = "--arch";
+	args[n++] = KOSA8_ARCH;
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--agent") && i + 1 < argc && n < 5) {
+		if (!strcmp(argv[i], "--agent") && i + 1 < argc && n < 7) {
 			args[n++] = argv[i++];
 			args[n++] = argv[i];
-		} else if (argv[i][0] != '-' && n < 6) {
+		} else if (argv[i][0] != '-' && n < 8) {
 			args[n++] = argv[i];
 		} else {
 			fprintf(stderr, "kosa8 image build: unexpected '%s'\n", argv[i]);

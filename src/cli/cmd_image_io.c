@@ -163,7 +163,7 @@ static int export_dir(const char *arg, char *dir, size_t len)
 	}
 	snprintf(name, sizeof(name), "%.*s", (int)(slash - arg), arg);
 	if ((size_t)(slash - arg) > IMAGE_NAME_MAX || !image_valid_name(name) || !image_valid_key(slash + 1) ||
-	    image_root(NULL, root, sizeof(root)))
+	    image_root(KOSA8_ARCH, root, sizeof(root)))
 		return -ENOENT;
 	if (snprintf(dir, len, "%s/%s", root, arg) >= (int)len)
 		return -ENAMETOOLONG;

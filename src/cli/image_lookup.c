@@ -47,7 +47,7 @@ static int split_inputs(char *out, struct lookup_deps *d, const char **answer)
 static int script_path(const char *script, const char *arg, char *out, size_t len)
 {
 	char path[PATH_MAX], cache[PATH_MAX], cwd[PATH_MAX] = "", q[3 * PATH_MAX + 32], *text;
-	const char *argv[5] = {path, "--path", "--inputs", arg, NULL}, *answer;
+	const char *argv[7] = {path, "--arch", KOSA8_ARCH, "--path", "--inputs", arg, NULL}, *answer;
 	struct lookup_deps d;
 	bool cached;
 	int err, n;
@@ -84,7 +84,7 @@ int cli_image_lookup(const char *name, char *out, size_t len)
 
 	if (script_path("guest/image/build.sh", name, out, len) == 0)
 		return 0;
-	if (image_root(NULL, root, sizeof(root)))
+	if (image_root(KOSA8_ARCH, root, sizeof(root)))
 		return -ENOENT;
 	return image_find_imported(root, name, out, len);
 }

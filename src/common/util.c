@@ -204,7 +204,7 @@ int kosa8_vmm_path(const char *exe, char *buf, size_t len)
 int kosa8_guest_kernel(char *buf, size_t len)
 {
 	char script[PATH_MAX], found[PATH_MAX];
-	const char *argv[3] = {script, "--path", NULL};
+	const char *argv[5] = {script, "--arch", KOSA8_ARCH, "--path", NULL};
 
 	if (kosa8_data_path(KOSA8_KERNEL_FILE, script, sizeof(script)) == 0 && realpath(script, found))
 		return snprintf(buf, len, "%s", found) < (int)len ? 0 : -ENAMETOOLONG;

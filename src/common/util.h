@@ -49,11 +49,21 @@ int kosa8_state_dir(char *buf, size_t len);
  * installed.  -ENOENT if neither exists. */
 int kosa8_data_path(const char *rel, char *buf, size_t len);
 
-/* The guest kernel that ships with kosa8: the bzImage installed as
- * <prefix>/lib/kosa8/bzImage (a release, packaging/), else the one the
- * build tree's guest/kernel/build.sh cached ("make kernel").  -ENOENT when
- * there is neither. */
+/* The guests' architecture, which is this build's (KVM runs its own): the
+ * builders' --arch (guest/kernel/build.sh, guest/image/build.sh) and the
+ * kernel file that ships with kosa8. */
+#if defined(__aarch64__)
+#define KOSA8_ARCH "arm64"
+#define KOSA8_KERNEL_FILE "Image"
+#else
+#define KOSA8_ARCH "x86_64"
 #define KOSA8_KERNEL_FILE "bzImage"
+#endif
+
+/* The guest kernel that ships with kosa8: KOSA8_KERNEL_FILE installed as
+ * <prefix>/lib/kosa8/KOSA8_KERNEL_FILE (a release, packaging/), else the
+ * one the build tree's guest/kernel/build.sh cached for KOSA8_ARCH ("make
+ * kernel", "make kernel-arm64").  -ENOENT when there is neither. */
 int kosa8_guest_kernel(char *buf, size_t len);
 
 /* A program that goes with the kosa8 binary exe: file next to it (a build

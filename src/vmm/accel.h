@@ -252,7 +252,8 @@ void accel_pairs_add(struct accel_pairs *p, uint64_t id, const void *val);
 int accel_pairs_next(const uint8_t *data, size_t len, size_t *off, uint64_t *id,
 		     const uint8_t **val);
 
-/* The vCPU must not be running (parked, after accel_vcpu_settle). */
+/* The vCPU must not be running (parked, after accel_vcpu_settle).  Both
+ * saves start by emptying out: callers pass it uninitialised. */
 int accel_vcpu_save(struct accel_vcpu *vcpu, struct accel_state *out);
 /* On failure why names the record that was refused. */
 int accel_vcpu_restore(struct accel_vcpu *vcpu, const struct accel_state *in,

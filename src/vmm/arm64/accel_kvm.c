@@ -343,6 +343,7 @@ int accel_vcpu_save(struct accel_vcpu *v, struct accel_state *out)
 	struct accel_pairs p = {0};
 	int err;
 
+	memset(out, 0, sizeof(*out));
 	if (ioctl(v->fd, KVM_GET_MP_STATE, &mp) < 0)
 		return -errno;
 	if ((err = accel_state_add(out, ACCEL_REC_MP_STATE, &mp, sizeof(mp))) ||
@@ -413,6 +414,7 @@ int accel_vm_save(struct accel_vm *vm, struct accel_state *out)
 	struct accel_pairs p = {0};
 	uint32_t nirqs = 0;
 
+	memset(out, 0, sizeof(*out));
 	if ((err = gic_get(fd, KVM_DEV_ARM_VGIC_GRP_NR_IRQS, 0, &nirqs)))
 		return err;
 	/* The interrupt count first: a restore into a GIC of another size
