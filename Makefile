@@ -268,10 +268,10 @@ arm64: $(ARM64_DIR)/kosa8-vmm
 # with vmm/arm64 for vmm/x86.  Not in make check: tests/arm64/run builds it
 # (its libraries make the sysroot a few times larger, docs/arm64.md).
 ARM64_CLI_DIRS := $(filter-out src/vmm/x86,$(LIB_DIRS)) src/vmm/arm64
-ARM64_CLI_SRCS := $(filter-out src/cli/main.c src/cli/vmm_main.c,$(foreach d,$(ARM64_CLI_DIRS),$(wildcard $(d)/*.c)))
+ARM64_CLI_SRCS := $(filter-out src/cli/main.c src/cli/vmm_main.c src/cli/tools_main.c,$(foreach d,$(ARM64_CLI_DIRS),$(wildcard $(d)/*.c)))
 # What only the CLI includes: the sysroot's second set of libraries.
 ARM64_CLI_ONLY := $(filter-out $(ARM64_SRCS),$(ARM64_CLI_SRCS)) $(CLI_SRCS)
-arm64-cli: $(ARM64_DIR)/kosa8 $(ARM64_DIR)/kosa8-vmm $(ARM64_DIR)/kosa8-agent
+arm64-cli: $(ARM64_DIR)/kosa8 $(ARM64_DIR)/kosa8-tools $(ARM64_DIR)/kosa8-vmm $(ARM64_DIR)/kosa8-agent
 
 $(ARM64_LIBDIR)/libfdt.so:
 	scripts/arm64-sysroot $(ARM64_SYSROOT)
@@ -293,7 +293,11 @@ $(ARM64_DIR)/libkosa8.a: $(patsubst %.c,$(ARM64_DIR)/obj/%.o,$(ARM64_CLI_SRCS))
 	@rm -f $@
 	aarch64-linux-gnu-ar rcs $@ $^
 
+# As on the host: kosa8 without the heavy libraries, kosa8-tools with them
+# (src/cli/tools.c).
 $(ARM64_DIR)/kosa8: $(patsubst %.c,$(ARM64_DIR)/obj/%.o,$(CLI_SRCS)) $(ARM64_DIR)/libkosa8.a
+	$(ARM64_CC) $(ARM64_LDFLAGS) -Wl,--as-needed -o $@ $^ $(LIBS) -lfdt
+$(ARM64_DIR)/kosa8-tools: $(patsubst %.c,$(ARM64_DIR)/obj/%.o,$(TOOLS_SRCS)) $(ARM64_DIR)/libkosa8.a
 	$(ARM64_CC) $(ARM64_LDFLAGS) -o $@ $^ $(LIBS) -lfdt
 
 $(ARM64_DIR)/kosa8-agent: $(REL_DIR)/arm64/kosa8-agent
