@@ -50,11 +50,16 @@ static int no_tools(int err)
 
 int cli_exec_tools(void)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX], self[PATH_MAX];
 	int err = tools_path(path, sizeof(path));
 
 	if (err || !cli_argv)
 		return no_tools(err ? err : -ENOENT);
+	/* The console runs kosa8 commands (__ui-state, approvals), forwarded
+	 * into the helper machine where KVM is missing: this kosa8, not
+	 * kosa8-tools, whose installed place has no data folders beside it. */
+	if (realpath("/proc/self/exe", self))
+		setenv(KOSA8_CLI_ENV, self, 1);
 	execv(path, cli_argv);
 	fprintf(stderr, "kosa8: cannot run %s: %s\n", path, strerror(errno));
 	return 127;

@@ -73,6 +73,9 @@ int kosa8_guest_kernel(char *buf, size_t len);
  * (src/cli/tools.c). */
 #define KOSA8_VMM_FILE "kosa8-vmm"
 #define KOSA8_TOOLS_FILE "kosa8-tools"
+/* Set by kosa8 for kosa8-tools: the kosa8 binary that handed it the
+ * command, for the commands it runs in turn (src/ui/run.c). */
+#define KOSA8_CLI_ENV "KOSA8_CLI"
 int kosa8_helper_path(const char *exe, const char *file, char *buf, size_t len);
 int kosa8_vmm_path(const char *exe, char *buf, size_t len);
 

@@ -238,7 +238,7 @@ static int exe_copy(const char *exe, const char *rundir, char *out, size_t len)
 		snprintf(x, sizeof(x), "%s/x/" KOSA8_VMM_FILE, tmp);
 		err = copy_exe(vmm, x);
 	}
-	if (!err && has_tools) {
+	if (!err && has_tools && strcmp(base, KOSA8_TOOLS_FILE)) {
 		snprintf(x, sizeof(x), "%s/x/" KOSA8_TOOLS_FILE, tmp);
 		err = copy_exe(tools, x);
 	}

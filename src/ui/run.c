@@ -5,10 +5,13 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "common/util.h"
 
 extern char **environ;
 
@@ -29,6 +32,15 @@ void ui_tail_add(struct ui_tail *t, const char *p, size_t n)
 	t->len += n;
 }
 
+/* kosa8 itself: the console runs in kosa8-tools (src/cli/tools.c), which
+ * names the kosa8 that started it. */
+static const char *kosa8_cli(void)
+{
+	const char *exe = getenv(KOSA8_CLI_ENV);
+
+	return exe && exe[0] == '/' ? exe : "/proc/self/exe";
+}
+
 int ui_spawn_self(char *const argv[], bool err_too, pid_t *pid, int *fd)
 {
 	posix_spawn_file_actions_t fa;
@@ -41,7 +53,7 @@ int ui_spawn_self(char *const argv[], bool err_too, pid_t *pid, int *fd)
 	if (err_too)
 		posix_spawn_file_actions_adddup2(&fa, p[1], 2);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	rc = posix_spawn(pid, "/proc/self/exe", &fa, NULL, argv, environ);
+	rc = posix_spawn(pid, kosa8_cli(), &fa, NULL, argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
 	close(p[1]);
 	if (rc) {
