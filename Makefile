@@ -35,9 +35,10 @@ TESTLIBS := -lcmocka -lfdt
 # Parts linked into the kosa8 binary (and into unit tests).
 # src/cli is in the library too (minus main.c) so unit tests reach its parsers.
 LIB_DIRS := src/common src/oci src/hw src/vmm src/vmm/x86 src/virtio src/devices src/disk src/audit src/sandbox src/supervisor src/proxy src/machine src/ui src/image src/cli src/agentproto
-LIB_SRCS := $(filter-out src/cli/main.c src/cli/vmm_main.c src/cli/tools_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
+LIB_SRCS := $(filter-out src/cli/main.c src/cli/vmm_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
 CLI_SRCS := src/cli/main.c
-TOOLS_SRCS := src/cli/tools_main.c src/cli/cmd_ui.c src/cli/cmd_image_io.c
+# kosa8-tools: the same main, with the objects kosa8 leaves out (tools.c).
+TOOLS_SRCS := src/cli/main.c src/cli/cmd_ui.c src/cli/cmd_image_io.c
 VMM_SRCS := src/cli/vmm_main.c
 AGENT_SRCS := $(wildcard src/agent/*.c)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
@@ -268,7 +269,7 @@ arm64: $(ARM64_DIR)/kosa8-vmm
 # with vmm/arm64 for vmm/x86.  Not in make check: tests/arm64/run builds it
 # (its libraries make the sysroot a few times larger, docs/arm64.md).
 ARM64_CLI_DIRS := $(filter-out src/vmm/x86,$(LIB_DIRS)) src/vmm/arm64
-ARM64_CLI_SRCS := $(filter-out src/cli/main.c src/cli/vmm_main.c src/cli/tools_main.c,$(foreach d,$(ARM64_CLI_DIRS),$(wildcard $(d)/*.c)))
+ARM64_CLI_SRCS := $(filter-out src/cli/main.c src/cli/vmm_main.c,$(foreach d,$(ARM64_CLI_DIRS),$(wildcard $(d)/*.c)))
 # What only the CLI includes: the sysroot's second set of libraries.
 ARM64_CLI_ONLY := $(filter-out $(ARM64_SRCS),$(ARM64_CLI_SRCS)) $(CLI_SRCS)
 arm64-cli: $(ARM64_DIR)/kosa8 $(ARM64_DIR)/kosa8-tools $(ARM64_DIR)/kosa8-vmm $(ARM64_DIR)/kosa8-agent

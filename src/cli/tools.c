@@ -13,12 +13,10 @@
  * NULL in kosa8, linked in kosa8-tools (its Makefile rule names their
  * objects). */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -65,60 +63,17 @@ int cli_exec_tools(void)
 	return 127;
 }
 
-/* The child's last line of stdout into path; its stderr (progress, the
- * error) goes to ours. */
-static int read_last_line(int fd, char *path, size_t len)
-{
-	char buf[PATH_MAX + 2];
-	size_t have = 0;
-	ssize_t n;
-
-	while ((n = read(fd, buf + have, sizeof(buf) - 1 - have)) > 0) {
-		have += (size_t)n;
-		if (have == sizeof(buf) - 1) { /* keep the tail: the path is last */
-			memmove(buf, buf + have / 2, have - have / 2);
-			have -= have / 2;
-		}
-	}
-	buf[have] = '\0';
-	while (have && buf[have - 1] == '\n')
-		buf[--have] = '\0';
-	const char *nl = strrchr(buf, '\n'), *last = nl ? nl + 1 : buf;
-	if (!*last || strlen(last) >= len)
-		return -EIO;
-	memcpy(path, last, strlen(last) + 1);
-	return 0;
-}
-
 int cli_image_from_source(const char *cmd, const char *name, char *path, size_t len)
 {
 	const char *src = getenv("KOSA8_IMAGE_SOURCE");
 	char tools[PATH_MAX];
-	int p[2], status, err;
-	pid_t pid;
+	const char *argv[] = {tools, "__image-from-source", cmd, name, NULL};
+	int err;
 
 	if (!src || !*src)
 		return -ENOENT;
 	if ((err = tools_path(tools, sizeof(tools))))
 		return no_tools(err), -ENOENT;
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return -errno;
-	if ((pid = fork()) < 0) {
-		err = -errno;
-		close(p[0]);
-		close(p[1]);
-		return err;
-	}
-	if (pid == 0) {
-		if (dup2(p[1], STDOUT_FILENO) < 0)
-			_exit(127);
-		execl(tools, tools, "__image-from-source", cmd, name, (char *)NULL);
-		_exit(127);
-	}
-	close(p[1]);
-	err = read_last_line(p[0], path, len);
-	close(p[0]);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? err : -EIO;
+	/* Its errors are said on stderr; a failure is -EIO here. */
+	return run_for_last_line_shown(argv, path, len) ? -EIO : 0;
 }

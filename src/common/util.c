@@ -222,8 +222,9 @@ void kosa8_use_installed_agent(void)
 		setenv("KOSA8_AGENT", agent, 1);
 }
 
-/* argv running with its stdout into *rfd, its stderr silenced: its pid. */
-static pid_t spawn_for_stdout(const char *const argv[], int *rfd)
+/* argv running with its stdout into *rfd, its stderr silenced unless
+ * shown: its pid. */
+static pid_t spawn_for_stdout(const char *const argv[], bool show_err, int *rfd)
 {
 	int p[2];
 	pid_t pid;
@@ -239,7 +240,7 @@ static pid_t spawn_for_stdout(const char *const argv[], int *rfd)
 	if (pid == 0) {
 		/* Only the answer matters; the script's own messages would
 		 * duplicate the one line the caller prints. */
-		int null = open("/dev/null", O_WRONLY);
+		int null = show_err ? -1 : open("/dev/null", O_WRONLY);
 		dup2(p[1], 1);
 		if (null >= 0)
 			dup2(null, 2);
@@ -260,13 +261,13 @@ static int reap_ok(pid_t pid)
 	return 0;
 }
 
-int run_for_last_line(const char *const argv[], char *buf, size_t len)
+static int last_line_of(const char *const argv[], bool show_err, char *buf, size_t len)
 {
 	char line[PATH_MAX];
 	size_t got = 0;
 	ssize_t n;
 	int fd;
-	pid_t pid = spawn_for_stdout(argv, &fd);
+	pid_t pid = spawn_for_stdout(argv, show_err, &fd);
 
 	if (pid < 0)
 		return (int)pid;
@@ -296,12 +297,22 @@ int run_for_last_line(const char *const argv[], char *buf, size_t len)
 	return 0;
 }
 
+int run_for_last_line(const char *const argv[], char *buf, size_t len)
+{
+	return last_line_of(argv, false, buf, len);
+}
+
+int run_for_last_line_shown(const char *const argv[], char *buf, size_t len)
+{
+	return last_line_of(argv, true, buf, len);
+}
+
 int run_for_output(const char *const argv[], char *buf, size_t len)
 {
 	size_t got = 0;
 	ssize_t n = 1;
 	int fd, rc = 0;
-	pid_t pid = spawn_for_stdout(argv, &fd);
+	pid_t pid = spawn_for_stdout(argv, false, &fd);
 
 	if (pid < 0)
 		return (int)pid;

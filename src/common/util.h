@@ -89,6 +89,8 @@ void kosa8_use_installed_agent(void);
 /* Runs a command and reads the last line it prints (the scripts' convention
  * for "the path of what I built"), its stderr silenced; -EIO if it fails. */
 int run_for_last_line(const char *const argv[], char *buf, size_t len);
+/* The same with its stderr left on ours (its progress and errors). */
+int run_for_last_line_shown(const char *const argv[], char *buf, size_t len);
 /* The same, its whole output into buf (NUL-terminated): -E2BIG if it
  * does not fit. */
 int run_for_output(const char *const argv[], char *buf, size_t len);

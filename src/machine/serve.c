@@ -219,11 +219,12 @@ static int exe_copy(const char *exe, const char *rundir, char *out, size_t len)
 		return -errno;
 	has_vmm = kosa8_vmm_path(exe, vmm, sizeof(vmm)) == 0 && stat(vmm, &vst) == 0;
 	has_tools = kosa8_helper_path(exe, KOSA8_TOOLS_FILE, tools, sizeof(tools)) == 0 && stat(tools, &tst) == 0;
-	if (snprintf(dir, sizeof(dir), "%s/exe/%llx-%llx-%lx-%llx-%llx-%lx-%llx-%lx", rundir,
+	if (snprintf(dir, sizeof(dir), "%s/exe/%llx-%llx-%lx-%llx-%llx-%lx-%llx-%llx-%lx", rundir,
 		     (unsigned long long)st.st_size, (unsigned long long)st.st_mtim.tv_sec,
 		     (long)st.st_mtim.tv_nsec, (unsigned long long)vst.st_size,
 		     (unsigned long long)vst.st_mtim.tv_sec, (long)vst.st_mtim.tv_nsec,
-		     (unsigned long long)tst.st_size, (long)tst.st_mtim.tv_nsec) >= (int)sizeof(dir) ||
+		     (unsigned long long)tst.st_size, (unsigned long long)tst.st_mtim.tv_sec,
+		     (long)tst.st_mtim.tv_nsec) >= (int)sizeof(dir) ||
 	    snprintf(out, len, "%s/x/%s", dir, base) >= (int)len ||
 	    snprintf(tmp, sizeof(tmp), "%s/exe/.new-%d", rundir, (int)getpid()) >= (int)sizeof(tmp))
 		return -ENAMETOOLONG;
