@@ -451,6 +451,11 @@ void sup_egress_tick(struct sup_egress *e)
 		audit_limit_tick(e->limit);
 }
 
+int sup_egress_active(const struct sup_egress *e)
+{
+	return e ? atomic_load(&e->active) : 0;
+}
+
 struct approvals *sup_egress_approvals(struct sup_egress *e)
 {
 	return e ? e->approvals : NULL;

@@ -69,6 +69,10 @@ void sup_egress_stop(struct sup_egress *e);
  * once a second.  NULL is fine. */
 void sup_egress_tick(struct sup_egress *e);
 
+/* Guest connections being served now, of at most SUP_EGRESS_MAX_CONNS.
+ * NULL: 0. */
+int sup_egress_active(const struct sup_egress *e);
+
 /* The approvals queue, for the control socket. */
 struct approvals *sup_egress_approvals(struct sup_egress *e);
 /* "NAME=placeholder" entries for every command run in the guest

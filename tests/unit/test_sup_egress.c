@@ -314,18 +314,21 @@ static void test_conn_limit(void **state)
 	pthread_mutex_destroy(&r.lock);
 }
 
-/* 3 s, not less: the probe that every slot is taken must fit between the
- * proxy accepting all 512 connections and the first deadline, and a
- * loaded machine (make unit beside VM runs) took most of a 1 s window
- * (seen: `probed` false).  Still under the 4.4 s the shortest message
- * needs at one byte per step. */
-#define DRIP_DECIDE_MS 3000
-#define DRIP_EVERY_MS 400
+/* Times chosen so that a loaded machine (ASan build beside two VM helpers,
+ * load 10 and more) stretches the test instead of failing it.  Accepting
+ * the 512 connections took over 4 s there, and the probe that every slot is
+ * taken must come after the last accept and before the first deadline: so
+ * 8 s.  The proxy's clock for a deadline starts at its accept, which a
+ * loaded machine delays, and it closes a connection only when its thread
+ * runs: so the shortest message (the 12-byte connection header) takes
+ * 16.5 s at one byte per 1.5 s, twice the deadline.  1.5 s is still far
+ * under the 15 s per-read timeout, which must never be what closes them. */
+#define DRIP_DECIDE_MS 8000
+#define DRIP_EVERY_MS 1500
+#define DRIP_PROBE_MS 500
 /* Only against a proxy that never closes them: the loop ends when the
- * first open connection has sent its whole message (the shortest, the
- * 12-byte connection header, takes 4.8 s at one byte per step), so a
- * loaded machine that steps slower gives the proxy more time, not a
- * failure. */
+ * first open connection has sent its whole message, so a loaded machine
+ * that steps slower gives the proxy more time, not a failure. */
 #define DRIP_GIVE_UP_MS 60000
 
 /* One DNS query for allowed.test on a new connection: its synthetic
@@ -355,9 +358,11 @@ struct drip {
 	const uint8_t *msg;
 	size_t len, sent;
 	uint64_t start, closed;   /* mono_ms */
+	uint64_t last;            /* mono_ms of the last byte sent */
 };
 
-/* A DNS connection is closed by the proxy within 100 ms, unserved. */
+/* A DNS connection is closed by the proxy within DRIP_PROBE_MS, unserved
+ * (one it serves would stay open until its DRIP_DECIDE_MS deadline). */
 static bool probe_closed_at_once(const char *dns)
 {
 	int nul = open("/dev/null", O_WRONLY | O_CLOEXEC), saved = dup(2), x;
@@ -368,7 +373,7 @@ static bool probe_closed_at_once(const char *dns)
 	dup2(nul, 2);   /* its log line */
 	x = uconnect(dns);
 	p = (struct pollfd){ .fd = x, .events = POLLIN };
-	closed = poll(&p, 1, 100) == 1 && read(x, &b, 1) == 0;
+	closed = poll(&p, 1, DRIP_PROBE_MS) == 1 && read(x, &b, 1) == 0;
 	close(x);
 	dup2(saved, 2);
 	close(saved);
@@ -394,7 +399,8 @@ static bool drip_step(struct drip *d)
 	if (n == 0 || (n < 0 && errno != EAGAIN))
 		return true;
 	assert_true(n < 0);   /* the proxy never writes to these */
-	if (d->sent < d->len) {
+	if (d->sent < d->len && mono_ms() - d->last >= DRIP_EVERY_MS) {
+		d->last = mono_ms();
 		if (send(d->fd, d->msg + d->sent, 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1)
 			d->sent++;
 		else if (errno != EAGAIN)
@@ -435,6 +441,13 @@ static void test_drip_deadline(void **state)
 	snprintf(tcp, sizeof(tcp), "%s_1080", vsock);
 	assert_int_equal(sup_egress_start(&o, &e, why, sizeof(why)), 0);
 	synthetic_of_allowed(dns, hdr + 8);
+	/* That query's connection holds a slot until its thread has seen the
+	 * close: on a loaded machine it still did when the drips began, so one
+	 * of them was refused at the limit (closed at once, not at its
+	 * deadline). */
+	for (t0 = mono_ms(); sup_egress_active(e) && mono_ms() - t0 < DRIP_GIVE_UP_MS;)
+		usleep(10 * 1000);
+	assert_int_equal(sup_egress_active(e), 0);
 	for (int i = 0; i < SUP_EGRESS_MAX_CONNS; i++) {
 		d[i] = (struct drip){ .start = mono_ms() };
 		switch (i % 3) {
@@ -465,16 +478,17 @@ static void test_drip_deadline(void **state)
 			open_n--;
 		}
 		/* Every slot is taken: a connection more is closed at once.  Tried
-		 * from when the proxy has had time to accept them all until the
-		 * first connection's deadline nears (a loaded machine may accept
-		 * late). */
-		while (!probed && mono_ms() - t0 >= DRIP_EVERY_MS / 2 &&
-		       mono_ms() - d[0].start < DRIP_DECIDE_MS - 200 && open_n == SUP_EGRESS_MAX_CONNS) {
+		 * once the proxy has accepted them all (the probe's DNS listener is
+		 * not the drips' one: probed earlier, it took the slot of a drip
+		 * still in the other's queue, which was then refused) until the
+		 * first connection's deadline nears. */
+		while (!probed && sup_egress_active(e) == SUP_EGRESS_MAX_CONNS &&
+		       mono_ms() - d[0].start < DRIP_DECIDE_MS - DRIP_PROBE_MS - 200 && open_n == SUP_EGRESS_MAX_CONNS) {
 			probed = probe_closed_at_once(dns);
 			if (!probed)
 				usleep(50 * 1000);
 		}
-		usleep(DRIP_EVERY_MS * 1000);
+		usleep(100 * 1000);   /* a close is seen soon; bytes go out per DRIP_EVERY_MS */
 	}
 	print_message("drip: %d of %d still open after %llu ms\n", open_n, SUP_EGRESS_MAX_CONNS,
 		      (unsigned long long)(mono_ms() - t0));
