@@ -12,10 +12,12 @@
 . tests/vm/sandbox-checkpoint.sh
 . tests/vm/checkpoint-fail.sh
 . tests/vm/sandbox-io.sh
+. tests/vm/image-import.sh
 
 # The basic groups: run, the life of a sandbox with cp both ways, the
-# CLI's errors, diff/export back to the host, four at once (in the
-# helper machine about 7 min on a loaded build machine).
+# CLI's errors, diff/export back to the host, four at once, a sandbox on
+# an exported and imported image (in the helper machine about 7 min on a
+# loaded build machine).
 sandbox_groups_basic() {
 	g test_sandbox_run sandbox-run
 	g test_sandbox_lifecycle sandbox-lifecycle
@@ -23,6 +25,7 @@ sandbox_groups_basic() {
 	timed workspace-export-errors test_workspace_export_errors
 	g test_workspace_export workspace-export
 	g test_sandbox_four sandbox-four-at-once
+	g test_sandbox_imported_image sandbox-imported-image
 }
 
 # Templates, checkpoints, rewind, forks and a checkpoint on a full disk:
