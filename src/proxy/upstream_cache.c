@@ -5,11 +5,12 @@
  * go: the default connector checks each address it is about to use, fresh
  * or cached, so a name answering with a private or loopback address is
  * refused either way.  What the cache changes: an answer is used for up to
- * UPSTREAM_CACHE_TTL_MS after it came, so a name whose owner moves it keeps
- * reaching the old (public) address that long; and a name answering
- * differently on each query (a rebinding attempt) is asked once per TTL
- * instead of once per connection, which gives such a server fewer answers
- * to play with, not more.  Each sandbox has its own cache, so what one
+ * UPSTREAM_CACHE_TTL_MS after it came, so a name whose owner moves it
+ * keeps reaching the old (public) address that long, and one that answered
+ * with only private addresses stays refused that long after it is fixed;
+ * a name answering differently on each query (a rebinding attempt) is
+ * asked once per TTL instead of once per connection, which gives such a
+ * server fewer answers to play with, not more.  Each sandbox has its own cache, so what one
  * sandbox looked up never shows in another's connection times.
  *
  * Only answers with addresses are kept.  A failure may pass (a resolver
