@@ -8,9 +8,17 @@
  * themselves (common/acceptpool.h, the supervisor's numbers), and
  * egress_connect_serve() on each connection: the K8E1 header, synthetic address ->
  * name, policy, Host check on every request head, upstream connect, relay.
- * Two things differ and are said so in the results: the upstream connector
- * is plugged in (the default one refuses loopback, rightly), and audit
- * records are built and dropped instead of written to the log.
+ * Audit records are built and dropped instead of written to the log (said
+ * so in the results).
+ *
+ * The upstream server listens on BENCH_ADDR (run.sh: 203.0.113.1, put on
+ * the loopback device of a network namespace of its own, with an
+ * /etc/hosts naming NAME there), and kosa8's path uses the proxy's own
+ * connector: it resolves NAME with the host's resolver, checks the address
+ * is public (which loopback is not, rightly) and connects, as the
+ * supervisor does, with the sandbox's cache of resolutions when the
+ * library has one.  Without BENCH_ADDR everything is on 127.0.0.1 and the
+ * bench plugs in a connector that resolves nothing (the earlier runs).
  *
  * TLS (port 443) is measured direct and through kosa8 only: kosa8 checks
  * the ClientHello's SNI and then relays the bytes (no secret is bound to
@@ -54,6 +62,11 @@
 #include "proxy/egress.h"
 #include "proxy/names.h"
 #include "proxy/policy.h"
+#include "proxy/upstream_cache.h"
+
+/* A library built before the cache has no upstream_cache_new: the bench
+ * then runs its proxy without one, as that build's supervisor did. */
+#pragma weak upstream_cache_new
 
 #define NAME "api.test.example"
 #define HEAD_MAX 8192
@@ -64,6 +77,8 @@ static struct egress_ctx ctx;
 static char unix_path[108];
 static uint32_t synthetic;     /* NAME's synthetic address */
 static int squid_port;
+static struct in_addr bench_addr;   /* where the upstream server listens */
+static bool resolving;              /* BENCH_ADDR: the proxy resolves NAME */
 
 static double now_us(void)
 {
@@ -266,9 +281,9 @@ static void start_accepting(int fd, void (*fn)(void *, int))
 	pthread_detach(t);
 }
 
-static uint16_t listen_loopback(void (*fn)(void *, int))
+static uint16_t listen_upstream(void (*fn)(void *, int))
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = bench_addr};
 	socklen_t sl = sizeof(sa);
 	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
@@ -310,16 +325,15 @@ static void start_upstream(void)
 {
 	memset(bulk_block, 'x', sizeof(bulk_block));
 	make_tls_contexts();
-	upstream_port = listen_loopback(upstream_conn);
-	tls_port = listen_loopback(upstream_tls_conn);
+	upstream_port = listen_upstream(upstream_conn);
+	tls_port = listen_upstream(upstream_tls_conn);
 }
 
 /* ---- kosa8's proxy path, as the supervisor runs it ---- */
 
-static int tcp_connect(uint16_t port)
+static int tcp_connect_to(struct in_addr addr, uint16_t port)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr = addr};
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
@@ -333,8 +347,13 @@ static int tcp_connect(uint16_t port)
 	return fd;
 }
 
-/* The supervisor resolves the name on the host and refuses loopback
- * answers; here every allowed name is the local server. */
+static int tcp_connect(uint16_t port)
+{
+	return tcp_connect_to(bench_addr, port);
+}
+
+/* Without BENCH_ADDR: every allowed name is the local server, on
+ * loopback, which the proxy's own connector refuses. */
 static int bench_connector(void *arg, const char *name, uint16_t port)
 {
 	(void)arg, (void)name;
@@ -366,14 +385,23 @@ static void start_proxy(const char *dir)
 	struct policy *p;
 	struct names *nm;
 	struct policy_error pe;
-	static const char rules[] = "allow " NAME "\n";
+	char rules[128];
 	int lfd;
 
-	if (policy_new(&p) || policy_add_text(p, rules, sizeof(rules) - 1, "bench", &pe) ||
+	/* A rule without a port covers 80 and 443 only: the resolving bench
+	 * connects to the servers' own ports. */
+	if (resolving)
+		snprintf(rules, sizeof(rules), "allow %s:%u %s:%u\n", NAME, upstream_port, NAME, tls_port);
+	else
+		snprintf(rules, sizeof(rules), "allow %s\n", NAME);
+	if (policy_new(&p) || policy_add_text(p, rules, strlen(rules), "bench", &pe) ||
 	    names_new(&nm) || names_assign(nm, NAME, &synthetic))
 		die("policy or names");
 	ctx = (struct egress_ctx){.sandbox = "bench", .policy = p, .names = nm, .audit = drop_audit,
-				  .connect_upstream = bench_connector, .idle_timeout_ms = 60000};
+				  .connect_upstream = resolving ? NULL : bench_connector,
+				  .idle_timeout_ms = 60000};
+	if (resolving && upstream_cache_new && upstream_cache_new(NULL, &ctx.upstream_cache))
+		die("upstream cache");
 	snprintf(unix_path, sizeof(unix_path), "%s/proxy.sock", dir);
 	snprintf(su.sun_path, sizeof(su.sun_path), "%s", unix_path);
 	unlink(unix_path);
@@ -413,9 +441,10 @@ static int kosa8_open(uint16_t port)
 
 static struct conn path_open(enum path p)
 {
-	struct conn c = {.fd = p == KOSA8       ? kosa8_open(80)
-			      : p == TLS_KOSA8  ? kosa8_open(443)
-			      : p == SQUID      ? tcp_connect((uint16_t)squid_port)
+	struct conn c = {.fd = p == KOSA8       ? kosa8_open(resolving ? upstream_port : 80)
+			      : p == TLS_KOSA8  ? kosa8_open(resolving ? tls_port : 443)
+			      : p == SQUID      ? tcp_connect_to((struct in_addr){htonl(INADDR_LOOPBACK)},
+							 (uint16_t)squid_port)
 			      : p == TLS_DIRECT ? tcp_connect(tls_port)
 						: tcp_connect(upstream_port)};
 
@@ -619,12 +648,26 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);   /* a peer's close is an error return, not a kill */
+	bench_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (getenv("BENCH_ADDR") && *getenv("BENCH_ADDR")) {
+		if (inet_pton(AF_INET, getenv("BENCH_ADDR"), &bench_addr) != 1) {
+			fprintf(stderr, "bench_egress: BENCH_ADDR: not an IPv4 address\n");
+			return 2;
+		}
+		resolving = true;
+	}
 	if (!mkdtemp(dir))
 		die("mkdtemp");
 	start_upstream();
 	start_proxy(dir);
 	for (int p = 0; p < NPATHS; p++)
 		run[p] = !(p == SQUID && !squid_port) && !(only >= 0 && p != only);
+	if (resolving)
+		printf("- kosa8's upstream: the proxy's own connector resolves %s (getaddrinfo) "
+		       "and connects to %s; cache of resolutions: %s\n\n",
+		       NAME, getenv("BENCH_ADDR"), ctx.upstream_cache ? "yes" : "none in this build");
+	else
+		printf("- kosa8's upstream: the bench's connector to 127.0.0.1, nothing resolved\n\n");
 	printf("| round | path | measurement | n | p50 µs | p99 µs | rate |\n|---:|---|---|---:|---:|---:|---|\n");
 	for (int r = 1; r <= rounds; r++) {
 		for (int p = 0; p < NPATHS; p++) {

@@ -15,8 +15,22 @@
 # part of CI.  REL_DIR picks the build folder (default build).  KOSA8_LIB
 # links another build's libkosa8.a instead (e.g. main's, for a before and
 # after with the same bench), KOSA8_REV names it in the report.
+#
+# kosa8's proxy resolves the upstream name itself, as the supervisor does
+# (the host's resolver, then its public-address check), so as root the
+# run goes into a network and mount namespace of its own: 203.0.113.1
+# (TEST-NET-3: public by the proxy's rules, routed nowhere) on that
+# namespace's loopback device, and an /etc/hosts there naming
+# api.test.example at it, which squid reads too (hosts_file).  Every path
+# connects to that address.  BENCH_RESOLVE=0, or not root: everything on
+# 127.0.0.1 and kosa8's path resolves nothing (the runs before
+# 2026-12-07 night).  BENCH_DNS=1 (in the namespace): neither /etc/hosts
+# nor squid's hosts_file names it; a DNS server in the namespace does
+# (bench/egress/one_name_dns.py, TTL 60), named by a bind-mounted
+# /etc/resolv.conf, and both proxies ask it.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+self=$(readlink -f "$0")
+cd "$(dirname "$self")/../.."
 REL_DIR=${REL_DIR:-build}
 quick=${1:-}
 
@@ -24,6 +38,15 @@ if ! command -v squid >/dev/null; then
 	[ "$(id -u)" = 0 ] || { echo "bench/egress: squid is not installed (apt-get install squid)" >&2; exit 1; }
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends squid >/dev/null
 fi
+addr=127.0.0.1
+if [ "${BENCH_RESOLVE:-1}" = 1 ] && [ "$(id -u)" = 0 ]; then
+	[ -n "${BENCH_IN_NS:-}" ] || exec env BENCH_IN_NS=1 unshare --mount --net --propagation private "$self" "$@"
+	addr=203.0.113.1
+	ip link set lo up
+	ip addr add "$addr/32" dev lo
+	export BENCH_ADDR=$addr
+fi
+
 lib=${KOSA8_LIB:-$REL_DIR/libkosa8.a}
 [ -n "${KOSA8_LIB:-}" ] || make -s REL_DIR="$REL_DIR" "$REL_DIR/libkosa8.a" >/dev/null
 mkdir -p "$REL_DIR/bench"
@@ -35,6 +58,7 @@ work=$(mktemp -d /tmp/kosa8-egress-bench.XXXXXX)
 squid_pid=
 cleanup() {
 	[ -z "$squid_pid" ] || { kill "$squid_pid" 2>/dev/null; wait "$squid_pid" 2>/dev/null || true; }
+	[ -z "${dns_pid:-}" ] || kill "$dns_pid" 2>/dev/null || true
 	rm -rf "$work" "$bin"
 }
 trap cleanup EXIT
@@ -44,7 +68,17 @@ trap cleanup EXIT
 # allow-list is the name, as in kosa8's policy.  No cache, no access log
 # (kosa8's side drops its audit records too), one worker.
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-printf '127.0.0.1 api.test.example\n' >"$work/hosts"
+dns_pid=
+if [ "$addr" != 127.0.0.1 ] && [ "${BENCH_DNS:-0}" = 1 ]; then
+	printf '127.0.0.1 localhost\n' >"$work/hosts"
+	printf 'nameserver 127.0.0.1\n' >"$work/resolv.conf"
+	mount --bind "$work/resolv.conf" /etc/resolv.conf
+	python3 bench/egress/one_name_dns.py "$addr" &
+	dns_pid=$!
+else
+	printf '127.0.0.1 localhost\n%s api.test.example\n' "$addr" >"$work/hosts"
+fi
+[ "$addr" = 127.0.0.1 ] || mount --bind "$work/hosts" /etc/hosts
 cat >"$work/squid.conf" <<EOF
 http_port 127.0.0.1:$port
 acl allowed dstdomain api.test.example
@@ -59,6 +93,7 @@ cache_log $work/cache.log
 pid_filename $work/squid.pid
 coredump_dir $work
 pinger_enable off
+visible_hostname kosa8-bench
 workers 1
 shutdown_lifetime 0 seconds
 EOF
@@ -84,6 +119,7 @@ echo "- CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'
 echo "- load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "- $(squid -v | head -1); kosa8 ${KOSA8_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")}"
 echo "- rounds: $1; keep-alive requests per round: $2; new connections per round: $3; download: $4 MiB, 5 per path and round"
+[ -z "$dns_pid" ] || echo "- the name from a DNS server in the namespace (BENCH_DNS=1), not from a hosts file"
 echo "- upstream server: ${BENCH_UPSTREAM:-pool} (threads that accept for themselves; spawn: a thread per connection)"
 echo
 "$bin" "$@" "$port"

@@ -30,6 +30,7 @@
 
 struct secret_set;   /* proxy/secrets.h */
 struct egress_ca;    /* proxy/ca.h */
+struct upstream_cache; /* proxy/upstream_cache.h */
 
 /* Everything the DNS server and the proxy need, shared by their threads.
  * The callbacks are how the supervisor plugs in approvals and the audit log
@@ -49,7 +50,8 @@ struct egress_ctx {
 	/* Takes ownership of details.  type is e.g. "net.dns", "net.connect". */
 	void (*audit)(void *arg, const char *type, cJSON *details);
 	/* Opens the upstream TCP connection for name:port.  NULL: resolve name
-	 * on the host (getaddrinfo) and connect.  Returns an fd or -errno. */
+	 * on the host (getaddrinfo, through upstream_cache below) and connect
+	 * to a public address of it.  Returns an fd or -errno. */
 	int (*connect_upstream)(void *arg, const char *name, uint16_t port);
 	/* Trust store for upstream TLS when intercepting (CA file); NULL: the
 	 * host's default store. */
@@ -65,6 +67,11 @@ struct egress_ctx {
 	 * lets a guest hold a connection slot longer.  Neither the policy
 	 * nor sandbox.json reaches it: the supervisor leaves it 0. */
 	int decide_ms;
+	/* The default connector's resolutions (upstream_cache.h), one cache
+	 * per sandbox; NULL: the name is resolved on every connection.  Last
+	 * in the struct so that a build without it reads the rest alike
+	 * (bench/egress links main's library for a before and after). */
+	struct upstream_cache *upstream_cache;
 };
 
 /* Answers one DNS query (policy, approvals, synthetic address, audit).

@@ -40,6 +40,7 @@
 #include "proxy/proxy_int.h"
 #include "proxy/secrets.h"
 #include "proxy/tls_records.h"
+#include "proxy/upstream_cache.h"
 
 #define CONNECT_TIMEOUT_MS 15000
 #define RELAY_BUF (64 * 1024)
@@ -269,24 +270,33 @@ fail:
 	return err;
 }
 
-static int connect_default(const char *name, uint16_t port)
+/* Every address is held to addr_public here, on each use: the cache keeps
+ * answers as they came (upstream_cache.c says what it changes). */
+static int connect_default(struct upstream_cache *cache, const char *name, uint16_t port)
 {
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_ADDRCONFIG}, *res, *ai;
-	char svc[8];
+	struct upstream_addrs a;
+	struct addrinfo ai = {.ai_socktype = SOCK_STREAM};
 	int fd = -EHOSTUNREACH, r;
 
-	snprintf(svc, sizeof(svc), "%u", port);
-	if ((r = getaddrinfo(name, svc, &hints, &res)))
-		return r == EAI_NONAME || r == EAI_NODATA ? -ENOENT : -EHOSTUNREACH;
-	for (ai = res; ai; ai = ai->ai_next) {
-		if (!addr_public(ai->ai_addr)) {
+	if ((r = upstream_cache_lookup(cache, name, &a)))
+		return r;
+	for (size_t i = 0; i < a.n; i++) {
+		if (!addr_public(&a.addr[i].sa)) {
 			fd = -EACCES;
 			continue;
 		}
-		if ((fd = connect_timed(ai)) >= 0)
+		ai.ai_family = a.addr[i].sa.sa_family;
+		ai.ai_addr = &a.addr[i].sa;
+		if (ai.ai_family == AF_INET) {
+			a.addr[i].in.sin_port = htons(port);
+			ai.ai_addrlen = sizeof(a.addr[i].in);
+		} else {
+			a.addr[i].in6.sin6_port = htons(port);
+			ai.ai_addrlen = sizeof(a.addr[i].in6);
+		}
+		if ((fd = connect_timed(&ai)) >= 0)
 			break;
 	}
-	freeaddrinfo(res);
 	return fd;
 }
 
@@ -294,7 +304,7 @@ static int connect_upstream(struct egress_conn *c)
 {
 	const struct egress_ctx *ctx = c->ctx;
 	int fd = ctx->connect_upstream ? ctx->connect_upstream(ctx->arg, c->name, c->port)
-				       : connect_default(c->name, c->port);
+				       : connect_default(ctx->upstream_cache, c->name, c->port);
 
 	if (fd < 0) {
 		c->reason = fd == -EACCES ? "name resolves to a non-public address"

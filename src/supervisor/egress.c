@@ -24,6 +24,7 @@
 #include "proxy/egress.h"
 #include "proxy/names.h"
 #include "proxy/secrets.h"
+#include "proxy/upstream_cache.h"
 #include "supervisor/approvals.h"
 #include "supervisor/audit_limit.h"
 
@@ -46,6 +47,7 @@ struct sup_egress {
 	struct approvals *approvals;
 	struct secret_set *secrets;
 	struct egress_ca *ca;
+	struct upstream_cache *upstream;  /* the proxy's resolutions */
 	struct egress_ctx dns_ctx, tcp_ctx;
 	struct listener dns, tcp;
 	atomic_int active;          /* connections being served */
@@ -361,7 +363,7 @@ int sup_egress_start(const struct sup_egress_opts *o, struct sup_egress **out, c
 	    (err = sup_egress_policy(o->state_dir, o->allow, o->nallow, &e->policy, why, whylen)) ||
 	    (err = load_secrets(e, o, why, whylen)))
 		goto fail;
-	if ((err = names_new(&e->names)) ||
+	if ((err = names_new(&e->names)) || (err = upstream_cache_new(NULL, &e->upstream)) ||
 	    (err = approvals_new(e->policy, timeout_ms, &e->approvals))) {
 		snprintf(why, whylen, "cannot set up the egress tables: %s", strerror(-err));
 		goto fail;
@@ -393,6 +395,7 @@ int sup_egress_start(const struct sup_egress_opts *o, struct sup_egress **out, c
 	 * reuses a few for every query); TCP connections time out when idle. */
 	ctx_init(e, &e->dns_ctx, 0, o->decide_ms);
 	ctx_init(e, &e->tcp_ctx, SUP_EGRESS_IDLE_MS, o->decide_ms);
+	e->tcp_ctx.upstream_cache = e->upstream;
 	e->dns = (struct listener){.e = e, .ctx = &e->dns_ctx, .serve = egress_dns_serve, .fd = -1};
 	e->tcp = (struct listener){.e = e, .ctx = &e->tcp_ctx, .serve = egress_connect_serve, .fd = -1};
 	if ((err = listen_port(&e->dns, o->vsock_path, EGRESS_DNS_PORT)) ||
@@ -438,6 +441,7 @@ void sup_egress_stop(struct sup_egress *e)
 	}
 	audit_limit_free(e->limit);
 	names_free(e->names);
+	upstream_cache_free(e->upstream);
 	policy_free(e->policy);
 	secret_set_free(e->secrets);
 	egress_ca_free(e->ca);

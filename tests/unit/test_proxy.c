@@ -17,6 +17,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@
 #include "proxy/egress.h"
 #include "proxy/proxy_int.h"
 #include "proxy/secrets.h"
+#include "proxy/upstream_cache.h"
 
 #define API "api.test.example"
 #define OTHER "other.test.example"
@@ -958,6 +960,15 @@ static void test_ip_literal(void **state)
 	assert_string_equal(field(last_connect(), "reason"), "not a synthetic address");
 }
 
+static atomic_int host_resolved;
+
+/* The host's resolver, counted. */
+static int counted_resolve(void *arg, const char *name, struct upstream_addrs *out)
+{
+	atomic_fetch_add(&host_resolved, 1);
+	return upstream_resolve_host(arg, name, out);
+}
+
 /* The host's own connector refuses names that resolve to loopback or
  * private addresses; a guest that sends nothing is cut at the timeout. */
 static void test_default_connector_and_timeout(void **state)
@@ -975,7 +986,23 @@ static void test_default_connector_and_timeout(void **state)
 				  sizeof(reply)), -EACCES);
 	assert_string_equal(field(last_connect(), "reason"), "name resolves to a non-public address");
 	assert_string_equal(reply, "");
+
+	/* Through the sandbox's cache of resolutions: the second connection
+	 * takes the answer from the cache, and it is refused just the same. */
+	struct upstream_cache_opts co = {.resolve = counted_resolve};
+	assert_int_equal(upstream_cache_new(&co, &ctx.upstream_cache), 0);
+	for (int i = 0; i < 2; i++) {
+		reset();
+		assert_int_equal(raw_conn(hdr, 12, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n", reply,
+					  sizeof(reply)), -EACCES);
+		assert_string_equal(field(last_connect(), "reason"), "name resolves to a non-public address");
+		assert_string_equal(reply, "");
+	}
+	int resolved = atomic_load(&host_resolved);
+	upstream_cache_free(ctx.upstream_cache);
+	ctx.upstream_cache = NULL;
 	ctx.connect_upstream = connect_cb;
+	assert_int_equal(resolved, 1);
 
 	reset();
 	ctx.idle_timeout_ms = 300;
