@@ -392,7 +392,10 @@ static void test_append_heads_per_interval(void **state)
 	assert_true(heads < 40);
 	assert_int_equal(run("$K audit verify --log $D/many.log"), 0);
 	assert_non_null(strstr(out, "40 records"));
-	assert_non_null(strstr(out, "not yet covered by a signed head"));
+	/* Within one interval the last appends wait for a head; a loop that
+	 * took longer may have signed one on its last append. */
+	if (secs < AUDIT_HEAD_SECS_DEFAULT)
+		assert_non_null(strstr(out, "not yet covered by a signed head"));
 }
 
 static bool have_python(void)
