@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <poll.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -344,6 +345,40 @@ uint64_t mono_ns(void)
 uint64_t mono_ms(void)
 {
 	return mono_ns() / 1000000u;
+}
+
+int wait_child_ms(pid_t pid, int *status, int timeout_ms)
+{
+	uint64_t end = mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0), rc;
+
+	for (;;) {
+		pid_t r = waitpid(pid, status, WNOHANG);
+		uint64_t now = mono_ms();
+
+		if (r == pid) {
+			rc = 0;
+			break;
+		}
+		if (r < 0 && errno != EINTR) {
+			rc = -errno;
+			break;
+		}
+		if (now >= end) {
+			rc = -ETIMEDOUT;
+			break;
+		}
+		/* Before Linux 5.3 there is no pidfd: short naps instead. */
+		if (fd >= 0) {
+			struct pollfd p = {.fd = fd, .events = POLLIN};
+			poll(&p, 1, (int)(end - now));
+		} else {
+			usleep((useconds_t)(end - now < 20 ? end - now : 20) * 1000);
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	return rc;
 }
 
 int sync_dir_of(const char *path)

@@ -95,6 +95,11 @@ int run_for_last_line_shown(const char *const argv[], char *buf, size_t len);
  * does not fit. */
 int run_for_output(const char *const argv[], char *buf, size_t len);
 
+/* Reaps the child pid once it ends, within timeout_ms: woken by its
+ * pidfd when it ends, not by a poll's next turn.  0 (*status its wait
+ * status), -ETIMEDOUT, or -errno. */
+int wait_child_ms(pid_t pid, int *status, int timeout_ms);
+
 /* CLOCK_MONOTONIC in nanoseconds, and in milliseconds. */
 uint64_t mono_ns(void);
 uint64_t mono_ms(void);

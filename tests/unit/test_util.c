@@ -6,12 +6,15 @@
 #include <cmocka.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/util.h"
+#include "end_child.h"
 #include "tmp_dir.h"
 
 static void test_parse_size_units(void **state)
@@ -101,6 +104,72 @@ static void test_vmm_path(void **state)
 	assert_int_equal(kosa8_vmm_path(exe, got, 8), -ENOENT); /* too long for buf */
 }
 
+/* usleep as the library sees it: counted, so that a wait that naps
+ * between looks (a poll's delay after the child has gone) shows. */
+static int naps;
+
+int usleep(useconds_t us)
+{
+	struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
+
+	naps++;
+	return nanosleep(&ts, NULL);
+}
+
+static void *close_later(void *arg)
+{
+	struct timespec ts = {.tv_nsec = 100 * 1000 * 1000};
+
+	nanosleep(&ts, NULL);
+	close(*(int *)arg);
+	return NULL;
+}
+
+/* A child that exits 7 when the write end p[1] (the caller's) closes. */
+static pid_t child_until_eof(int p[2])
+{
+	pid_t pid;
+
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char c;
+		close(p[1]);
+		_exit(read(p[0], &c, 1) == 0 ? 7 : 1);
+	}
+	close(p[0]);
+	return pid;
+}
+
+/* A child that ends while the wait runs (when a thread closes its pipe) is
+ * reaped by the wake-up its end causes, with no nap; one that does not end
+ * is a timeout, and one that is not a child an error. */
+static void test_wait_child(void **state)
+{
+	int p[2], status = 0;
+	pthread_t t;
+	pid_t pid;
+
+	(void)state;
+	pid = child_until_eof(p);
+	naps = 0;
+	assert_int_equal(pthread_create(&t, NULL, close_later, &p[1]), 0);
+	assert_int_equal(wait_child_ms(pid, &status, 60000), 0);
+	pthread_join(t, NULL);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 7);
+	assert_int_equal(naps, 0);
+	assert_int_equal(wait_child_ms(pid, &status, 10), -ECHILD);
+
+	pid = child_until_eof(p);
+	assert_int_equal(wait_child_ms(pid, &status, 30), -ETIMEDOUT);
+	close(p[1]);
+	assert_int_equal(wait_child_ms(pid, &status, 60000), 0);
+	assert_int_equal(WEXITSTATUS(status), 7);
+	end_child(pid, SIGKILL, false);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -108,6 +177,7 @@ int main(void)
 		cmocka_unit_test(test_parse_size_rejects),
 		cmocka_unit_test(test_eventfd_ring),
 		cmocka_unit_test(test_vmm_path),
+		cmocka_unit_test(test_wait_child),
 	};
 	return cmocka_run_group_tests_name("util", tests, tmp_setup, tmp_teardown);
 }
