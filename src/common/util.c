@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -378,6 +379,42 @@ int wait_child_ms(pid_t pid, int *status, int timeout_ms)
 	}
 	if (fd >= 0)
 		close(fd);
+	return rc;
+}
+
+int wait_created_ms(const char *path, pid_t pid, int timeout_ms)
+{
+	struct pollfd p[2] = {{.fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK), .events = POLLIN},
+			      {.fd = (int)syscall(SYS_pidfd_open, pid, 0), .events = POLLIN}};
+	uint64_t end = mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+	char dir[PATH_MAX];
+	int rc = -ETIMEDOUT;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	/* Watched before the look: a file made in between still wakes us. */
+	if (p[0].fd < 0 || inotify_add_watch(p[0].fd, dirname(dir), IN_CREATE | IN_MOVED_TO) < 0) {
+		usleep((useconds_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000);
+		rc = access(path, F_OK) == 0 ? 0 : -ETIMEDOUT;
+		goto out;
+	}
+	for (;;) {
+		uint64_t now = mono_ms();
+		char ev[4096];
+
+		if (access(path, F_OK) == 0) {
+			rc = 0;
+			break;
+		}
+		if (now >= end || poll(p, p[1].fd >= 0 ? 2 : 1, (int)(end - now)) < 0 ||
+		    (p[1].revents & POLLIN))
+			break;
+		while (read(p[0].fd, ev, sizeof(ev)) > 0)
+			;
+	}
+out:
+	for (int i = 0; i < 2; i++)
+		if (p[i].fd >= 0)
+			close(p[i].fd);
 	return rc;
 }
 

@@ -100,6 +100,11 @@ int run_for_output(const char *const argv[], char *buf, size_t len);
  * status), -ETIMEDOUT, or -errno. */
 int wait_child_ms(pid_t pid, int *status, int timeout_ms);
 
+/* Waits until path exists (made in its folder: inotify), the child pid
+ * ends (its pidfd; not reaped), or timeout_ms pass.  0 when path exists,
+ * -ETIMEDOUT otherwise (the child's end is the caller's to check). */
+int wait_created_ms(const char *path, pid_t pid, int timeout_ms);
+
 /* CLOCK_MONOTONIC in nanoseconds, and in milliseconds. */
 uint64_t mono_ns(void);
 uint64_t mono_ms(void);

@@ -420,8 +420,13 @@ static int wait_for_agent(struct supervisor *s, struct agent_client **out)
 		if (c)
 			agent_client_close(c);
 		/* A refused connection costs a round trip through the VMM: on
-		 * a host with KVM the whole boot takes little more than this. */
-		usleep(20 * 1000);
+		 * a host with KVM the whole boot takes little more than this.
+		 * Before the VMM's socket is there, its bind (or its end)
+		 * wakes us: a nap here cost the start up to 20 ms after it. */
+		if (s->start.vsock)
+			usleep(20 * 1000);
+		else
+			wait_created_ms(s->vsock_path, s->vmm, 20);
 	}
 	return -ETIMEDOUT;
 }

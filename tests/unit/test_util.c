@@ -170,6 +170,44 @@ static void test_wait_child(void **state)
 	end_child(pid, SIGKILL, false);
 }
 
+static void *make_later(void *arg)
+{
+	struct timespec ts = {.tv_nsec = 100 * 1000 * 1000};
+
+	char p[PATH_MAX];
+
+	nanosleep(&ts, NULL);
+	snprintf(p, sizeof(p), "%s/%s", tmp, (const char *)arg);
+	close(open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+	return NULL;
+}
+
+/* The supervisor's wait for the VMM's socket: a file made while it waits
+ * wakes it with no nap, as does the child's end; with neither, the
+ * timeout. */
+static void test_wait_created(void **state)
+{
+	char path[PATH_MAX];
+	int p[2], status;
+	pthread_t t;
+	pid_t pid = child_until_eof(p);
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/vsock.sock", tmp);
+	assert_int_equal(wait_created_ms(path, pid, 30), -ETIMEDOUT);
+	naps = 0;
+	assert_int_equal(pthread_create(&t, NULL, make_later, "vsock.sock"), 0);
+	assert_int_equal(wait_created_ms(path, pid, 60000), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(naps, 0);
+	assert_int_equal(wait_created_ms(path, pid, 60000), 0); /* there already */
+	snprintf(path, sizeof(path), "%s/never.sock", tmp);
+	close(p[1]);
+	assert_int_equal(wait_created_ms(path, pid, 60000), -ETIMEDOUT); /* the child ended */
+	assert_int_equal(wait_child_ms(pid, &status, 60000), 0);
+	end_child(pid, SIGKILL, false);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -178,6 +216,7 @@ int main(void)
 		cmocka_unit_test(test_eventfd_ring),
 		cmocka_unit_test(test_vmm_path),
 		cmocka_unit_test(test_wait_child),
+		cmocka_unit_test(test_wait_created),
 	};
 	return cmocka_run_group_tests_name("util", tests, tmp_setup, tmp_teardown);
 }
