@@ -363,8 +363,10 @@ static void setup_cgroup(struct supervisor *s, int ready_fd)
 	else if (why[0])
 		log_warn("cgroup limits incomplete: %s", why);
 	if (ready_fd >= 0 && !strstr(s->cgroup.limits, "memory.max=")) {
-		char line[sizeof(s->cgroup_why) + 80];
-		snprintf(line, sizeof(line), "warning: the VMM runs without a memory limit (%s)\n",
+		/* One line, within the readers' 512 bytes (a cut one would end
+		 * the start as its error). */
+		char line[512];
+		snprintf(line, sizeof(line), "warning: the VMM runs without a memory limit (%.400s)\n",
 			 why[0] ? why : "no memory.max");
 		write_all(ready_fd, line, strlen(line));
 	}
