@@ -68,7 +68,7 @@ if [ "${1:-}" != --inside ]; then
 		echo "VMMs interleaved.  QEMU: Debian's qemu-system-arm $qver (arm64),"
 		echo "\`-M virt,gic-version=3 -cpu host -accel kvm\`."
 		echo
-		sed -n '/^| /p; /^kosa8 \//p' "$out"
+		sed -n '/^|/p; /^kosa8 \//p' "$out"
 		echo
 		echo "Each boot, seconds (start to userspace, guest uptime):"
 		echo
