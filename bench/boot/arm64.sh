@@ -4,8 +4,9 @@
 # same kernel (kosa8's, make kernel-arm64) and the same busybox initramfs,
 # 1 vCPU, 128 MiB, the PL011 console, interleaved.
 #
-#   bench/boot/arm64.sh [RUNS]          (default 5) -> bench/results/boot-arm64.md
-#                                       (on a shared machine: under flock /work/notes/vmslot)
+#   bench/boot/arm64.sh [RUNS]          (default 5) -> a new section at the top of
+#                                       bench/results/boot.md (on a shared machine:
+#                                       under flock /work/notes/vmslot)
 #   bench/boot/arm64.sh --inside RUNS   in the helper (busybox sh: POSIX only)
 #
 # QEMU is Debian's arm64 qemu-system-arm with the libraries it loads,
@@ -46,29 +47,40 @@ if [ "${1:-}" != --inside ]; then
 	qver=$(cat "$qdir/VERSION")
 	kernel=$(guest/kernel/build.sh --arch arm64 --path)
 	out=$(mktemp)
+	load0=$(cut -d' ' -f1-3 /proc/loadavg)
 	export KOSA8_BENCH_KERNEL=$kernel KOSA8_BENCH_QEMU=$qdir
 	export TESTBED_ARM64_SHARES="${kernel%/*} $qdir"
 	set +e
 	testbed/run-arm64 sh bench/boot/arm64.sh --inside "$runs" | tee "$out"
 	set -e
 	grep -q '^| kosa8' "$out" || { echo "bench/boot/arm64.sh: no result" >&2; exit 1; }
+	load1=$(cut -d' ' -f1-3 /proc/loadavg)
+	section=$(mktemp)
 	{
-		echo "# Boot benchmark, arm64"
+		echo "## arm64: kosa8's VMM against QEMU's virt machine ($(date -u +%Y-%m-%d), bench/boot/arm64.sh)"
 		echo
-		echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores of an x86-64 host: both VMMs under"
-		echo "arm64 KVM inside the aarch64 helper (testbed/run-arm64: qemu-system-aarch64 TCG,"
-		echo "EL2 emulated), so the times are emulation's; read the ratio."
-		echo "Guest: kosa8's arm64 kernel ($(basename "$(dirname "$kernel")")) and a busybox"
-		echo "initramfs whose init prints the guest's uptime and powers off; 1 vCPU, 128 MiB,"
-		echo "PL011 console; $runs rounds, the VMMs interleaved.  QEMU: Debian's qemu-system-arm"
-		echo "$qver (arm64), \`-M virt,gic-version=3 -cpu host -accel kvm\`."
+		echo "Both VMMs under arm64 KVM inside the aarch64 helper (testbed/run-arm64:"
+		echo "qemu-system-aarch64 TCG, EL2 emulated, 2 vCPUs) on $(nproc) cores of an x86-64 host,"
+		echo "so the times are emulation's; read the ratio.  Host load average (1, 5, 15 min)"
+		echo "$load0 before, $load1 after.  Guest: kosa8's arm64 kernel"
+		echo "($(basename "$(dirname "$kernel")")) and a busybox initramfs whose init prints the"
+		echo "guest's uptime and powers off; 1 vCPU, 128 MiB, PL011 console; $runs rounds, the"
+		echo "VMMs interleaved.  QEMU: Debian's qemu-system-arm $qver (arm64),"
+		echo "\`-M virt,gic-version=3 -cpu host -accel kvm\`."
 		echo
-		sed -n '/^| /p; /^kosa8 \//p' "$out"
+		sed -n '/^|/p; /^kosa8 \//p' "$out"
 		echo
-		echo "Reproduce: \`make deps && make kernel-arm64 && bench/boot/arm64.sh $runs\`."
-	} >bench/results/boot-arm64.md
-	rm -f "$out"
-	echo "wrote bench/results/boot-arm64.md"
+		echo "Each boot, seconds (start to userspace, guest uptime):"
+		echo
+		sed -n 's/^# \(kosa8\|qemu-virt\) /    \1 /p' "$out"
+		echo
+		echo "Reproduce: \`make deps && make kernel-arm64 && flock /work/notes/vmslot bench/boot/arm64.sh $runs\`."
+	} >"$section"
+	# The newest section first, under the title.
+	awk -v f="$section" '{ print } NR == 1 { print ""; while ((getline l < f) > 0) print l }' \
+		bench/results/boot.md >bench/results/boot.md.new && mv bench/results/boot.md.new bench/results/boot.md
+	rm -f "$out" "$section"
+	echo "wrote a section into bench/results/boot.md"
 	exit 0
 fi
 

@@ -390,9 +390,10 @@ int cmd_create(int argc, char **argv)
 
 /* ---- start / stop ---- */
 
-/* The supervisor's one line ("ok" or "error: ..."), within
- * START_TIMEOUT_MS: its length, or -ETIMEDOUT. */
-static int read_ready(int fd, char *line, size_t len)
+/* The supervisor's last line ("ok" or "error: ..."), within
+ * START_TIMEOUT_MS: its length, or -ETIMEDOUT.  "warning: ..." lines
+ * before it go to stderr as they come. */
+static int read_ready(const char *cmd, int fd, char *line, size_t len)
 {
 	uint64_t deadline = mono_ms() + START_TIMEOUT_MS;
 	size_t n = 0;
@@ -407,9 +408,17 @@ static int read_ready(int fd, char *line, size_t len)
 			return -ETIMEDOUT;
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r < 0 || read(fd, line + n, 1) != 1 || line[n] == '\n')
+		if (r < 0 || read(fd, line + n, 1) != 1)
 			break;
-		n++;
+		if (line[n] != '\n') {
+			n++;
+			continue;
+		}
+		line[n] = 0;
+		if (strncmp(line, "warning: ", 9) != 0)
+			break;
+		(void)cli_fail(cmd, "%s", line); /* the message says warning */
+		n = 0;
 	}
 	line[n] = 0;
 	return (int)n;
@@ -453,7 +462,7 @@ int cli_start_sandbox(const char *cmd, const char *name, int memfd)
 		_exit(127);
 	}
 	close(p[1]);
-	n = read_ready(p[0], line, sizeof(line));
+	n = read_ready(cmd, p[0], line, sizeof(line));
 	close(p[0]);
 	waitpid(pid, NULL, WNOHANG);
 	if (n == -ETIMEDOUT)

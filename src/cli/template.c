@@ -121,6 +121,10 @@ static int boot_and_checkpoint(const char *cmd, const char *dir, char *why, size
 		}
 		line[n] = 0;
 		n = 0;
+		if (!strncmp(line, "warning: ", 9)) {
+			(void)cli_fail(cmd, "%s", line); /* the message says warning */
+			continue;
+		}
 		if (!strcmp(line, "progress checkpoint")) {
 			phase = "checkpointing the booted guest";
 			fprintf(stderr, "kosa8 %s: the guest is ready after %.1f s; %s...\n", cmd, since(t0),

@@ -346,8 +346,11 @@ static int spawn_vmm(struct supervisor *s, const char *restore, const char *top)
 }
 
 /* The VMM's cgroup, once per supervisor (restarts reuse it); without one
- * the sandbox still runs, and the log says which limits are missing. */
-static void setup_cgroup(struct supervisor *s)
+ * the sandbox still runs, and the log says which limits are missing.  A
+ * VMM without its memory ceiling is also said to the CLI that starts it
+ * (ready_fd: a "warning: " line before "ok"), which shows it to the user:
+ * never silently. */
+static void setup_cgroup(struct supervisor *s, int ready_fd)
 {
 	struct vmm_cgroup_limits lim = {.mem = s->cfg.mem, .cpus = s->cfg.cpus};
 	char *why = s->cgroup_why;
@@ -359,6 +362,14 @@ static void setup_cgroup(struct supervisor *s)
 		log_warn("no cgroup limits for the VMM: %s", why);
 	else if (why[0])
 		log_warn("cgroup limits incomplete: %s", why);
+	if (ready_fd >= 0 && !strstr(s->cgroup.limits, "memory.max=")) {
+		/* One line, within the readers' 512 bytes (a cut one would end
+		 * the start as its error). */
+		char line[512];
+		snprintf(line, sizeof(line), "warning: the VMM runs without a memory limit (%.400s)\n",
+			 why[0] ? why : "no memory.max");
+		write_all(ready_fd, line, strlen(line));
+	}
 }
 
 int supervisor_boot_timeout_ms(void)
@@ -1449,7 +1460,7 @@ static int supervise(const char *self, const char *name, const char *template_di
 		goto fail;
 	}
 	audit(&s, "supervisor", "sandbox.start", restore ? fork_origin(&s, &fork) : NULL);
-	setup_cgroup(&s);
+	setup_cgroup(&s, ready_fd);
 	startup_mark(&s, &s.start.setup);
 	if ((err = sup_op_init(&s.ops))) {
 		why = "cannot start the supervisor's worker thread";

@@ -1,6 +1,8 @@
 #include "vmm/seccomp.h"
 
 #include <errno.h>
+#include <dlfcn.h>
+#include <ucontext.h>
 #include <fcntl.h>
 #include <linux/kvm.h>
 #include <linux/seccomp.h>
@@ -111,6 +113,15 @@ static const struct rule rules[] = {
 	{SC(mprotect), ARGS_NO_EXEC, 0, R_ALL, "the allocator's arenas (never PROT_EXEC)"},
 	{SC(munmap), ARGS_ANY, 0, R_ALL, "the allocator gives memory back"},
 	{SC(madvise), ARGS_ANY, 0, R_ALL, "the allocator gives pages back (MADV_DONTNEED)"},
+#if defined(__aarch64__)
+	/* Seen on arm64 (tests/arm64/run, a template's VMM stopping): a vCPU
+	 * thread that ends empties its tcache (glibc's tcache_thread_shutdown),
+	 * and a chunk of the main thread's heap freed there, merged into the
+	 * heap's top, makes free() trim that heap with brk.  brk only moves the
+	 * end of the heap, never executable; not seen on x86-64, where it stays
+	 * a checkpoint call of the host threads (below). */
+	{SC(brk), ARGS_ANY, 0, R_ALL, "free() on an ending vCPU thread trims the main heap (systrim)"},
+#endif
 	/* Threads and signals. */
 	{SC(rt_sigprocmask), ARGS_ANY, 0, R_ALL, "threads block host signals; raise()"},
 	{SC(rt_sigreturn), ARGS_ANY, 0, R_ALL, "return from the vCPU kick and stop-signal handlers"},
@@ -185,6 +196,8 @@ static const struct rule rules[] = {
 
 static bool installed;
 static const char *names[512];
+/* Which filter the calling thread is under, for the report. */
+static __thread bool vcpu_filtered;
 
 /* Names for the report, resolved before the filter exists: the SIGSYS
  * handler must not allocate (the trapped call may come from malloc). */
@@ -210,6 +223,52 @@ static void put_num(unsigned long v)
 	put(buf + i);
 }
 
+static void put_hex(unsigned long v)
+{
+	char buf[20];
+	int i = sizeof(buf);
+
+	buf[--i] = 0;
+	do
+		buf[--i] = "0123456789abcdef"[v & 15];
+	while ((v >>= 4) && i > 2);
+	buf[--i] = 'x';
+	buf[--i] = '0';
+	put(buf + i);
+}
+
+static void put_sym(const char *what, unsigned long a)
+{
+	Dl_info d;
+
+	put("  ");
+	put(what);
+	put(" ");
+	put_hex(a);
+	if (dladdr((void *)a, &d) && d.dli_fname) {
+		put(" ");
+		put(strrchr(d.dli_fname, '/') ? strrchr(d.dli_fname, '/') + 1 : d.dli_fname);
+		put(" +");
+		put_hex(a - (unsigned long)d.dli_fbase);
+		if (d.dli_sname) {
+			put(" ");
+			put(d.dli_sname);
+			put("+");
+			put_hex(a - (unsigned long)d.dli_saddr);
+		}
+	}
+	put("\n");
+}
+
+/* A frame record (previous fp, return address) at fp is read only when it
+ * lies just above sp on the same stack: the walk stops at anything else. */
+static bool frame_ok(const unsigned long *fp, unsigned long sp)
+{
+	unsigned long a = (unsigned long)fp;
+
+	return a && !(a & 7) && a >= sp && a - sp < (256u << 10);
+}
+
 static void on_sigsys(int sig, siginfo_t *si, void *uc)
 {
 	int nr = si->si_syscall;
@@ -218,7 +277,29 @@ static void on_sigsys(int sig, siginfo_t *si, void *uc)
 	put(nr >= 0 && nr < (int)ARRAY_SIZE(names) && names[nr] ? names[nr] : "?");
 	put(" (");
 	put_num((unsigned long)nr);
-	put(")\n");
+	put(vcpu_filtered ? ") on a vCPU thread\n" : ") on a host thread\n");
+	{
+		ucontext_t *u = uc;
+#if defined(__aarch64__)
+		unsigned long pc = u->uc_mcontext.pc, lr = u->uc_mcontext.regs[30];
+		unsigned long sp = u->uc_mcontext.sp;
+		unsigned long *fp = (unsigned long *)u->uc_mcontext.regs[29];
+#else
+		unsigned long pc = u->uc_mcontext.gregs[REG_RIP];
+		unsigned long sp = (unsigned long)u->uc_mcontext.gregs[REG_RSP];
+		unsigned long lr = *(unsigned long *)sp; /* the return address: glibc's wrappers are leaves */
+		unsigned long *fp = (unsigned long *)u->uc_mcontext.gregs[REG_RBP];
+#endif
+		put_sym("pc", pc);
+		put_sym("return", lr);
+		/* The frame records, as far as they stay on this thread's
+		 * stack above the trap and go up: a wrong pointer is not read. */
+		for (int i = 0; i < 8 && frame_ok(fp, sp); i++) {
+			put_sym("caller", fp[1]);
+			sp = (unsigned long)(fp + 2);
+			fp = (unsigned long *)fp[0];
+		}
+	}
 	syscall(SYS_exit_group, VMM_SECCOMP_EXIT);
 }
 
@@ -339,7 +420,10 @@ int vmm_seccomp_enter_vcpu(void)
 {
 	const char *why;
 
-	return installed ? load(R_VCPU, 0, &why) : 0;
+	if (!installed)
+		return 0;
+	vcpu_filtered = true;
+	return load(R_VCPU, 0, &why);
 }
 
 void vmm_seccomp_print_rules(FILE *out)

@@ -13,8 +13,11 @@
  *
  * ioctl is allowed only for the KVM and terminal requests listed in the
  * table; mmap and mprotect never with PROT_EXEC.  Anything else traps: the
- * SIGSYS handler writes "kosa8 vm: killed by seccomp: syscall NAME (NR)" to
- * stderr and the process exits with VMM_SECCOMP_EXIT (6).  The handler cannot be
+ * SIGSYS handler writes "kosa8 vm: killed by seccomp: syscall NAME (NR) on
+ * a vCPU thread" (or "host thread") to stderr, then where the call came
+ * from (the trap's address, its return address and the callers' frame
+ * records, each with the library and symbol dladdr finds), and the process
+ * exits with VMM_SECCOMP_EXIT (6).  The handler cannot be
  * replaced (rt_sigaction is not allowed), and a blocked SIGSYS is delivered
  * anyway by the kernel, so a trap always ends the process; trapping rather
  * than SECCOMP_RET_KILL_PROCESS is what lets it say which call it was.
